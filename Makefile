@@ -1,0 +1,47 @@
+# One place for every task. `make run` and `make test` bootstrap .venv on a fresh machine.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+EXTRAS ?= dev,postgres
+STAMP := $(VENV)/.installed-$(shell echo "$(EXTRAS)" | tr ',' '-')
+PYTEST_ARGS ?=
+
+.PHONY: run test dev gen-protos check-protos lint typecheck bench clean venv
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e ".[$(EXTRAS)]"
+	touch $(STAMP)
+
+## run: start the local cluster (every service as its own process) and print what to try
+run: $(STAMP)
+	$(VENV)/bin/oncelog dev --data-dir .oncelog
+
+## dev: same as run, on free ports
+dev: $(STAMP)
+	$(VENV)/bin/oncelog dev --data-dir .oncelog --port-base 0
+
+## test: the whole suite (what CI runs)
+test: $(STAMP)
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+gen-protos: $(STAMP)
+	$(PY) scripts/gen_protos.py
+
+check-protos: $(STAMP)
+	$(PY) scripts/gen_protos.py --check
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check libs services tests scripts
+
+typecheck: $(STAMP)
+	$(VENV)/bin/mypy libs/oncelog services/oncelog
+
+bench: $(STAMP)
+	$(PY) -m bench.pid_allocator
+
+clean:
+	rm -rf .oncelog .pytest_cache .ruff_cache .mypy_cache

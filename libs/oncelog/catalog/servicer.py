@@ -1,0 +1,106 @@
+"""ClusterServicer: the ClusterService every oncelog process serves, over the shared catalog."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+from oncelog.api.cluster import v1 as pb
+from oncelog.catalog.store import CatalogStore, NodeRecord, TopicRecord
+from oncelog.errors import CoordinatorNotAvailable, InvalidRequest
+
+_ROLE_TO_PB = {
+    "pid-allocator": pb.SERVICE_ROLE_PID_ALLOCATOR,
+    "txn-coordinator": pb.SERVICE_ROLE_TXN_COORDINATOR,
+    "partition-storage": pb.SERVICE_ROLE_PARTITION_STORAGE,
+    "group-offsets": pb.SERVICE_ROLE_GROUP_OFFSETS,
+}
+_COORDINATOR_ROLE = {pb.COORDINATOR_TYPE_TRANSACTION: "txn-coordinator", pb.COORDINATOR_TYPE_GROUP: "group-offsets"}
+
+
+class ClusterServicer(pb.ClusterServiceServicer):
+    """Translate ClusterService calls to :class:`CatalogStore` operations; nothing else."""
+
+    def __init__(self, store: CatalogStore, clock: Callable[[], int]) -> None:
+        self.store = store
+        self.clock = clock
+
+    async def DescribeCluster(self, request: pb.DescribeClusterRequest, context: object) -> pb.DescribeClusterResponse:
+        info = await asyncio.to_thread(self.store.cluster_info)
+        nodes = await asyncio.to_thread(self.store.list_nodes, self.clock(), include_expired=request.include_expired)
+        return pb.DescribeClusterResponse(
+            cluster_id=info.cluster_id,
+            nodes=[_node(n) for n in nodes],
+            txn_coordinator_shards=info.txn_coordinator_shards,
+            group_offsets_shards=info.group_offsets_shards,
+        )
+
+    async def Metadata(self, request: pb.MetadataRequest, context: object) -> pb.MetadataResponse:
+        topics = await asyncio.to_thread(self.store.describe_topics, list(request.topics))
+        addresses = await self._live_addresses()
+        return pb.MetadataResponse(topics=[_topic(t, addresses) for t in topics])
+
+    async def FindCoordinator(
+        self, request: pb.FindCoordinatorRequest, context: object
+    ) -> pb.FindCoordinatorResponse:
+        role = _COORDINATOR_ROLE.get(request.type)
+        if role is None:
+            raise InvalidRequest("type must be COORDINATOR_TYPE_TRANSACTION or COORDINATOR_TYPE_GROUP")
+        if not request.key:
+            raise InvalidRequest("key is required: the transactional id or group id to resolve")
+        shard = await asyncio.to_thread(self.store.shard_for, role, request.key)
+        lease = await asyncio.to_thread(self.store.shard_lease, role, shard)
+        now = self.clock()
+        if lease is None or lease.owner_node_id is None or lease.lease_expires_at_ms <= now:
+            raise CoordinatorNotAvailable(f"{role} shard {shard} has no owner right now; retry shortly")
+        addresses = await self._live_addresses()
+        address = addresses.get(lease.owner_node_id)
+        if address is None:
+            raise CoordinatorNotAvailable(f"{role} shard {shard} owner {lease.owner_node_id} is not live; retry")
+        return pb.FindCoordinatorResponse(
+            shard=shard, node_id=lease.owner_node_id, address=address, coordinator_epoch=lease.coordinator_epoch
+        )
+
+    async def CreateTopics(self, request: pb.CreateTopicsRequest, context: object) -> pb.CreateTopicsResponse:
+        specs = [(s.name, s.partitions, dict(s.configs)) for s in request.topics]
+        created = await asyncio.to_thread(
+            self.store.create_topics, specs, self.clock(), validate_only=request.validate_only
+        )
+        addresses = await self._live_addresses()
+        return pb.CreateTopicsResponse(topics=[_topic(t, addresses) for t in created])
+
+    async def DeleteTopics(self, request: pb.DeleteTopicsRequest, context: object) -> pb.DeleteTopicsResponse:
+        deleted = await asyncio.to_thread(self.store.delete_topics, list(request.topics))
+        return pb.DeleteTopicsResponse(deleted=deleted)
+
+    async def _live_addresses(self) -> dict[str, str]:
+        nodes = await asyncio.to_thread(self.store.list_nodes, self.clock())
+        return {n.node_id: n.address for n in nodes}
+
+
+def _node(n: NodeRecord) -> pb.Node:
+    return pb.Node(
+        node_id=n.node_id,
+        role=_ROLE_TO_PB[n.role],
+        address=n.address,
+        lease_expires_at_ms=n.lease_expires_at_ms,
+        node_epoch=n.node_epoch,
+    )
+
+
+def _topic(t: TopicRecord, addresses: dict[str, str]) -> pb.TopicMetadata:
+    return pb.TopicMetadata(
+        name=t.name,
+        topic_id=t.topic_id,
+        configs=t.config.to_map(),
+        partitions=[
+            pb.PartitionMetadata(
+                partition=p.partition,
+                leader_node_id=p.leader_node_id,
+                leader_address=addresses.get(p.leader_node_id, ""),
+                leader_epoch=p.leader_epoch,
+                replica_node_ids=list(p.replicas),
+            )
+            for p in t.partitions
+        ],
+    )

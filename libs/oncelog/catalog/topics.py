@@ -1,0 +1,105 @@
+"""Pure catalog rules: topic names, topic configs, partition assignment and key → shard mapping."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from oncelog.errors import InvalidConfig, InvalidPartitions, InvalidTopic
+
+MAX_TOPIC_NAME = 249
+MAX_PARTITIONS = 10_000
+_LEGAL = re.compile(r"^[a-zA-Z0-9._-]+$")
+
+
+def validate_topic_name(name: str) -> None:
+    """Apply Kafka's topic naming rules (``Topic.validate``); raise :class:`InvalidTopic` naming the fix."""
+    if not name:
+        raise InvalidTopic("topic name is empty; use 1-249 characters from [a-zA-Z0-9._-]")
+    if name in (".", ".."):
+        raise InvalidTopic(f"topic name {name!r} is not allowed; '.' and '..' are reserved")
+    if len(name) > MAX_TOPIC_NAME:
+        raise InvalidTopic(f"topic name is {len(name)} characters long; the limit is {MAX_TOPIC_NAME}")
+    if not _LEGAL.match(name):
+        bad = sorted({c for c in name if not _LEGAL.match(c)})
+        raise InvalidTopic(f"topic name {name!r} contains {bad}; only [a-zA-Z0-9._-] are allowed")
+
+
+def validate_partitions(count: int) -> None:
+    """Partition counts are between 1 and :data:`MAX_PARTITIONS`."""
+    if count < 1:
+        raise InvalidPartitions(f"partitions={count}; a topic needs at least 1 partition")
+    if count > MAX_PARTITIONS:
+        raise InvalidPartitions(f"partitions={count}; the limit is {MAX_PARTITIONS}")
+
+
+@dataclass(frozen=True)
+class TopicConfig:
+    """Validated topic settings; unknown keys are rejected so a typo never silently loses durability."""
+
+    flush: str = "sync"
+    max_message_bytes: int = 1_048_588  # Kafka's message.max.bytes default
+    retention_ms: int = 7 * 24 * 3600 * 1000
+    retention_bytes: int = -1
+    segment_bytes: int = 128 * 1024 * 1024
+    segment_ms: int = 7 * 24 * 3600 * 1000
+
+    KEYS = ("flush", "max_message_bytes", "retention_ms", "retention_bytes", "segment_bytes", "segment_ms")
+
+    @classmethod
+    def parse(cls, raw: Mapping[str, str]) -> TopicConfig:
+        """Parse string settings as sent on the wire; :class:`InvalidConfig` lists every problem."""
+        problems: list[str] = []
+        values: dict[str, object] = {}
+        for key, value in raw.items():
+            if key not in cls.KEYS:
+                problems.append(f"unknown topic config {key!r}; known: {', '.join(cls.KEYS)}")
+            elif key == "flush":
+                if value not in ("sync", "async"):
+                    problems.append(f"flush={value!r}; use 'sync' (fsync before ack) or 'async'")
+                values[key] = value
+            else:
+                try:
+                    values[key] = int(value)
+                except ValueError:
+                    problems.append(f"{key}={value!r} is not an integer")
+        config = cls(**values) if not problems else cls()
+        if not problems:
+            if config.max_message_bytes < 64:
+                problems.append("max_message_bytes must be at least 64")
+            if config.segment_bytes < 1024:
+                problems.append("segment_bytes must be at least 1024")
+            if config.retention_ms < -1 or config.retention_bytes < -1:
+                problems.append("retention_ms and retention_bytes must be -1 (unlimited) or positive")
+            if config.segment_ms < 1:
+                problems.append("segment_ms must be positive")
+        if problems:
+            raise InvalidConfig("; ".join(problems))
+        return config
+
+    def to_map(self) -> dict[str, str]:
+        """The full settings as strings, as returned by Metadata."""
+        return {key: str(getattr(self, key)) for key in self.KEYS}
+
+
+def assign_partitions(partition_count: int, storage_nodes: Sequence[str], start: int) -> list[str]:
+    """Round-robin leaders over the sorted live storage nodes, starting at ``start`` (spreads topics)."""
+    ordered = sorted(storage_nodes)
+    return [ordered[(start + p) % len(ordered)] for p in range(partition_count)]
+
+
+def java_string_hash(value: str) -> int:
+    """Java's ``String.hashCode`` over UTF-16 code units, as an unsigned 32-bit value."""
+    h = 0
+    data = value.encode("utf-16-be")
+    for i in range(0, len(data), 2):
+        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
+    return h
+
+
+def shard_for(key: str, shard_count: int) -> int:
+    """Kafka's ``partitionFor``: ``Utils.abs(key.hashCode) % n``; stable for the life of the cluster."""
+    if shard_count <= 0:
+        raise ValueError("shard_count must be positive")
+    return (java_string_hash(key) & 0x7FFFFFFF) % shard_count

@@ -1,0 +1,5 @@
+"""The ``oncelog`` command line."""
+
+from oncelog.cli.main import app, main
+
+__all__ = ["app", "main"]

@@ -1,0 +1,1 @@
+"""Typed clients over the generated stubs."""

@@ -1,0 +1,168 @@
+"""Load frozen settings dataclasses from ``ONCELOG_*`` environment variables.
+
+Each service declares a frozen dataclass whose fields have defaults and a ``help`` in their metadata.
+A field is read from ``ONCELOG_<SERVICE>_<FIELD>``, or from the exact name given as ``env`` in the
+field metadata for settings shared by every service (``ONCELOG_DATABASE_URL``, ``ONCELOG_REDIS_URL``).
+Every missing or malformed variable is collected and reported in one :class:`ConfigError`, so an
+operator fixes a broken deployment in one round instead of one variable per restart.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import socket
+import types
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, TypeVar
+
+T = TypeVar("T")
+S = TypeVar("S", bound="ServiceSettings")
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off"}
+
+
+class ConfigError(ValueError):
+    """One or more environment variables are missing or invalid; ``problems`` lists each of them."""
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = problems
+        super().__init__("invalid configuration:\n  " + "\n  ".join(problems))
+
+
+def setting(default: Any = dataclasses.MISSING, *, help: str, env: str | None = None) -> Any:
+    """Declare a settings field with its documentation and optional shared variable name."""
+    metadata = {"help": help, "env": env}
+    if default is dataclasses.MISSING:
+        return field(metadata=metadata)
+    return field(default=default, metadata=metadata)
+
+
+def env_name(prefix: str, f: dataclasses.Field[Any]) -> str:
+    """The environment variable that feeds field ``f`` under ``prefix`` (e.g. ``ONCELOG_PID_ALLOCATOR_``)."""
+    return f.metadata.get("env") or f"{prefix}{f.name.upper()}"
+
+
+def _convert(raw: str, annotation: Any) -> Any:
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(annotation) if a is not type(None)]
+        if raw == "":
+            return None
+        return _convert(raw, args[0])
+    if annotation is bool:
+        lowered = raw.strip().lower()
+        if lowered in _TRUE:
+            return True
+        if lowered in _FALSE:
+            return False
+        raise ValueError(f"expected one of {sorted(_TRUE | _FALSE)}")
+    if annotation is int:
+        return int(raw.strip())
+    if annotation is float:
+        return float(raw.strip())
+    if annotation is str:
+        return raw
+    if origin is tuple:
+        return tuple(item.strip() for item in raw.split(",") if item.strip())
+    raise TypeError(f"unsupported settings type {annotation!r}")
+
+
+def load_settings(cls: type[T], prefix: str, environ: Mapping[str, str] | None = None, **overrides: Any) -> T:
+    """Build ``cls`` from ``environ`` (default ``os.environ``); explicit ``overrides`` win over the environment.
+
+    Raises:
+        ConfigError: listing every missing required variable and every value that does not parse or
+            fails the dataclass's ``validate()`` checks.
+    """
+    environ = os.environ if environ is None else environ
+    hints = typing.get_type_hints(cls)
+    values: dict[str, Any] = {}
+    problems: list[str] = []
+    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+        if f.name in overrides:
+            values[f.name] = overrides[f.name]
+            continue
+        name = env_name(prefix, f)
+        raw = environ.get(name)
+        if raw is None:
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                problems.append(f"{name} is required: {f.metadata.get('help', f.name)}")
+            continue
+        try:
+            values[f.name] = _convert(raw, hints[f.name])
+        except (ValueError, TypeError) as exc:
+            problems.append(f"{name}={raw!r} is invalid ({exc}): {f.metadata.get('help', f.name)}")
+    if problems:
+        raise ConfigError(problems)
+    instance = cls(**values)
+    validate = getattr(instance, "validate", None)
+    if validate is not None:
+        problems = list(validate())
+        if problems:
+            raise ConfigError(problems)
+    return instance
+
+
+def _default_node_id() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+@dataclass(frozen=True)
+class ServiceSettings:
+    """Settings every oncelog service shares; services subclass it, set ``ENV_PREFIX`` and add fields."""
+
+    ENV_PREFIX: ClassVar[str] = "ONCELOG_"
+
+    listen: str = setting("127.0.0.1:0", help="host:port to bind; port 0 picks a free port")
+    advertise: str = setting("", help="host:port other processes use to reach this one; default the bound address")
+    node_id: str = setting("", help="stable node id in the catalog; default <hostname>-<pid>")
+    database_url: str = setting(
+        "sqlite:///.oncelog/catalog.db",
+        env="ONCELOG_DATABASE_URL",
+        help="SQLAlchemy URL of the cluster catalog (sqlite:///path or postgresql+psycopg://...)",
+    )
+    redis_url: str = setting("", env="ONCELOG_REDIS_URL", help="optional Redis URL for caches; empty disables Redis")
+    node_lease_ms: int = setting(10_000, help="how long a node registration lives without a heartbeat")
+    drain_delay_s: float = setting(
+        0.2, help="seconds health reports NOT_SERVING before the server stops accepting calls"
+    )
+    shutdown_grace_s: float = setting(10.0, help="seconds in-flight calls get to finish on SIGTERM")
+    max_message_bytes: int = setting(64 * 1024 * 1024, help="largest gRPC message accepted or sent")
+    ready_file: str = setting(
+        "", env="ONCELOG_READY_FILE", help="if set, the bound address is written here as JSON once serving"
+    )
+    txn_coordinator_shards: int = setting(
+        16, env="ONCELOG_TXN_COORDINATOR_SHARDS", help="transaction coordinator shards, fixed at cluster creation"
+    )
+    group_offsets_shards: int = setting(
+        16, env="ONCELOG_GROUP_OFFSETS_SHARDS", help="group-offsets shards, fixed at cluster creation"
+    )
+
+    @classmethod
+    def from_env(cls: type[S], environ: Mapping[str, str] | None = None, **overrides: Any) -> S:
+        """Load from the environment (``ENV_PREFIX`` + field name); every problem in one ConfigError."""
+        return load_settings(cls, cls.ENV_PREFIX, environ, **overrides)
+
+    def resolved_node_id(self) -> str:
+        """The node id, defaulting to ``<hostname>-<pid>``."""
+        return self.node_id or _default_node_id()
+
+    def validate(self) -> list[str]:
+        """Cross-field checks; returns one message per problem."""
+        problems = []
+        if ":" not in self.listen:
+            problems.append(f"listen={self.listen!r} must be host:port")
+        if self.advertise and ":" not in self.advertise:
+            problems.append(f"advertise={self.advertise!r} must be host:port")
+        for name in ("node_lease_ms", "max_message_bytes", "txn_coordinator_shards", "group_offsets_shards"):
+            if getattr(self, name) <= 0:
+                problems.append(f"{name} must be positive, got {getattr(self, name)}")
+        if self.shutdown_grace_s < 0 or self.drain_delay_s < 0:
+            problems.append("shutdown_grace_s and drain_delay_s must not be negative")
+        if not self.database_url:
+            problems.append("ONCELOG_DATABASE_URL must not be empty")
+        return problems

@@ -1,0 +1,54 @@
+"""Process entry point shared by every service: logging, telemetry, server, signals."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+from collections.abc import Callable
+
+from oncelog.config import ConfigError, ServiceSettings
+from oncelog.errors import OncelogError
+from oncelog.rpc.server import GrpcServer, ServiceSpec
+from oncelog.telemetry import configure_logging, configure_telemetry
+
+log = logging.getLogger("oncelog.rpc.runner")
+
+
+async def serve(spec: ServiceSpec, settings: ServiceSettings) -> None:
+    """Run ``spec`` until SIGTERM/SIGINT, then drain gracefully."""
+    server = GrpcServer(
+        spec,
+        settings.listen,
+        advertise=settings.advertise,
+        max_message_bytes=settings.max_message_bytes,
+        drain_delay_s=settings.drain_delay_s,
+        shutdown_grace_s=settings.shutdown_grace_s,
+        ready_file=settings.ready_file,
+    )
+    await server.start()
+    await server.run_until_signal()
+
+
+def run_service(name: str, load: Callable[[], ServiceSettings], build: Callable[[ServiceSettings], ServiceSpec]) -> int:
+    """``main()`` of a service: read settings, build the spec, serve; exit code 2 on bad configuration."""
+    configure_logging(name)
+    try:
+        settings = load()
+    except ConfigError as exc:
+        print(f"oncelog-{name}: {exc}", file=sys.stderr)
+        return 2
+    telemetry = configure_telemetry(f"oncelog-{name}")
+
+    async def main() -> None:
+        spec = await asyncio.to_thread(build, settings)
+        await serve(spec, settings)
+
+    try:
+        asyncio.run(main())
+    except OncelogError as exc:
+        log.error("%s failed to start: %s", name, exc.message)
+        return 1
+    finally:
+        telemetry.shutdown()
+    return 0

@@ -1,0 +1,178 @@
+"""Build and run a grpc.aio server for one oncelog service, with health, reflection and graceful drain.
+
+Lifecycle (Temporal's worker shape plus grpc's graceful-shutdown example):
+
+* ``start()`` registers the servicers, health and reflection, binds (port 0 allowed), runs the
+  ``on_start`` hooks with the bound address, sets every service SERVING, and writes the ready file.
+* ``stop()`` (SIGTERM/SIGINT, ``async with`` exit, or a direct call) sets NOT_SERVING, keeps answering for
+  ``drain_delay_s`` so load balancers and kubelet probes notice, stops accepting calls while in-flight ones
+  get up to ``shutdown_grace_s`` to finish, then runs the ``on_stop`` hooks in reverse order. It is
+  idempotent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import signal
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import grpc
+from grpc import aio
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1.health import aio as health_aio
+from grpc_reflection.v1alpha import reflection
+
+from oncelog.rpc.interceptors import ServerInterceptor
+
+log = logging.getLogger("oncelog.rpc.server")
+
+StartHook = Callable[[str], Awaitable[None]]
+StopHook = Callable[[], Awaitable[None]]
+
+
+@dataclass
+class ServiceSpec:
+    """What one service process serves; built by each service's ``build()`` and run by :class:`GrpcServer`.
+
+    Attributes:
+        name: kebab-case service name (``pid-allocator``), used in logs and telemetry.
+        registrations: callables that add servicers to the server (``add_XServicer_to_server``).
+        service_names: fully qualified gRPC service names, reported by health and reflection.
+        on_start: hooks run after binding, with the advertised address (e.g. catalog registration).
+        on_stop: hooks run after the server stopped, in reverse order (background tasks, engines).
+    """
+
+    name: str
+    registrations: list[Callable[[aio.Server], None]] = field(default_factory=list)
+    service_names: list[str] = field(default_factory=list)
+    on_start: list[StartHook] = field(default_factory=list)
+    on_stop: list[StopHook] = field(default_factory=list)
+
+    def add(self, register: Callable[[Any, aio.Server], None], servicer: Any, service_name: str) -> None:
+        """Register ``servicer`` with its generated ``add_…_to_server`` function under ``service_name``."""
+        self.registrations.append(lambda server: register(servicer, server))
+        self.service_names.append(service_name)
+
+    def extend(self, other: ServiceSpec) -> None:
+        """Merge another spec's servicers and hooks into this one (used for the shared ClusterService)."""
+        self.registrations += other.registrations
+        self.service_names += other.service_names
+        self.on_start += other.on_start
+        self.on_stop += other.on_stop
+
+
+class GrpcServer:
+    """One grpc.aio server running a :class:`ServiceSpec`."""
+
+    def __init__(
+        self,
+        spec: ServiceSpec,
+        listen: str,
+        *,
+        advertise: str = "",
+        max_message_bytes: int = 64 * 1024 * 1024,
+        drain_delay_s: float = 0.2,
+        shutdown_grace_s: float = 10.0,
+        ready_file: str = "",
+        tracer_provider: Any = None,
+        server_credentials: grpc.ServerCredentials | None = None,
+    ) -> None:
+        self.spec = spec
+        self._listen = listen
+        self._advertise = advertise
+        self._drain_delay_s = drain_delay_s
+        self._grace_s = shutdown_grace_s
+        self._ready_file = ready_file
+        self._credentials = server_credentials
+        self._server = aio.server(
+            interceptors=[ServerInterceptor(tracer_provider)],
+            options=[
+                ("grpc.max_send_message_length", max_message_bytes),
+                ("grpc.max_receive_message_length", max_message_bytes),
+                # a second process must never silently share a port another one is bound to
+                ("grpc.so_reuseport", 0),
+                # accept the client keepalive pings configured in channels.channel_options
+                ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
+                ("grpc.keepalive_permit_without_calls", 1),
+            ],
+        )
+        self.health = health_aio.HealthServicer()
+        self.address = ""
+        self._stopping: asyncio.Task[None] | None = None
+        self._stopped = asyncio.Event()
+
+    async def start(self) -> str:
+        """Bind, run start hooks, report SERVING; returns the advertised host:port."""
+        for register in self.spec.registrations:
+            register(self._server)
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, self._server)
+        names = [*self.spec.service_names, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name]
+        reflection.enable_server_reflection([*names, reflection.SERVICE_NAME], self._server)
+        if self._credentials is not None:
+            port = self._server.add_secure_port(self._listen, self._credentials)
+        else:
+            port = self._server.add_insecure_port(self._listen)
+        host = self._listen.rsplit(":", 1)[0]
+        if host in ("", "0.0.0.0", "[::]"):
+            host = "127.0.0.1"
+        self.address = self._advertise or f"{host}:{port}"
+        await self._server.start()
+        for hook in self.spec.on_start:
+            await hook(self.address)
+        for name in ["", *self.spec.service_names]:
+            await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        if self._ready_file:
+            _write_ready_file(Path(self._ready_file), self.address, self.spec.name)
+        log.info("%s serving on %s", self.spec.name, self.address)
+        return self.address
+
+    async def stop(self) -> None:
+        """Drain and stop; concurrent and repeated calls wait for the same shutdown."""
+        if self._stopping is None:
+            self._stopping = asyncio.ensure_future(self._shutdown())
+        await asyncio.shield(self._stopping)
+
+    async def _shutdown(self) -> None:
+        log.info("%s draining: health NOT_SERVING", self.spec.name)
+        await self.health.enter_graceful_shutdown()
+        if self._drain_delay_s:
+            await asyncio.sleep(self._drain_delay_s)
+        await self._server.stop(self._grace_s)
+        for hook in reversed(self.spec.on_stop):
+            try:
+                await hook()
+            except Exception:
+                log.exception("stop hook failed")
+        self._stopped.set()
+        log.info("%s stopped", self.spec.name)
+
+    async def wait_stopped(self) -> None:
+        """Wait until :meth:`stop` finished."""
+        await self._stopped.wait()
+
+    async def run_until_signal(self) -> None:
+        """Serve until SIGTERM or SIGINT, then drain (the process entry point)."""
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, lambda: asyncio.ensure_future(self.stop()))
+        await self.wait_stopped()
+
+    async def __aenter__(self) -> GrpcServer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+
+def _write_ready_file(path: Path, address: str, service: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps({"address": address, "service": service, "pid": os.getpid()}))
+    os.replace(tmp, path)

@@ -1,0 +1,1 @@
+"""Storage helpers shared by services: SQL engines and schema migration."""

@@ -1,0 +1,249 @@
+"""LocalCluster: every oncelog service as its own OS process on this machine.
+
+It is what ``oncelog dev`` runs and what integration tests use as a fixture, so "it works in tests" means
+"it works in dev". Each process gets its configuration through the same ``ONCELOG_*`` variables a
+deployment uses, binds the port it is given (0 picks a free one), and reports its address through a ready
+file. Logs go to ``<data_dir>/logs/<node>.log``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+# start order: the pid-allocator first, so coordinators find ids ready; storage before coordinators' markers
+SERVICES = ("pid-allocator", "partition-storage", "group-offsets", "txn-coordinator")
+
+
+class ClusterStartError(RuntimeError):
+    """A process of the local cluster exited or did not become ready in time; the message has its log tail."""
+
+
+@dataclass
+class NodeProcess:
+    """One running (or stopped) service process."""
+
+    service: str
+    index: int
+    node_id: str
+    env: dict[str, str]
+    ready_file: Path
+    log_file: Path
+    process: subprocess.Popen[bytes] | None = None
+    address: str = ""
+
+    @property
+    def module(self) -> str:
+        """The module run with ``python -m``."""
+        return "oncelog." + self.service.replace("-", "_")
+
+    def alive(self) -> bool:
+        """True while the OS process runs."""
+        return self.process is not None and self.process.poll() is None
+
+
+@dataclass
+class LocalCluster:
+    """Start, stop, kill and restart the services of one cluster under ``data_dir``.
+
+    Args:
+        data_dir: catalog database, storage segments, logs and ``cluster.json`` live here.
+        storage_nodes: number of partition-storage processes.
+        host: interface to bind; loopback by default.
+        base_port: 0 gives every process a free port; otherwise pid-allocator gets ``base_port + 1``,
+            txn-coordinator ``+2``, group-offsets ``+3`` and storage node i ``+10 + i``.
+        database_url: catalog URL; defaults to a SQLite file in ``data_dir``.
+        env: extra environment for every process (``OTEL_*``, ``ONCELOG_*`` overrides).
+        services: which services to run.
+    """
+
+    data_dir: Path
+    storage_nodes: int = 1
+    host: str = "127.0.0.1"
+    base_port: int = 0
+    database_url: str = ""
+    env: Mapping[str, str] = field(default_factory=dict)
+    services: tuple[str, ...] = SERVICES
+    nodes: list[NodeProcess] = field(default_factory=list, init=False)
+
+    def __post_init__(self) -> None:
+        self.data_dir = Path(self.data_dir).resolve()
+        if not self.database_url:
+            self.database_url = f"sqlite:///{self.data_dir / 'catalog.db'}"
+        unknown = set(self.services) - set(SERVICES)
+        if unknown:
+            raise ValueError(f"unknown services {sorted(unknown)}; choose from {', '.join(SERVICES)}")
+        if self.storage_nodes < 1 and "partition-storage" in self.services:
+            raise ValueError("storage_nodes must be at least 1")
+        for service in self.services:
+            count = self.storage_nodes if service == "partition-storage" else 1
+            for index in range(count):
+                self.nodes.append(self._node(service, index))
+
+    def _port(self, service: str, index: int) -> int:
+        if self.base_port == 0:
+            return 0
+        offsets = {"pid-allocator": 1, "txn-coordinator": 2, "group-offsets": 3, "partition-storage": 10 + index}
+        return self.base_port + offsets[service]
+
+    def _node(self, service: str, index: int) -> NodeProcess:
+        node_id = f"{service}-{index}"
+        prefix = "ONCELOG_" + service.upper().replace("-", "_") + "_"
+        run_dir = self.data_dir / "run"
+        env = {
+            **os.environ,
+            "ONCELOG_DATABASE_URL": self.database_url,
+            "ONCELOG_READY_FILE": str(run_dir / f"{node_id}.json"),
+            f"{prefix}LISTEN": f"{self.host}:{self._port(service, index)}",
+            f"{prefix}NODE_ID": node_id,
+            f"{prefix}DATA_DIR": str(self.data_dir / node_id),
+            "OTEL_SERVICE_NAME": f"oncelog-{service}",
+            "PYTHONUNBUFFERED": "1",
+            **self.env,
+        }
+        return NodeProcess(
+            service=service,
+            index=index,
+            node_id=node_id,
+            env=env,
+            ready_file=run_dir / f"{node_id}.json",
+            log_file=self.data_dir / "logs" / f"{node_id}.log",
+        )
+
+    # -- lifecycle -------------------------------------------------------------------------------------
+
+    def start(self, timeout: float = 60.0) -> LocalCluster:
+        """Start every process and wait until each one serves; raises ClusterStartError with the log tail."""
+        (self.data_dir / "logs").mkdir(parents=True, exist_ok=True)
+        (self.data_dir / "run").mkdir(parents=True, exist_ok=True)
+        for node in self.nodes:
+            self._spawn(node)
+        deadline = time.monotonic() + timeout
+        for node in self.nodes:
+            self._wait_ready(node, deadline)
+        self.write_cluster_json()
+        return self
+
+    def _spawn(self, node: NodeProcess) -> None:
+        node.ready_file.unlink(missing_ok=True)
+        node.address = ""
+        log = open(node.log_file, "ab")  # noqa: SIM115 - owned by the child process from here on
+        try:
+            node.process = subprocess.Popen(
+                [sys.executable, "-m", node.module],
+                env=node.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,  # Ctrl-C in a terminal reaches oncelog dev, which drains the children
+            )
+        finally:
+            log.close()
+
+    def _wait_ready(self, node: NodeProcess, deadline: float) -> None:
+        while time.monotonic() < deadline:
+            if node.ready_file.exists():
+                try:
+                    node.address = json.loads(node.ready_file.read_text())["address"]
+                    return
+                except (ValueError, KeyError):
+                    pass  # written atomically, so this is a stale partial file from a crash: keep waiting
+            if not node.alive():
+                raise ClusterStartError(f"{node.node_id} exited with {node.process.returncode if node.process else '?'}"
+                                        f" before serving:\n{self.log_tail(node)}")
+            time.sleep(0.05)
+        raise ClusterStartError(f"{node.node_id} did not become ready in time:\n{self.log_tail(node)}")
+
+    def stop(self, timeout: float = 30.0) -> dict[str, int | None]:
+        """SIGTERM every process (graceful drain), SIGKILL what is left after ``timeout``; returns exit codes."""
+        for node in self.nodes:
+            if node.alive():
+                assert node.process is not None
+                node.process.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        codes: dict[str, int | None] = {}
+        for node in self.nodes:
+            if node.process is None:
+                continue
+            try:
+                codes[node.node_id] = node.process.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                node.process.kill()
+                codes[node.node_id] = node.process.wait()
+        return codes
+
+    def kill(self, node_id: str) -> None:
+        """SIGKILL one process (crash simulation) and reap it."""
+        node = self.node(node_id)
+        if node.process is not None and node.alive():
+            node.process.kill()
+            node.process.wait()
+
+    def restart(self, node_id: str, timeout: float = 60.0) -> str:
+        """Start a stopped or killed process again with the same configuration; returns its address."""
+        node = self.node(node_id)
+        if node.alive():
+            raise RuntimeError(f"{node_id} is still running; stop or kill it first")
+        self._spawn(node)
+        self._wait_ready(node, time.monotonic() + timeout)
+        self.write_cluster_json()
+        return node.address
+
+    def __enter__(self) -> LocalCluster:
+        try:
+            return self.start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # -- addresses -------------------------------------------------------------------------------------
+
+    def node(self, node_id: str) -> NodeProcess:
+        """The node with that id (``<service>-<index>``)."""
+        for node in self.nodes:
+            if node.node_id == node_id:
+                return node
+        raise KeyError(f"no node {node_id!r}; nodes: {', '.join(n.node_id for n in self.nodes)}")
+
+    def addresses(self, service: str) -> list[str]:
+        """Addresses of a service's processes, in index order."""
+        return [n.address for n in self.nodes if n.service == service]
+
+    @property
+    def bootstrap(self) -> str:
+        """Any service address works as a bootstrap address; the first ready one is used."""
+        return next(n.address for n in self.nodes if n.address)
+
+    def describe(self) -> dict[str, object]:
+        """The content of ``cluster.json``."""
+        return {
+            "bootstrap": self.bootstrap,
+            "services": {s: self.addresses(s) for s in self.services},
+            "database_url": self.database_url,
+            "data_dir": str(self.data_dir),
+        }
+
+    def write_cluster_json(self) -> Path:
+        """Write ``<data_dir>/cluster.json`` for clients and the CLI (``--bootstrap`` default)."""
+        path = self.data_dir / "cluster.json"
+        tmp = path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(self.describe(), indent=2) + "\n")
+        os.replace(tmp, path)
+        return path
+
+    def log_tail(self, node: NodeProcess, lines: int = 30) -> str:
+        """The last lines of a node's log, for error messages."""
+        try:
+            return "\n".join(node.log_file.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"

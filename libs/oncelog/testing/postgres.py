@@ -1,0 +1,95 @@
+"""A throwaway PostgreSQL server for tests, from the distribution's ``initdb``/``postgres`` binaries.
+
+PostgreSQL refuses to run as root, so when the tests run as root the server runs as the ``postgres`` user
+through ``runuser``. The server listens on a free loopback port with a private socket directory and is
+stopped (fast shutdown) and deleted afterwards.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+
+def find_postgres_bin() -> Path | None:
+    """Directory holding ``initdb`` and ``postgres``, newest version first; None if PostgreSQL is absent."""
+    for candidate in sorted(glob.glob("/usr/lib/postgresql/*/bin"), reverse=True):
+        if os.path.exists(os.path.join(candidate, "initdb")):
+            return Path(candidate)
+    initdb = shutil.which("initdb")
+    return Path(initdb).parent if initdb else None
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextmanager
+def postgres_server(bin_dir: Path) -> Iterator[str]:
+    """Run a PostgreSQL server for the duration of the block; yields a SQLAlchemy URL (psycopg 3)."""
+    as_root = os.geteuid() == 0
+    base = Path(tempfile.mkdtemp(prefix="oncelog-pg-"))
+    data, sock = base / "data", base / "sock"
+    sock.mkdir()
+    if as_root:
+        shutil.chown(base, "postgres")
+        shutil.chown(sock, "postgres")
+    prefix = ["runuser", "-u", "postgres", "--"] if as_root else []
+    port = _free_port()
+    subprocess.run(
+        [*prefix, str(bin_dir / "initdb"), "-D", str(data), "-U", "oncelog", "-A", "trust", "--no-sync", "-E", "UTF8"],
+        check=True,
+        capture_output=True,
+    )
+    log = base / "postgres.log"
+    server = subprocess.Popen(
+        [
+            *prefix,
+            str(bin_dir / "postgres"),
+            "-D", str(data),
+            "-p", str(port),
+            "-k", str(sock),
+            "-c", "listen_addresses=127.0.0.1",
+            "-c", "fsync=off",
+            "-c", "max_connections=200",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=open(log, "wb"),  # noqa: SIM115 - closed with the process
+    )
+    url = f"postgresql+psycopg://oncelog@127.0.0.1:{port}/postgres"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            if server.poll() is not None:
+                raise RuntimeError(f"postgres exited: {log.read_text(errors='replace')[-2000:]}")
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                    break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise RuntimeError("postgres did not start within 30 s") from None
+                time.sleep(0.05)
+        # accepting TCP is not yet accepting sessions; wait for the startup to finish
+        ready = bin_dir / "pg_isready"
+        while subprocess.run([str(ready), "-h", "127.0.0.1", "-p", str(port)], capture_output=True).returncode != 0:
+            if time.monotonic() > deadline:
+                raise RuntimeError("postgres did not become ready within 30 s")
+            time.sleep(0.05)
+        yield url
+    finally:
+        server.terminate()
+        try:
+            server.wait(15)
+        except subprocess.TimeoutExpired:
+            server.kill()
+        shutil.rmtree(base, ignore_errors=True)

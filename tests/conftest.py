@@ -1,0 +1,46 @@
+"""Shared fixtures: catalog databases (SQLite file and a real PostgreSQL) and the local cluster."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from oncelog.testing.postgres import find_postgres_bin, postgres_server
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> Iterator[str]:
+    """A PostgreSQL server for the whole session; skipped with the reason when PostgreSQL is not installed.
+
+    CI installs the ``postgresql`` package, so there the PostgreSQL variants always run; set
+    ``ONCELOG_REQUIRE_POSTGRES=1`` to turn the skip into a failure.
+    """
+    bin_dir = find_postgres_bin()
+    if bin_dir is None:
+        if os.environ.get("ONCELOG_REQUIRE_POSTGRES") == "1":
+            pytest.fail("PostgreSQL is required (ONCELOG_REQUIRE_POSTGRES=1) but initdb was not found")
+        pytest.skip("PostgreSQL is not installed (apt-get install -y postgresql)")
+    with postgres_server(bin_dir) as url:
+        yield url
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A fresh, empty catalog database of each backend."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'catalog.db'}"
+        return
+    import uuid
+
+    import sqlalchemy as sa
+
+    server = request.getfixturevalue("postgres_url")
+    name = "t_" + uuid.uuid4().hex[:12]
+    admin = sa.create_engine(server, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
+    admin.dispose()
+    yield server.rsplit("/", 1)[0] + "/" + name
