@@ -1,0 +1,41 @@
+"""Kafka RecordBatch v2 codec shared by the partition storage server and the client library."""
+
+from oncelog.records.batch import (
+    BATCH_OVERHEAD,
+    LOG_OVERHEAD,
+    MAGIC,
+    BatchHeader,
+    Compression,
+    ControlType,
+    Record,
+    TimestampType,
+    build_batch,
+    build_control_batch,
+    decode_records,
+    iter_batches,
+    read_control_record,
+    read_header,
+    split_batches,
+    validate_batch,
+    with_base_offset,
+)
+
+__all__ = [
+    "BATCH_OVERHEAD",
+    "LOG_OVERHEAD",
+    "MAGIC",
+    "BatchHeader",
+    "Compression",
+    "ControlType",
+    "Record",
+    "TimestampType",
+    "build_batch",
+    "build_control_batch",
+    "decode_records",
+    "iter_batches",
+    "read_control_record",
+    "read_header",
+    "split_batches",
+    "validate_batch",
+    "with_base_offset",
+]
