@@ -1,0 +1,1 @@
+"""group-offsets service."""
