@@ -62,6 +62,8 @@ class LocalCluster:
         database_url: catalog URL; defaults to a SQLite file in ``data_dir``.
         env: extra environment for every process (``OTEL_*``, ``ONCELOG_*`` overrides).
         services: which services to run.
+        replicas: processes per service other than partition-storage (default 1 each); replicas after the
+            first always bind free ports.
     """
 
     data_dir: Path
@@ -71,6 +73,7 @@ class LocalCluster:
     database_url: str = ""
     env: Mapping[str, str] = field(default_factory=dict)
     services: tuple[str, ...] = SERVICES
+    replicas: Mapping[str, int] = field(default_factory=dict)
     nodes: list[NodeProcess] = field(default_factory=list, init=False)
 
     def __post_init__(self) -> None:
@@ -83,12 +86,12 @@ class LocalCluster:
         if self.storage_nodes < 1 and "partition-storage" in self.services:
             raise ValueError("storage_nodes must be at least 1")
         for service in self.services:
-            count = self.storage_nodes if service == "partition-storage" else 1
+            count = self.storage_nodes if service == "partition-storage" else self.replicas.get(service, 1)
             for index in range(count):
                 self.nodes.append(self._node(service, index))
 
     def _port(self, service: str, index: int) -> int:
-        if self.base_port == 0:
+        if self.base_port == 0 or (index > 0 and service != "partition-storage"):
             return 0
         offsets = {"pid-allocator": 1, "txn-coordinator": 2, "group-offsets": 3, "partition-storage": 10 + index}
         return self.base_port + offsets[service]

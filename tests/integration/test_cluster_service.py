@@ -1,0 +1,114 @@
+"""ClusterService as served by every process: topics, metadata, coordinators, bad input."""
+
+from __future__ import annotations
+
+import grpc
+import pytest
+import sqlalchemy as sa
+
+from oncelog.api.cluster import v1 as pb
+from oncelog.catalog import CatalogStore, shard_for
+from oncelog.catalog.node import wall_clock_ms
+from oncelog.errors import Reason
+from oncelog.rpc import from_rpc_error, sync_channel
+from oncelog.testing import LocalCluster
+
+
+@pytest.fixture(scope="module")
+def stubs(cluster: LocalCluster) -> list[pb.ClusterServiceStub]:
+    """One ClusterService stub per process: any of them is a bootstrap address."""
+    return [pb.ClusterServiceStub(sync_channel(node.address)) for node in cluster.nodes]
+
+
+def _error(call, *args):
+    with pytest.raises(grpc.RpcError) as info:
+        call(*args)
+    return info.value.code(), from_rpc_error(info.value)
+
+
+def test_every_process_describes_the_same_cluster(cluster: LocalCluster, stubs) -> None:
+    answers = [s.DescribeCluster(pb.DescribeClusterRequest()) for s in stubs]
+    assert len({a.cluster_id for a in answers}) == 1
+    roles = sorted(pb.ServiceRole.Name(n.role) for n in answers[0].nodes)
+    assert roles == sorted(
+        ["SERVICE_ROLE_PID_ALLOCATOR", "SERVICE_ROLE_TXN_COORDINATOR", "SERVICE_ROLE_GROUP_OFFSETS"]
+        + ["SERVICE_ROLE_PARTITION_STORAGE"] * 2
+    )
+    assert {n.address for n in answers[0].nodes} == {n.address for n in cluster.nodes}
+
+
+def test_create_describe_delete_topic(cluster: LocalCluster, stubs) -> None:
+    created = stubs[0].CreateTopics(
+        pb.CreateTopicsRequest(topics=[pb.TopicSpec(name="orders.v1", partitions=4, configs={"flush": "async"})])
+    )
+    topic = created.topics[0]
+    assert [p.partition for p in topic.partitions] == [0, 1, 2, 3]
+    storage = set(cluster.addresses("partition-storage"))
+    assert {p.leader_address for p in topic.partitions} == storage, "partitions spread over both storage nodes"
+    assert topic.configs["flush"] == "async"
+    # another process sees the same metadata
+    meta = stubs[-1].Metadata(pb.MetadataRequest(topics=["orders.v1"]))
+    assert meta.topics[0] == topic
+    code, err = _error(stubs[1].CreateTopics, pb.CreateTopicsRequest(topics=[pb.TopicSpec(name="orders.v1", partitions=1)]))
+    assert code == grpc.StatusCode.ALREADY_EXISTS and err.reason == Reason.TOPIC_ALREADY_EXISTS
+    assert stubs[2].DeleteTopics(pb.DeleteTopicsRequest(topics=["orders.v1"])).deleted == ["orders.v1"]
+    code, err = _error(stubs[0].Metadata, pb.MetadataRequest(topics=["orders.v1"]))
+    assert code == grpc.StatusCode.NOT_FOUND and err.reason == Reason.UNKNOWN_TOPIC_OR_PARTITION
+
+
+@pytest.mark.parametrize(
+    ("spec", "reason", "fragment"),
+    [
+        (pb.TopicSpec(name="bad name", partitions=1), Reason.INVALID_TOPIC, "[' ']"),
+        (pb.TopicSpec(name="..", partitions=1), Reason.INVALID_TOPIC, "reserved"),
+        (pb.TopicSpec(name="x" * 250, partitions=1), Reason.INVALID_TOPIC, "limit is 249"),
+        (pb.TopicSpec(name="", partitions=1), Reason.INVALID_TOPIC, "empty"),
+        (pb.TopicSpec(name="zero", partitions=0), Reason.INVALID_PARTITIONS, "at least 1"),
+        (pb.TopicSpec(name="cfg", partitions=1, configs={"flsh": "sync"}), Reason.INVALID_CONFIG, "unknown topic config"),
+        (pb.TopicSpec(name="cfg", partitions=1, configs={"flush": "never"}), Reason.INVALID_CONFIG, "flush='never'"),
+    ],
+)
+def test_invalid_topics_are_rejected_precisely(stubs, spec, reason, fragment) -> None:
+    code, err = _error(stubs[0].CreateTopics, pb.CreateTopicsRequest(topics=[spec]))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT
+    assert err.reason == reason and fragment in err.message
+    assert not err.retriable and err.definite
+    # nothing was created and the server still answers
+    names = {t.name for t in stubs[0].Metadata(pb.MetadataRequest()).topics}
+    assert spec.name not in names
+
+
+def test_create_topics_is_all_or_nothing(stubs) -> None:
+    code, err = _error(
+        stubs[0].CreateTopics,
+        pb.CreateTopicsRequest(topics=[pb.TopicSpec(name="good", partitions=1), pb.TopicSpec(name="b@d", partitions=1)]),
+    )
+    assert err.reason == Reason.INVALID_TOPIC
+    assert "good" not in {t.name for t in stubs[0].Metadata(pb.MetadataRequest()).topics}
+
+
+def test_find_coordinator_maps_keys_to_stable_shards(cluster: LocalCluster, stubs) -> None:
+    store = CatalogStore(sa.create_engine(cluster.database_url))
+    info = store.cluster_info()
+    request = pb.FindCoordinatorRequest(key="payments-writer-1", type=pb.COORDINATOR_TYPE_TRANSACTION)
+    shard = shard_for("payments-writer-1", info.txn_coordinator_shards)
+    code, err = _error(stubs[0].FindCoordinator, request)
+    assert code == grpc.StatusCode.UNAVAILABLE and err.reason == Reason.COORDINATOR_NOT_AVAILABLE
+    lease = store.acquire_shard("txn-coordinator", shard, "txn-coordinator-0", 60_000, wall_clock_ms())
+    assert lease is not None
+    answers = [s.FindCoordinator(request) for s in stubs]
+    assert {(a.shard, a.address, a.coordinator_epoch) for a in answers} == {
+        (shard, cluster.addresses("txn-coordinator")[0], lease.coordinator_epoch)
+    }
+    store.release_shard("txn-coordinator", shard, "txn-coordinator-0", lease.coordinator_epoch)
+    code, err = _error(stubs[0].FindCoordinator, pb.FindCoordinatorRequest(key="k"))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and "COORDINATOR_TYPE" in err.message
+
+
+def test_oversize_message_is_rejected_and_the_server_stays_up(cluster: LocalCluster, stubs) -> None:
+    small = pb.ClusterServiceStub(sync_channel(cluster.bootstrap, max_message_bytes=128 * 1024 * 1024))
+    huge = pb.CreateTopicsRequest(topics=[pb.TopicSpec(name="x", partitions=1, configs={"k": "v" * (65 * 1024 * 1024)})])
+    with pytest.raises(grpc.RpcError) as info:
+        small.CreateTopics(huge)
+    assert info.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert stubs[0].DescribeCluster(pb.DescribeClusterRequest()).cluster_id
