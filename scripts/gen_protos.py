@@ -136,11 +136,7 @@ def generate(out: Path) -> None:
 
 
 def _tree(root: Path) -> dict[str, Path]:
-    return {
-        str(p.relative_to(root)): p
-        for p in root.rglob("*")
-        if p.is_file() and "__pycache__" not in p.parts
-    }
+    return {str(p.relative_to(root)): p for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts}
 
 
 def diff_trees(expected: Path, actual: Path) -> list[str]:

@@ -21,8 +21,15 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> list[descriptor_pb2.FileD
     out = tmp_path_factory.mktemp("desc") / "all.pb"
     protos = sorted(str(p.relative_to(PROTO)) for p in PROTO.rglob("*.proto"))
     subprocess.run(
-        [sys.executable, "-m", "grpc_tools.protoc", f"-I{PROTO}", "--include_source_info",
-         f"--descriptor_set_out={out}", *protos],
+        [
+            sys.executable,
+            "-m",
+            "grpc_tools.protoc",
+            f"-I{PROTO}",
+            "--include_source_info",
+            f"--descriptor_set_out={out}",
+            *protos,
+        ],
         check=True,
         cwd=PROTO,
     )

@@ -49,7 +49,9 @@ def test_create_describe_delete_topic(cluster: LocalCluster, stubs) -> None:
     # another process sees the same metadata
     meta = stubs[-1].Metadata(pb.MetadataRequest(topics=["orders.v1"]))
     assert meta.topics[0] == topic
-    code, err = _error(stubs[1].CreateTopics, pb.CreateTopicsRequest(topics=[pb.TopicSpec(name="orders.v1", partitions=1)]))
+    code, err = _error(
+        stubs[1].CreateTopics, pb.CreateTopicsRequest(topics=[pb.TopicSpec(name="orders.v1", partitions=1)])
+    )
     assert code == grpc.StatusCode.ALREADY_EXISTS and err.reason == Reason.TOPIC_ALREADY_EXISTS
     assert stubs[2].DeleteTopics(pb.DeleteTopicsRequest(topics=["orders.v1"])).deleted == ["orders.v1"]
     code, err = _error(stubs[0].Metadata, pb.MetadataRequest(topics=["orders.v1"]))
@@ -64,7 +66,11 @@ def test_create_describe_delete_topic(cluster: LocalCluster, stubs) -> None:
         (pb.TopicSpec(name="x" * 250, partitions=1), Reason.INVALID_TOPIC, "limit is 249"),
         (pb.TopicSpec(name="", partitions=1), Reason.INVALID_TOPIC, "empty"),
         (pb.TopicSpec(name="zero", partitions=0), Reason.INVALID_PARTITIONS, "at least 1"),
-        (pb.TopicSpec(name="cfg", partitions=1, configs={"flsh": "sync"}), Reason.INVALID_CONFIG, "unknown topic config"),
+        (
+            pb.TopicSpec(name="cfg", partitions=1, configs={"flsh": "sync"}),
+            Reason.INVALID_CONFIG,
+            "unknown topic config",
+        ),
         (pb.TopicSpec(name="cfg", partitions=1, configs={"flush": "never"}), Reason.INVALID_CONFIG, "flush='never'"),
     ],
 )
@@ -79,9 +85,11 @@ def test_invalid_topics_are_rejected_precisely(stubs, spec, reason, fragment) ->
 
 
 def test_create_topics_is_all_or_nothing(stubs) -> None:
-    code, err = _error(
+    _, err = _error(
         stubs[0].CreateTopics,
-        pb.CreateTopicsRequest(topics=[pb.TopicSpec(name="good", partitions=1), pb.TopicSpec(name="b@d", partitions=1)]),
+        pb.CreateTopicsRequest(
+            topics=[pb.TopicSpec(name="good", partitions=1), pb.TopicSpec(name="b@d", partitions=1)]
+        ),
     )
     assert err.reason == Reason.INVALID_TOPIC
     assert "good" not in {t.name for t in stubs[0].Metadata(pb.MetadataRequest()).topics}
@@ -107,7 +115,9 @@ def test_find_coordinator_maps_keys_to_stable_shards(cluster: LocalCluster, stub
 
 def test_oversize_message_is_rejected_and_the_server_stays_up(cluster: LocalCluster, stubs) -> None:
     small = pb.ClusterServiceStub(sync_channel(cluster.bootstrap, max_message_bytes=128 * 1024 * 1024))
-    huge = pb.CreateTopicsRequest(topics=[pb.TopicSpec(name="x", partitions=1, configs={"k": "v" * (65 * 1024 * 1024)})])
+    huge = pb.CreateTopicsRequest(
+        topics=[pb.TopicSpec(name="x", partitions=1, configs={"k": "v" * (65 * 1024 * 1024)})]
+    )
     with pytest.raises(grpc.RpcError) as info:
         small.CreateTopics(huge)
     assert info.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import threading
 from pathlib import Path
 
@@ -31,7 +32,7 @@ def _allocate(address: str, requester: str, epoch: int, count: int, out: list[tu
 
 def _assert_disjoint(blocks: list[tuple[int, int]]) -> None:
     ordered = sorted(blocks)
-    for (_, last), (first, _) in zip(ordered, ordered[1:], strict=False):
+    for (_, last), (first, _) in itertools.pairwise(ordered):
         assert first > last, f"blocks overlap: ...{last} then {first}..."
 
 
@@ -128,9 +129,7 @@ def test_bad_requests_get_invalid_argument_and_a_fix(cluster: LocalCluster, requ
 async def test_producer_id_source_hands_out_unique_ids_from_a_real_allocator(cluster: LocalCluster) -> None:
     channel = aio_channel(cluster.addresses("pid-allocator")[0])
     stub = pb.PidAllocatorServiceStub(channel)
-    sources = [
-        ProducerIdSource(grpc_block_fetcher(stub, f"src-{i}", 1, block_size=100)) for i in range(3)
-    ]
+    sources = [ProducerIdSource(grpc_block_fetcher(stub, f"src-{i}", 1, block_size=100)) for i in range(3)]
 
     async def drain(source: ProducerIdSource) -> list[int]:
         return [await source.next_id() for _ in range(1000)]

@@ -3,8 +3,8 @@
 It holds the current block and, once 90 % of it is used, fetches the next one in the background, so a caller
 never waits on the network while ids are left. Only when both blocks are exhausted does ``next_id()`` wait
 for the fetch in flight, bounded by ``wait_timeout_s``; past that it raises COORDINATOR_LOAD_IN_PROGRESS
-(Kafka's answer too) so the caller retries instead of hanging. A retriable fetch failure is retried after a backoff; a fatal one (a stale requester epoch) is raised to
-the caller waiting for an id.
+(Kafka's answer too) so the caller retries instead of hanging. A retriable fetch failure is retried after a
+backoff; a fatal one (a stale requester epoch) is raised to the caller waiting for an id.
 """
 
 from __future__ import annotations

@@ -159,8 +159,10 @@ class LocalCluster:
                 except (ValueError, KeyError):
                     pass  # written atomically, so this is a stale partial file from a crash: keep waiting
             if not node.alive():
-                raise ClusterStartError(f"{node.node_id} exited with {node.process.returncode if node.process else '?'}"
-                                        f" before serving:\n{self.log_tail(node)}")
+                raise ClusterStartError(
+                    f"{node.node_id} exited with {node.process.returncode if node.process else '?'}"
+                    f" before serving:\n{self.log_tail(node)}"
+                )
             time.sleep(0.05)
         raise ClusterStartError(f"{node.node_id} did not become ready in time:\n{self.log_tail(node)}")
 

@@ -37,6 +37,31 @@ def _free_port() -> int:
 @contextmanager
 def postgres_server(bin_dir: Path) -> Iterator[str]:
     """Run a PostgreSQL server for the duration of the block; yields a SQLAlchemy URL (psycopg 3)."""
+    with postgres_instance(bin_dir) as instance:
+        yield instance.url
+
+
+class PostgresInstance:
+    """A running server: ``url`` to connect, ``stop()`` to take it away mid-test (fast shutdown)."""
+
+    def __init__(self, url: str, process: subprocess.Popen[bytes]) -> None:
+        self.url = url
+        self.process = process
+
+    def stop(self) -> None:
+        """Stop the server now; idempotent."""
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+@contextmanager
+def postgres_instance(bin_dir: Path) -> Iterator[PostgresInstance]:
+    """Run a PostgreSQL server for the duration of the block."""
     as_root = os.geteuid() == 0
     base = Path(tempfile.mkdtemp(prefix="oncelog-pg-"))
     data, sock = base / "data", base / "sock"
@@ -56,12 +81,18 @@ def postgres_server(bin_dir: Path) -> Iterator[str]:
         [
             *prefix,
             str(bin_dir / "postgres"),
-            "-D", str(data),
-            "-p", str(port),
-            "-k", str(sock),
-            "-c", "listen_addresses=127.0.0.1",
-            "-c", "fsync=off",
-            "-c", "max_connections=200",
+            "-D",
+            str(data),
+            "-p",
+            str(port),
+            "-k",
+            str(sock),
+            "-c",
+            "listen_addresses=127.0.0.1",
+            "-c",
+            "fsync=off",
+            "-c",
+            "max_connections=200",
         ],
         stdout=subprocess.DEVNULL,
         stderr=open(log, "wb"),  # noqa: SIM115 - closed with the process
@@ -85,11 +116,8 @@ def postgres_server(bin_dir: Path) -> Iterator[str]:
             if time.monotonic() > deadline:
                 raise RuntimeError("postgres did not become ready within 30 s")
             time.sleep(0.05)
-        yield url
+        instance = PostgresInstance(url, server)
+        yield instance
     finally:
-        server.terminate()
-        try:
-            server.wait(15)
-        except subprocess.TimeoutExpired:
-            server.kill()
+        PostgresInstance(url, server).stop()
         shutil.rmtree(base, ignore_errors=True)

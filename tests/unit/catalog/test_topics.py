@@ -1,0 +1,70 @@
+"""Catalog rules: Kafka's topic-name rules, topic configs, and the key → shard mapping."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from oncelog.catalog.topics import (
+    TopicConfig,
+    assign_partitions,
+    java_string_hash,
+    shard_for,
+    validate_partitions,
+    validate_topic_name,
+)
+from oncelog.errors import InvalidConfig, InvalidPartitions, InvalidTopic
+
+
+@pytest.mark.parametrize("name", ["a", "orders.v1", "A-b_c.9", "x" * 249])
+def test_legal_names(name: str) -> None:
+    validate_topic_name(name)
+
+
+@pytest.mark.parametrize("name", ["", ".", "..", "x" * 250, "a b", "a/b", "ünï", "a\nb"])
+def test_illegal_names(name: str) -> None:
+    with pytest.raises(InvalidTopic):
+        validate_topic_name(name)
+
+
+@pytest.mark.parametrize("count", [0, -1, 10_001])
+def test_partition_bounds(count: int) -> None:
+    with pytest.raises(InvalidPartitions):
+        validate_partitions(count)
+
+
+def test_java_string_hash_matches_java() -> None:
+    # values computed by java.lang.String#hashCode, as unsigned 32-bit
+    assert java_string_hash("hello") == 99162322
+    assert java_string_hash("") == 0
+    assert java_string_hash("polygenelubricants") == 0x80000000  # Integer.MIN_VALUE
+    assert java_string_hash("\U0001f600") == ((0xD83D * 31 + 0xDE00) & 0xFFFFFFFF)
+
+
+def test_shard_for_follows_kafka_partition_for() -> None:
+    # Utils.abs(Integer.MIN_VALUE) is 0 in Kafka (it masks the sign bit), so this key lands on shard 0
+    assert shard_for("polygenelubricants", 50) == 0
+    assert shard_for("hello", 50) == 99162322 % 50
+
+
+@given(st.text(), st.integers(min_value=1, max_value=1000))
+def test_shard_in_range_and_stable(key: str, n: int) -> None:
+    assert 0 <= shard_for(key, n) < n
+    assert shard_for(key, n) == shard_for(key, n)
+
+
+def test_topic_config_rejects_unknown_keys_and_bad_values_together() -> None:
+    with pytest.raises(InvalidConfig) as info:
+        TopicConfig.parse({"flush": "maybe", "segment_bytes": "big", "retention.ms": "1"})
+    message = str(info.value)
+    assert "flush='maybe'" in message and "segment_bytes='big'" in message and "'retention.ms'" in message
+
+
+def test_topic_config_round_trip() -> None:
+    config = TopicConfig.parse({"flush": "async", "retention_ms": "1000"})
+    assert TopicConfig.parse(config.to_map()) == config
+
+
+def test_partitions_spread_round_robin() -> None:
+    assert assign_partitions(5, ["s1", "s0"], start=1) == ["s1", "s0", "s1", "s0", "s1"]
