@@ -19,6 +19,26 @@ def store(database_url: str) -> CatalogStore:
     return s
 
 
+def test_concurrent_first_start_creates_one_cluster(database_url: str) -> None:
+    stores = [CatalogStore(create_engine(database_url)) for _ in range(4)]
+    stores[0].migrate()
+    ids: list[str] = []
+    errors: list[BaseException] = []
+
+    def start(s: CatalogStore) -> None:
+        try:
+            ids.append(s.ensure_cluster(8, 4, now_ms=0).cluster_id)
+        except BaseException as exc:  # noqa: BLE001 - collected for the assert
+            errors.append(exc)
+
+    threads = [threading.Thread(target=start, args=(s,)) for s in stores]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert errors == [] and len(set(ids)) == 1
+
+
 def test_cluster_shard_counts_are_fixed_at_creation(store: CatalogStore) -> None:
     again = store.ensure_cluster(99, 99, now_ms=1)
     assert (again.txn_coordinator_shards, again.group_offsets_shards) == (8, 4)
@@ -72,16 +92,21 @@ def test_shard_lease_acquire_renew_expire_and_fence(store: CatalogStore) -> None
 
 def test_racing_acquirers_get_one_owner(store: CatalogStore) -> None:
     winners: list[str] = []
+    errors: list[BaseException] = []
 
     def grab(node: str) -> None:
-        if store.acquire_shard("group-offsets", 1, node, 60_000, now_ms=0) is not None:
-            winners.append(node)
+        try:
+            if store.acquire_shard("group-offsets", 1, node, 60_000, now_ms=0) is not None:
+                winners.append(node)
+        except BaseException as exc:  # noqa: BLE001 - collected for the assert
+            errors.append(exc)
 
     threads = [threading.Thread(target=grab, args=(f"g-{i}",)) for i in range(6)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
+    assert errors == []
     assert len(winners) == 1
 
 

@@ -105,6 +105,13 @@ class CatalogStore:
 
     def ensure_cluster(self, txn_coordinator_shards: int, group_offsets_shards: int, now_ms: int) -> ClusterInfo:
         """Create the cluster row on first start; later starts keep the stored shard counts (they never change)."""
+        try:
+            return self._ensure_cluster(txn_coordinator_shards, group_offsets_shards, now_ms)
+        except sa.exc.IntegrityError:
+            # another process created it between our read and our insert (PostgreSQL, read committed)
+            return self.cluster_info()
+
+    def _ensure_cluster(self, txn_coordinator_shards: int, group_offsets_shards: int, now_ms: int) -> ClusterInfo:
         with self._begin() as conn:
             row = conn.execute(sa.select(t.cluster).where(t.cluster.c.id == 1)).first()
             if row is None:
@@ -319,6 +326,12 @@ class CatalogStore:
         """Take or renew a shard. A new owner may take it only once the old lease expired; taking it bumps
         the coordinator epoch (fencing the old owner's writes), renewing keeps it. Returns None if held.
         """
+        try:
+            return self._acquire_shard(role, shard, node_id, lease_ms, now_ms)
+        except sa.exc.IntegrityError:
+            return None  # a racing replica inserted the first lease row: it won
+
+    def _acquire_shard(self, role: str, shard: int, node_id: str, lease_ms: int, now_ms: int) -> ShardLease | None:
         with self._begin() as conn:
             row = conn.execute(
                 sa.select(t.coordinator_shards).where(
