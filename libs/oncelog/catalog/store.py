@@ -11,6 +11,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from types import TracebackType
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
@@ -395,7 +396,9 @@ class Transaction:
         except sa.exc.OperationalError as exc:
             raise StorageUnavailable(f"cannot reach the catalog database: {exc.orig}") from exc
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         try:
             self._cm.__exit__(exc_type, exc, tb)  # commits, or rolls back when the body raised
         except sa.exc.OperationalError as err:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from oncelog.errors import InvalidConfig, InvalidPartitions, InvalidTopic
 
@@ -51,7 +52,7 @@ class TopicConfig:
     def parse(cls, raw: Mapping[str, str]) -> TopicConfig:
         """Parse string settings as sent on the wire; :class:`InvalidConfig` lists every problem."""
         problems: list[str] = []
-        values: dict[str, object] = {}
+        values: dict[str, Any] = {}
         for key, value in raw.items():
             if key not in cls.KEYS:
                 problems.append(f"unknown topic config {key!r}; known: {', '.join(cls.KEYS)}")

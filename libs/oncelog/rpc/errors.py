@@ -19,7 +19,7 @@ STATUS_DETAILS_KEY = "grpc-status-details-bin"
 _PREFIX = "ERROR_REASON_"
 
 
-def reason_to_proto(reason: Reason) -> int:
+def reason_to_proto(reason: Reason) -> ErrorReason.ValueType:
     """Wire enum value of a domain reason."""
     return ErrorReason.Value(_PREFIX + reason.name)
 
@@ -27,7 +27,7 @@ def reason_to_proto(reason: Reason) -> int:
 def reason_from_proto(value: int) -> Reason:
     """Domain reason of a wire enum value; unknown or unset values map to UNKNOWN_SERVER_ERROR."""
     try:
-        return Reason[ErrorReason.Name(value)[len(_PREFIX) :]]
+        return Reason[ErrorReason.Name(ErrorReason.ValueType(value))[len(_PREFIX) :]]
     except (ValueError, KeyError):
         return Reason.UNKNOWN_SERVER_ERROR
 

@@ -18,6 +18,7 @@ import grpc
 from grpc import aio
 from opentelemetry import context as otel_context
 from opentelemetry import propagate, trace
+from opentelemetry.propagators.textmap import Getter
 from opentelemetry.trace import SpanKind, Status, StatusCode, TracerProvider
 
 from oncelog.errors import OncelogError, UnknownServerError
@@ -37,7 +38,7 @@ def _rpc_attributes(full_method: str) -> dict[str, str]:
     return {"rpc.system": "grpc", "rpc.service": service, "rpc.method": method}
 
 
-class _MetadataGetter:
+class _MetadataGetter(Getter[Sequence[tuple[str, Any]]]):
     def get(self, carrier: Sequence[tuple[str, Any]], key: str) -> list[str] | None:
         values = [v for k, v in carrier if k == key and isinstance(v, str)]
         return values or None
@@ -91,7 +92,7 @@ class ServerInterceptor(aio.ServerInterceptor):
             handler.response_serializer,
         )
 
-    def _start_span(self, method: str, metadata: Sequence[tuple[str, Any]]) -> tuple[trace.Span, object]:
+    def _start_span(self, method: str, metadata: Sequence[tuple[str, Any]]) -> tuple[trace.Span, Any]:
         parent = propagate.extract(metadata, getter=_GETTER)
         token = otel_context.attach(parent)
         span = self._tracer.start_span(method.lstrip("/"), kind=SpanKind.SERVER, attributes=_rpc_attributes(method))

@@ -100,6 +100,13 @@ class LocalCluster:
         node_id = f"{service}-{index}"
         prefix = "ONCELOG_" + service.upper().replace("-", "_") + "_"
         run_dir = self.data_dir / "run"
+        state_env = {}
+        if service == "txn-coordinator":  # replicas share one transaction table (DESIGN §2)
+            state_env[f"{prefix}STATE_DATABASE_URL"] = (
+                f"sqlite:///{self.data_dir / 'txn-coordinator.db'}"
+                if self.database_url.startswith("sqlite")
+                else self.database_url
+            )
         env = {
             **os.environ,
             "ONCELOG_DATABASE_URL": self.database_url,
@@ -109,6 +116,7 @@ class LocalCluster:
             f"{prefix}DATA_DIR": str(self.data_dir / node_id),
             "OTEL_SERVICE_NAME": f"oncelog-{service}",
             "PYTHONUNBUFFERED": "1",
+            **state_env,
             **self.env,
         }
         return NodeProcess(
