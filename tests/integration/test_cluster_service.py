@@ -7,8 +7,8 @@ import pytest
 import sqlalchemy as sa
 
 from oncelog.api.cluster import v1 as pb
+from oncelog.api.txn import v1 as txn_pb
 from oncelog.catalog import CatalogStore, shard_for
-from oncelog.catalog.node import wall_clock_ms
 from oncelog.errors import Reason
 from oncelog.rpc import from_rpc_error, sync_channel
 from oncelog.testing import LocalCluster
@@ -100,17 +100,26 @@ def test_find_coordinator_maps_keys_to_stable_shards(cluster: LocalCluster, stub
     info = store.cluster_info()
     request = pb.FindCoordinatorRequest(key="payments-writer-1", type=pb.COORDINATOR_TYPE_TRANSACTION)
     shard = shard_for("payments-writer-1", info.txn_coordinator_shards)
-    code, err = _error(stubs[0].FindCoordinator, request)
-    assert code == grpc.StatusCode.UNAVAILABLE and err.reason == Reason.COORDINATOR_NOT_AVAILABLE
-    lease = store.acquire_shard("txn-coordinator", shard, "txn-coordinator-0", 60_000, wall_clock_ms())
-    assert lease is not None
+    # the running txn-coordinator leased every shard when it started
+    lease = store.shard_lease("txn-coordinator", shard)
+    assert lease is not None and lease.owner_node_id == "txn-coordinator-0"
     answers = [s.FindCoordinator(request) for s in stubs]
-    assert {(a.shard, a.address, a.coordinator_epoch) for a in answers} == {
-        (shard, cluster.addresses("txn-coordinator")[0], lease.coordinator_epoch)
+    assert {(a.shard, a.node_id, a.address, a.coordinator_epoch) for a in answers} == {
+        (shard, "txn-coordinator-0", cluster.addresses("txn-coordinator")[0], lease.coordinator_epoch)
     }
-    store.release_shard("txn-coordinator", shard, "txn-coordinator-0", lease.coordinator_epoch)
+    # the named owner really serves the key
+    coordinator = txn_pb.TransactionCoordinatorServiceStub(sync_channel(answers[0].address))
+    coordinator.InitProducerId(
+        txn_pb.InitProducerIdRequest(transactional_id="payments-writer-1", transaction_timeout_ms=60_000)
+    )
+    (described,) = coordinator.DescribeTransactions(
+        txn_pb.DescribeTransactionsRequest(transactional_ids=["payments-writer-1"])
+    ).transactions
+    assert described.coordinator_node_id == "txn-coordinator-0"
+    assert described.coordinator_epoch == lease.coordinator_epoch
     code, err = _error(stubs[0].FindCoordinator, pb.FindCoordinatorRequest(key="k"))
     assert code == grpc.StatusCode.INVALID_ARGUMENT and "COORDINATOR_TYPE" in err.message
+    store.engine.dispose()
 
 
 def test_oversize_message_is_rejected_and_the_server_stays_up(cluster: LocalCluster, stubs) -> None:

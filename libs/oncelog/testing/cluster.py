@@ -119,6 +119,11 @@ class LocalCluster:
             **state_env,
             **self.env,
         }
+        if service == "group-offsets" and f"{prefix}STATE_DATABASE_URL" not in self.env:
+            sqlite = self.database_url.startswith("sqlite")
+            env[f"{prefix}STATE_DATABASE_URL"] = (
+                f"sqlite:///{self.data_dir / 'group-offsets.db'}" if sqlite else self.database_url
+            )
         return NodeProcess(
             service=service,
             index=index,

@@ -1,7 +1,7 @@
 """A throwaway PostgreSQL server for tests, from the distribution's ``initdb``/``postgres`` binaries.
 
 PostgreSQL refuses to run as root, so when the tests run as root the server runs as the ``postgres`` user
-through ``runuser``. The server listens on a free loopback port with a private socket directory and is
+(``subprocess`` drops privileges itself, so signals reach the server and not a wrapper). The server listens on a free loopback port with a private socket directory and is
 stopped (fast shutdown) and deleted afterwards.
 """
 
@@ -10,6 +10,7 @@ from __future__ import annotations
 import glob
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -49,9 +50,9 @@ class PostgresInstance:
         self.process = process
 
     def stop(self) -> None:
-        """Stop the server now; idempotent."""
+        """Stop the server now (SIGINT = fast shutdown: open sessions are cut); idempotent."""
         if self.process.poll() is None:
-            self.process.terminate()
+            self.process.send_signal(signal.SIGINT)
             try:
                 self.process.wait(15)
             except subprocess.TimeoutExpired:
@@ -69,17 +70,18 @@ def postgres_instance(bin_dir: Path) -> Iterator[PostgresInstance]:
     if as_root:
         shutil.chown(base, "postgres")
         shutil.chown(sock, "postgres")
-    prefix = ["runuser", "-u", "postgres", "--"] if as_root else []
+    user = "postgres" if as_root else None
     port = _free_port()
     subprocess.run(
-        [*prefix, str(bin_dir / "initdb"), "-D", str(data), "-U", "oncelog", "-A", "trust", "--no-sync", "-E", "UTF8"],
+        [str(bin_dir / "initdb"), "-D", str(data), "-U", "oncelog", "-A", "trust", "--no-sync", "-E", "UTF8"],
         check=True,
         capture_output=True,
+        user=user,
+        cwd=base,
     )
     log = base / "postgres.log"
     server = subprocess.Popen(
         [
-            *prefix,
             str(bin_dir / "postgres"),
             "-D",
             str(data),
@@ -96,6 +98,8 @@ def postgres_instance(bin_dir: Path) -> Iterator[PostgresInstance]:
         ],
         stdout=subprocess.DEVNULL,
         stderr=open(log, "wb"),  # noqa: SIM115 - closed with the process
+        user=user,
+        cwd=base,
     )
     url = f"postgresql+psycopg://oncelog@127.0.0.1:{port}/postgres"
     try:

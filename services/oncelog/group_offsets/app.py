@@ -1,22 +1,85 @@
-"""Composition root of the group-offsets process.
+"""Composition root of group-offsets: settings → catalog → shard leases → SQL store (+ Redis cache) → manager.
 
-Until its domain is wired in, the process joins the cluster, serves health and the ClusterService, and
-keeps its catalog registration alive, so the local cluster and deployments already have their shape.
+Every replica serves the groups of the shards it leases (``ShardLeaseManager``); the others get NOT_COORDINATOR
+naming the owner. Shards are acquired before the process reports SERVING and released on a clean stop.
 """
 
 from __future__ import annotations
 
-from oncelog.catalog.node import node_context
+import asyncio
+import uuid
+
+import redis
+
+from oncelog.api.offsets import v1 as pb
+from oncelog.api.offsets.v1 import group_offsets_service_pb2
+from oncelog.catalog.node import node_context, wall_clock_ms
 from oncelog.group_offsets.config import GroupOffsetsSettings
+from oncelog.group_offsets.offset_manager import OffsetMetadataManager, OffsetStore
+from oncelog.group_offsets.offset_store import CachedOffsetStore, SqlOffsetStore
+from oncelog.group_offsets.partitions import CatalogPartitions
+from oncelog.group_offsets.servicer import GroupOffsetsServicer
+from oncelog.group_offsets.shards import ShardLeaseManager
 from oncelog.rpc import ServiceSpec
 from oncelog.rpc.runner import run_service
+from oncelog.storage.sql import create_engine
 
 ROLE = "group-offsets"
 
 
 def build(settings: GroupOffsetsSettings) -> ServiceSpec:
     """Wire the service; tests and LocalCluster call this with explicit settings."""
-    return node_context(settings, ROLE).spec
+    node = node_context(settings, ROLE)
+    engine = create_engine(settings.state_database_url)
+    sql_store = SqlOffsetStore(engine)
+    sql_store.migrate()
+    store: OffsetStore = sql_store
+    redis_client = None
+    if settings.redis_url:
+        timeout_s = settings.redis_timeout_ms / 1000
+        redis_client = redis.Redis.from_url(
+            settings.redis_url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s
+        )
+        store = CachedOffsetStore(
+            sql_store,
+            redis_client,
+            incarnation=uuid.uuid4().hex,
+            ttl_s=settings.cache_ttl_s,
+            key_prefix=cache_key_prefix(node.cluster.cluster_id),
+        )
+    leases = ShardLeaseManager(
+        node.store,
+        node_id=node.membership.node_id,
+        shard_count=node.cluster.group_offsets_shards,
+        lease_ms=settings.shard_lease_ms,
+        clock=wall_clock_ms,
+        claim=store.claim_shard,
+        role=ROLE,
+    )
+    manager = OffsetMetadataManager(
+        store, leases, partitions=CatalogPartitions(node.store), max_metadata_bytes=settings.max_metadata_bytes
+    )
+    node.spec.add(
+        pb.add_GroupOffsetsServiceServicer_to_server,
+        GroupOffsetsServicer(manager),
+        group_offsets_service_pb2.DESCRIPTOR.services_by_name["GroupOffsetsService"].full_name,
+    )
+    node.spec.on_start.append(leases.start)
+
+    async def dispose() -> None:
+        if redis_client is not None:
+            await asyncio.to_thread(redis_client.close)
+        await asyncio.to_thread(engine.dispose)
+
+    # on_stop runs in reverse: shards are released (catalog still open), then the state engine closes
+    node.spec.on_stop.append(dispose)
+    node.spec.on_stop.append(leases.stop)
+    return node.spec
+
+
+def cache_key_prefix(cluster_id: str) -> str:
+    """Namespace of this cluster's group-offset cache entries, so clusters can share one Redis."""
+    return f"oncelog:{cluster_id}:group-offsets:"
 
 
 def main() -> int:

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from oncelog.config import ServiceSettings
+from oncelog.config.settings import setting
 
 
 @dataclass(frozen=True)
@@ -13,3 +14,25 @@ class GroupOffsetsSettings(ServiceSettings):
     """Settings of the group-offsets process."""
 
     ENV_PREFIX: ClassVar[str] = "ONCELOG_GROUP_OFFSETS_"
+
+    state_database_url: str = setting(
+        "sqlite:///.oncelog/group-offsets.db",
+        help="SQLAlchemy URL of the group-offsets tables; every replica of the service shares it",
+    )
+    shard_lease_ms: int = setting(
+        10_000, help="how long a shard lease lasts without renewal (renewed every third); failover takes about this"
+    )
+    max_metadata_bytes: int = setting(4096, help="longest offset metadata accepted (Kafka offset.metadata.max.bytes)")
+    cache_ttl_s: int = setting(300, help="lifetime of a Redis read-cache entry (only with ONCELOG_REDIS_URL)")
+    redis_timeout_ms: int = setting(200, help="Redis socket timeout; a slow or absent Redis falls back to SQL")
+
+    def validate(self) -> list[str]:
+        problems = super().validate()
+        if not self.state_database_url:
+            problems.append("ONCELOG_GROUP_OFFSETS_STATE_DATABASE_URL must not be empty")
+        if self.shard_lease_ms < 300:
+            problems.append(f"shard_lease_ms={self.shard_lease_ms}; use at least 300 (renewals run every third)")
+        for name in ("max_metadata_bytes", "cache_ttl_s", "redis_timeout_ms"):
+            if getattr(self, name) <= 0:
+                problems.append(f"{name} must be positive, got {getattr(self, name)}")
+        return problems

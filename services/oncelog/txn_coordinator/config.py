@@ -6,10 +6,59 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from oncelog.config import ServiceSettings
+from oncelog.config.settings import setting
+from oncelog.txn_coordinator.coordinator import DEFAULT_MAX_TRANSACTION_TIMEOUT_MS
 
 
 @dataclass(frozen=True)
 class TxnCoordinatorSettings(ServiceSettings):
-    """Settings of the txn-coordinator process."""
+    """Settings of the txn-coordinator process (Kafka's ``transaction.*`` broker configs where one exists)."""
 
     ENV_PREFIX: ClassVar[str] = "ONCELOG_TXN_COORDINATOR_"
+
+    state_database_url: str = setting(
+        "sqlite:///.oncelog/txn-coordinator.db",
+        help="SQLAlchemy URL of the transaction table (the transaction log); replicas of the role share it",
+    )
+    lease_ms: int = setting(10_000, help="lifetime of a shard lease; renewed every third of it")
+    transaction_max_timeout_ms: int = setting(
+        DEFAULT_MAX_TRANSACTION_TIMEOUT_MS, help="largest transaction timeout a producer may ask for"
+    )
+    transactional_id_expiration_ms: int = setting(
+        7 * 24 * 3600 * 1000, help="idle time after which a transactional id without an open transaction is removed"
+    )
+    abort_check_interval_ms: int = setting(10_000, help="period of the sweep that aborts timed-out transactions")
+    expiration_check_interval_ms: int = setting(
+        3_600_000, help="period of the sweep that removes expired transactional ids"
+    )
+    marker_retry_backoff_ms: int = setting(100, help="first pause before a failed WriteTxnMarkers is sent again")
+    marker_retry_backoff_max_ms: int = setting(1_000, help="the retry pause doubles up to this value")
+    marker_request_timeout_ms: int = setting(30_000, help="deadline of one WriteTxnMarkers call")
+
+    def validate(self) -> list[str]:
+        problems = super().validate()
+        if not self.state_database_url:
+            problems.append("state_database_url must not be empty")
+        elif self.state_database_url.startswith("sqlite") and not self.database_url.startswith("sqlite"):
+            # A file local to each replica would give every replica its own transaction table: no fencing.
+            problems.append(
+                "ONCELOG_TXN_COORDINATOR_STATE_DATABASE_URL is a SQLite file while the catalog is a database "
+                "server; replicas must share the transaction table, so point it at that server too"
+            )
+        for name in (
+            "lease_ms",
+            "transaction_max_timeout_ms",
+            "transactional_id_expiration_ms",
+            "abort_check_interval_ms",
+            "expiration_check_interval_ms",
+            "marker_retry_backoff_ms",
+            "marker_retry_backoff_max_ms",
+            "marker_request_timeout_ms",
+        ):
+            if getattr(self, name) <= 0:
+                problems.append(f"{name} must be positive, got {getattr(self, name)}")
+        if self.transaction_max_timeout_ms > 2**31 - 1:
+            problems.append(f"transaction_max_timeout_ms={self.transaction_max_timeout_ms} does not fit in int32")
+        if self.marker_retry_backoff_max_ms < self.marker_retry_backoff_ms:
+            problems.append("marker_retry_backoff_max_ms must not be below marker_retry_backoff_ms")
+        return problems

@@ -1,0 +1,603 @@
+"""Group-offset persistence: the SQL tables (the truth), an in-memory twin, and an optional Redis read cache.
+
+Tables (the group-offsets state database, ``ONCELOG_GROUP_OFFSETS_STATE_DATABASE_URL``; DESIGN §2, §6):
+
+* ``group_offsets`` — visible offsets per (group, topic, partition) with their ``commit_seq``;
+* ``pending_txn_offsets`` — transactional offsets per (group, producer id, producer epoch, topic, partition);
+* ``offset_groups`` — per group: learned generation and the next ``commit_seq``;
+* ``offset_producers`` — per (group, producer id): newest producer epoch and coordinator epoch seen;
+* ``offset_shard_epochs`` — per shard: the coordinator epoch of the replica allowed to write it.
+
+Fencing: every write transaction first runs ``UPDATE offset_shard_epochs SET coordinator_epoch = :e WHERE shard
+= :s AND coordinator_epoch = :e`` for each shard it touches (in shard order). A row count of 0 means a newer
+owner claimed the shard, and the transaction is rolled back. On PostgreSQL the update also takes the shard
+row's lock, so writes of one shard are serialised and the new owner's claim waits for an in-flight write to
+finish (or makes it fail); on SQLite ``BEGIN IMMEDIATE`` serialises every write anyway. Reads need no fence:
+SQL is shared, so any replica reads the truth.
+
+The Redis cache (:class:`CachedOffsetStore`) holds one entry per group with the data FetchOffsets needs. It is
+never the truth. Only the shard owner reads or writes a group, so the owner decides locally whether an entry is
+current: every entry is tagged with this process's incarnation, the shard's coordinator epoch and a local
+version of the group that changes whenever a write starts. An entry with any other tag is ignored. Losing
+Redis data therefore costs a SQL read and nothing else, and writes never depend on Redis being reachable.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, Engine
+
+from oncelog.errors import StorageUnavailable
+from oncelog.group_offsets.offset_manager import (
+    CommittedOffset,
+    GroupRecord,
+    GroupView,
+    OffsetStore,
+    OffsetTransaction,
+    PartitionOffset,
+    PendingOffset,
+    ProducerRecord,
+    ShardFence,
+    ShardFenced,
+    TopicPartition,
+)
+from oncelog.storage.sql import migrate
+
+T = TypeVar("T")
+log = logging.getLogger(__name__)
+
+SCHEMA_NAME = "group-offsets"
+metadata = sa.MetaData()
+
+offset_shard_epochs = sa.Table(
+    "offset_shard_epochs",
+    metadata,
+    sa.Column("shard", sa.Integer, primary_key=True),
+    sa.Column("coordinator_epoch", sa.Integer, nullable=False),
+)
+
+offset_groups = sa.Table(
+    "offset_groups",
+    metadata,
+    sa.Column("group_id", sa.String(255), primary_key=True),
+    sa.Column("generation_id", sa.Integer, nullable=False),
+    sa.Column("next_commit_seq", sa.BigInteger, nullable=False),
+)
+
+group_offsets = sa.Table(
+    "group_offsets",
+    metadata,
+    sa.Column("group_id", sa.String(255), primary_key=True),
+    sa.Column("topic", sa.String(249), primary_key=True),
+    sa.Column("partition", sa.Integer, primary_key=True),
+    sa.Column("committed_offset", sa.BigInteger, nullable=False),
+    sa.Column("leader_epoch", sa.Integer, nullable=False),
+    sa.Column("metadata", sa.Text, nullable=False),
+    sa.Column("commit_seq", sa.BigInteger, nullable=False),
+)
+
+pending_txn_offsets = sa.Table(
+    "pending_txn_offsets",
+    metadata,
+    sa.Column("group_id", sa.String(255), primary_key=True),
+    sa.Column("producer_id", sa.BigInteger, primary_key=True),
+    sa.Column("producer_epoch", sa.Integer, primary_key=True),
+    sa.Column("topic", sa.String(249), primary_key=True),
+    sa.Column("partition", sa.Integer, primary_key=True),
+    sa.Column("committed_offset", sa.BigInteger, nullable=False),
+    sa.Column("leader_epoch", sa.Integer, nullable=False),
+    sa.Column("metadata", sa.Text, nullable=False),
+    sa.Column("commit_seq", sa.BigInteger, nullable=False),
+)
+
+offset_producers = sa.Table(
+    "offset_producers",
+    metadata,
+    sa.Column("group_id", sa.String(255), primary_key=True),
+    sa.Column("producer_id", sa.BigInteger, primary_key=True),
+    sa.Column("producer_epoch", sa.Integer, nullable=False),
+    sa.Column("coordinator_epoch", sa.Integer, nullable=False),
+)
+
+MIGRATIONS: list[Callable[[Connection], None]] = []
+
+
+@contextmanager
+def _transaction(engine: Engine, **options: Any) -> Iterator[Connection]:
+    """One transaction (``engine.begin()``) that reports database failures as StorageUnavailable.
+
+    A failure before the commit is definite (nothing was written); a failure of the commit itself is not.
+    """
+    committing = False
+    try:
+        with engine.connect() as conn:
+            if options:
+                conn = conn.execution_options(**options)
+            with conn.begin():
+                yield conn
+                committing = True
+    except sa.exc.OperationalError as exc:
+        if committing:
+            raise StorageUnavailable(f"group-offsets commit failed: {exc.orig}", definite=False) from exc
+        raise StorageUnavailable(f"group-offsets database unavailable: {exc.orig}", definite=True) from exc
+
+
+def _value(row: Any) -> PartitionOffset:
+    tp = TopicPartition(row.topic, row.partition)
+    return PartitionOffset(tp, row.committed_offset, row.leader_epoch, row.metadata)
+
+
+def _columns(value: PartitionOffset) -> dict[str, Any]:
+    return {
+        "topic": value.topic_partition.topic,
+        "partition": value.topic_partition.partition,
+        "committed_offset": value.offset,
+        "leader_epoch": value.leader_epoch,
+        "metadata": value.metadata,
+    }
+
+
+# ---------------------------------------------------------------------------------------------- SQL
+
+
+class SqlOffsetStore:
+    """:class:`OffsetStore` over SQLite or PostgreSQL (SQLAlchemy Core)."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self._postgres = engine.dialect.name == "postgresql"
+
+    def migrate(self) -> None:
+        """Create or upgrade the tables (safe with several replicas starting at once)."""
+        migrate(self.engine, SCHEMA_NAME, metadata, MIGRATIONS)
+
+    def claim_shard(self, shard: int, coordinator_epoch: int) -> bool:
+        """Raise the shard's stored epoch to ``coordinator_epoch``; False if it is already higher."""
+        while True:
+            try:
+                with _transaction(self.engine) as conn:
+                    stored = conn.execute(
+                        sa.select(offset_shard_epochs.c.coordinator_epoch).where(offset_shard_epochs.c.shard == shard)
+                    ).scalar()
+                    if stored is None:
+                        conn.execute(
+                            sa.insert(offset_shard_epochs).values(shard=shard, coordinator_epoch=coordinator_epoch)
+                        )
+                        return True
+                    if stored > coordinator_epoch:
+                        return False
+                    if stored == coordinator_epoch:
+                        return True
+                    won = conn.execute(
+                        sa.update(offset_shard_epochs)
+                        .where(offset_shard_epochs.c.shard == shard, offset_shard_epochs.c.coordinator_epoch == stored)
+                        .values(coordinator_epoch=coordinator_epoch)
+                    ).rowcount
+                    if won == 1:
+                        return True
+            except sa.exc.IntegrityError:
+                pass  # another replica inserted the row first: read it again and compare epochs
+
+    def write(self, fences: Mapping[str, ShardFence], work: Callable[[OffsetTransaction], T]) -> T:
+        """Check every shard fence, then run ``work``, all in one SQL transaction."""
+        with _transaction(self.engine) as conn:
+            for fence in sorted(set(fences.values()), key=lambda f: f.shard):
+                locked = conn.execute(
+                    sa.update(offset_shard_epochs)
+                    .where(
+                        offset_shard_epochs.c.shard == fence.shard,
+                        offset_shard_epochs.c.coordinator_epoch == fence.coordinator_epoch,
+                    )
+                    .values(coordinator_epoch=fence.coordinator_epoch)
+                ).rowcount
+                if locked != 1:
+                    stored = conn.execute(
+                        sa.select(offset_shard_epochs.c.coordinator_epoch).where(
+                            offset_shard_epochs.c.shard == fence.shard
+                        )
+                    ).scalar()
+                    raise ShardFenced(fence, stored)
+            return work(_SqlTransaction(conn))
+
+    def read_group(self, group_id: str, fence: ShardFence) -> GroupView:
+        """Visible offsets and pending partitions from one snapshot (REPEATABLE READ on PostgreSQL)."""
+        with self._read() as conn:
+            committed = {
+                TopicPartition(r.topic, r.partition): CommittedOffset(_value(r), r.commit_seq)
+                for r in conn.execute(sa.select(group_offsets).where(group_offsets.c.group_id == group_id))
+            }
+            pending = frozenset(
+                TopicPartition(r.topic, r.partition)
+                for r in conn.execute(
+                    sa.select(pending_txn_offsets.c.topic, pending_txn_offsets.c.partition)
+                    .where(pending_txn_offsets.c.group_id == group_id)
+                    .distinct()
+                )
+            )
+        return GroupView(committed, pending)
+
+    def _read(self) -> AbstractContextManager[Connection]:
+        if not self._postgres:
+            return _transaction(self.engine)
+        # Under READ COMMITTED each SELECT sees its own snapshot, and a marker committing between the two
+        # SELECTs could hide both the pending rows and the offsets they became.
+        return _transaction(self.engine, isolation_level="REPEATABLE READ")
+
+
+class _SqlTransaction:
+    """:class:`OffsetTransaction` over one open connection."""
+
+    def __init__(self, conn: Connection) -> None:
+        self._conn = conn
+
+    def group(self, group_id: str) -> GroupRecord:
+        row = self._conn.execute(sa.select(offset_groups).where(offset_groups.c.group_id == group_id)).first()
+        return GroupRecord() if row is None else GroupRecord(row.generation_id, row.next_commit_seq)
+
+    def put_group(self, group_id: str, record: GroupRecord) -> None:
+        values = {"generation_id": record.generation_id, "next_commit_seq": record.next_commit_seq}
+        updated = self._conn.execute(
+            sa.update(offset_groups).where(offset_groups.c.group_id == group_id).values(**values)
+        ).rowcount
+        if updated == 0:
+            self._conn.execute(sa.insert(offset_groups).values(group_id=group_id, **values))
+
+    def producer(self, group_id: str, producer_id: int) -> ProducerRecord | None:
+        row = self._conn.execute(
+            sa.select(offset_producers).where(
+                offset_producers.c.group_id == group_id, offset_producers.c.producer_id == producer_id
+            )
+        ).first()
+        return None if row is None else ProducerRecord(row.producer_epoch, row.coordinator_epoch)
+
+    def put_producer(self, group_id: str, producer_id: int, record: ProducerRecord) -> None:
+        values = {"producer_epoch": record.producer_epoch, "coordinator_epoch": record.coordinator_epoch}
+        updated = self._conn.execute(
+            sa.update(offset_producers)
+            .where(offset_producers.c.group_id == group_id, offset_producers.c.producer_id == producer_id)
+            .values(**values)
+        ).rowcount
+        if updated == 0:
+            self._conn.execute(sa.insert(offset_producers).values(group_id=group_id, producer_id=producer_id, **values))
+
+    def committed(self, group_id: str, partitions: Collection[TopicPartition]) -> dict[TopicPartition, CommittedOffset]:
+        if not partitions:
+            return {}
+        topics = sorted({tp.topic for tp in partitions})
+        rows = self._conn.execute(
+            sa.select(group_offsets).where(group_offsets.c.group_id == group_id, group_offsets.c.topic.in_(topics))
+        )
+        wanted = set(partitions)
+        found = {TopicPartition(r.topic, r.partition): CommittedOffset(_value(r), r.commit_seq) for r in rows}
+        return {tp: c for tp, c in found.items() if tp in wanted}
+
+    def put_committed(self, group_id: str, offsets: Sequence[CommittedOffset]) -> None:
+        existing = self.committed(group_id, [o.value.topic_partition for o in offsets])
+        inserts = [
+            {"group_id": group_id, "commit_seq": o.commit_seq, **_columns(o.value)}
+            for o in offsets
+            if o.value.topic_partition not in existing
+        ]
+        updates = [
+            {
+                "b_topic": o.value.topic_partition.topic,
+                "b_partition": o.value.topic_partition.partition,
+                "b_offset": o.value.offset,
+                "b_leader_epoch": o.value.leader_epoch,
+                "b_metadata": o.value.metadata,
+                "b_commit_seq": o.commit_seq,
+            }
+            for o in offsets
+            if o.value.topic_partition in existing
+        ]
+        if inserts:
+            self._conn.execute(sa.insert(group_offsets), inserts)
+        if updates:
+            self._conn.execute(
+                sa.update(group_offsets)
+                .where(
+                    group_offsets.c.group_id == group_id,
+                    group_offsets.c.topic == sa.bindparam("b_topic"),
+                    group_offsets.c.partition == sa.bindparam("b_partition"),
+                )
+                .values(
+                    committed_offset=sa.bindparam("b_offset"),
+                    leader_epoch=sa.bindparam("b_leader_epoch"),
+                    metadata=sa.bindparam("b_metadata"),
+                    commit_seq=sa.bindparam("b_commit_seq"),
+                ),
+                updates,
+            )
+
+    def pending(self, group_id: str, producer_id: int) -> list[PendingOffset]:
+        rows = self._conn.execute(
+            sa.select(pending_txn_offsets)
+            .where(pending_txn_offsets.c.group_id == group_id, pending_txn_offsets.c.producer_id == producer_id)
+            .order_by(pending_txn_offsets.c.commit_seq)
+        )
+        return [PendingOffset(_value(r), r.producer_epoch, r.commit_seq) for r in rows]
+
+    def put_pending(self, group_id: str, producer_id: int, offsets: Sequence[PendingOffset]) -> None:
+        if not offsets:
+            return
+        t = pending_txn_offsets
+        # A repeated partition within one producer epoch replaces the earlier row: delete, then insert.
+        for o in offsets:
+            self._conn.execute(
+                sa.delete(t).where(
+                    t.c.group_id == group_id,
+                    t.c.producer_id == producer_id,
+                    t.c.producer_epoch == o.producer_epoch,
+                    t.c.topic == o.value.topic_partition.topic,
+                    t.c.partition == o.value.topic_partition.partition,
+                )
+            )
+        self._conn.execute(
+            sa.insert(t),
+            [
+                {
+                    "group_id": group_id,
+                    "producer_id": producer_id,
+                    "producer_epoch": o.producer_epoch,
+                    "commit_seq": o.commit_seq,
+                    **_columns(o.value),
+                }
+                for o in offsets
+            ],
+        )
+
+    def delete_pending(self, group_id: str, producer_id: int, below_epoch: int) -> None:
+        t = pending_txn_offsets
+        self._conn.execute(
+            sa.delete(t).where(
+                t.c.group_id == group_id, t.c.producer_id == producer_id, t.c.producer_epoch < below_epoch
+            )
+        )
+
+
+# ---------------------------------------------------------------------------------------------- in memory
+
+
+@dataclass
+class _MemoryState:
+    shard_epochs: dict[int, int] = field(default_factory=dict)
+    groups: dict[str, GroupRecord] = field(default_factory=dict)
+    producers: dict[tuple[str, int], ProducerRecord] = field(default_factory=dict)
+    committed: dict[str, dict[TopicPartition, CommittedOffset]] = field(default_factory=dict)
+    pending: dict[tuple[str, int], dict[tuple[int, TopicPartition], PendingOffset]] = field(default_factory=dict)
+
+
+class MemoryOffsetStore:
+    """:class:`OffsetStore` in process memory with the same all-or-nothing and fencing semantics as SQL.
+
+    For unit tests and tools; it keeps nothing across restarts.
+    """
+
+    def __init__(self) -> None:
+        self._state = _MemoryState()
+        self._lock = threading.Lock()
+
+    def claim_shard(self, shard: int, coordinator_epoch: int) -> bool:
+        """Raise the shard's epoch; False if it is already higher."""
+        with self._lock:
+            stored = self._state.shard_epochs.get(shard)
+            if stored is not None and stored > coordinator_epoch:
+                return False
+            self._state.shard_epochs[shard] = coordinator_epoch
+            return True
+
+    def write(self, fences: Mapping[str, ShardFence], work: Callable[[OffsetTransaction], T]) -> T:
+        """Run ``work`` on a copy of the state and keep the copy only if it returns normally."""
+        with self._lock:
+            for fence in sorted(set(fences.values()), key=lambda f: f.shard):
+                stored = self._state.shard_epochs.get(fence.shard)
+                if stored != fence.coordinator_epoch:
+                    raise ShardFenced(fence, stored)
+            draft = copy.deepcopy(self._state)
+            result = work(_MemoryTransaction(draft))
+            self._state = draft
+            return result
+
+    def read_group(self, group_id: str, fence: ShardFence) -> GroupView:
+        """The group's visible offsets and pending partitions."""
+        with self._lock:
+            committed = dict(self._state.committed.get(group_id, {}))
+            pending = frozenset(
+                tp for (group, _), rows in self._state.pending.items() if group == group_id for (_, tp) in rows
+            )
+        return GroupView(committed, pending)
+
+
+class _MemoryTransaction:
+    def __init__(self, state: _MemoryState) -> None:
+        self._s = state
+
+    def group(self, group_id: str) -> GroupRecord:
+        return self._s.groups.get(group_id, GroupRecord())
+
+    def put_group(self, group_id: str, record: GroupRecord) -> None:
+        self._s.groups[group_id] = record
+
+    def producer(self, group_id: str, producer_id: int) -> ProducerRecord | None:
+        return self._s.producers.get((group_id, producer_id))
+
+    def put_producer(self, group_id: str, producer_id: int, record: ProducerRecord) -> None:
+        self._s.producers[(group_id, producer_id)] = record
+
+    def committed(self, group_id: str, partitions: Collection[TopicPartition]) -> dict[TopicPartition, CommittedOffset]:
+        held = self._s.committed.get(group_id, {})
+        return {tp: held[tp] for tp in partitions if tp in held}
+
+    def put_committed(self, group_id: str, offsets: Sequence[CommittedOffset]) -> None:
+        held = self._s.committed.setdefault(group_id, {})
+        for o in offsets:
+            held[o.value.topic_partition] = o
+
+    def pending(self, group_id: str, producer_id: int) -> list[PendingOffset]:
+        rows = self._s.pending.get((group_id, producer_id), {})
+        return sorted(rows.values(), key=lambda p: p.commit_seq)
+
+    def put_pending(self, group_id: str, producer_id: int, offsets: Sequence[PendingOffset]) -> None:
+        rows = self._s.pending.setdefault((group_id, producer_id), {})
+        for o in offsets:
+            rows[(o.producer_epoch, o.value.topic_partition)] = o
+
+    def delete_pending(self, group_id: str, producer_id: int, below_epoch: int) -> None:
+        rows = self._s.pending.get((group_id, producer_id), {})
+        for key in [k for k in rows if k[0] < below_epoch]:
+            del rows[key]
+        if not rows:
+            self._s.pending.pop((group_id, producer_id), None)
+
+
+# ---------------------------------------------------------------------------------------------- Redis cache
+
+
+class CachedOffsetStore:
+    """An :class:`OffsetStore` whose group reads go through a Redis read cache (see the module docstring).
+
+    Args:
+        inner: the store holding the truth.
+        client: a synchronous ``redis.Redis`` (thread-safe; give it short socket timeouts).
+        incarnation: unique per process start, so entries of an earlier process are never trusted.
+        ttl_s: lifetime of an entry; bounds Redis memory, not correctness.
+        key_prefix: namespace of this cluster's keys.
+        retry_after_s: after a Redis error, skip Redis this long before trying again.
+        clock: monotonic seconds, for ``retry_after_s``.
+    """
+
+    def __init__(
+        self,
+        inner: OffsetStore,
+        client: Any,
+        *,
+        incarnation: str,
+        ttl_s: int = 300,
+        key_prefix: str = "oncelog:group-offsets:",
+        retry_after_s: float = 5.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.inner = inner
+        self._redis = client
+        self._incarnation = incarnation
+        self._ttl_s = ttl_s
+        self._prefix = key_prefix
+        self._retry_after_s = retry_after_s
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._counter = itertools.count(1)
+        self._versions: dict[str, int] = {}
+        self._writers: dict[str, int] = {}
+        self._skip_redis_until = 0.0
+
+    def key(self, group_id: str) -> str:
+        """The Redis key of a group's entry."""
+        return self._prefix + group_id
+
+    def claim_shard(self, shard: int, coordinator_epoch: int) -> bool:
+        """Delegates to the inner store (entries of older epochs stop matching by their tag)."""
+        return self.inner.claim_shard(shard, coordinator_epoch)
+
+    def write(self, fences: Mapping[str, ShardFence], work: Callable[[OffsetTransaction], T]) -> T:
+        """Give each group a fresh version (invalidating its entry), then write through to the inner store."""
+        with self._lock:
+            for group_id in fences:
+                self._versions[group_id] = next(self._counter)
+                self._writers[group_id] = self._writers.get(group_id, 0) + 1
+        try:
+            return self.inner.write(fences, work)
+        finally:
+            with self._lock:
+                for group_id in fences:
+                    self._writers[group_id] -= 1
+                    if not self._writers[group_id]:
+                        del self._writers[group_id]
+
+    def read_group(self, group_id: str, fence: ShardFence) -> GroupView:
+        """Serve from Redis when the entry's tag is current; otherwise read SQL and refill unless a write began."""
+        with self._lock:
+            if group_id not in self._versions:
+                self._versions[group_id] = next(self._counter)
+            version = self._versions[group_id]
+            writing = group_id in self._writers
+        tag = f"{self._incarnation}:{fence.coordinator_epoch}:{version}"
+        if not writing:
+            cached = self._get(group_id, tag)
+            if cached is not None:
+                return cached
+        view = self.inner.read_group(group_id, fence)
+        # A view read while a write was running may predate its commit, and the write's version is the one readers
+        # use once it finishes: such a view must never be stored. A view read before a write began is tagged with an
+        # older version, so storing it would be harmless; skipping it only saves a useless SET.
+        with self._lock:
+            unchanged = self._versions.get(group_id) == version and group_id not in self._writers
+        if unchanged and not writing:
+            self._put(group_id, tag, view)
+        return view
+
+    def _redis_usable(self) -> bool:
+        return self._clock() >= self._skip_redis_until
+
+    def _redis_failed(self, exc: Exception) -> None:
+        if self._redis_usable():
+            log.warning("Redis read cache unavailable (%s); reading SQL for %.0fs", exc, self._retry_after_s)
+        self._skip_redis_until = self._clock() + self._retry_after_s
+
+    def _get(self, group_id: str, tag: str) -> GroupView | None:
+        if not self._redis_usable():
+            return None
+        try:
+            raw = self._redis.get(self.key(group_id))
+        except Exception as exc:  # any client failure just means "read SQL"
+            self._redis_failed(exc)
+            return None
+        if raw is None:
+            return None
+        try:
+            return _decode(raw, tag)
+        except (ValueError, KeyError, TypeError, IndexError):
+            return None
+
+    def _put(self, group_id: str, tag: str, view: GroupView) -> None:
+        if not self._redis_usable():
+            return
+        try:
+            self._redis.set(self.key(group_id), _encode(tag, view), ex=self._ttl_s)
+        except Exception as exc:
+            self._redis_failed(exc)
+
+
+def _encode(tag: str, view: GroupView) -> str:
+    return json.dumps(
+        {
+            "tag": tag,
+            "committed": [
+                [tp.topic, tp.partition, c.value.offset, c.value.leader_epoch, c.value.metadata, c.commit_seq]
+                for tp, c in sorted(view.committed.items())
+            ],
+            "pending": [[tp.topic, tp.partition] for tp in sorted(view.pending)],
+        },
+        separators=(",", ":"),
+    )
+
+
+def _decode(raw: bytes | str, tag: str) -> GroupView | None:
+    entry = json.loads(raw)
+    if entry["tag"] != tag:
+        return None
+    committed = {}
+    for topic, partition, offset, leader_epoch, meta, seq in entry["committed"]:
+        tp = TopicPartition(topic, partition)
+        committed[tp] = CommittedOffset(PartitionOffset(tp, offset, leader_epoch, meta), seq)
+    return GroupView(committed, frozenset(TopicPartition(t, p) for t, p in entry["pending"]))

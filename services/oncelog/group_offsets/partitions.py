@@ -1,0 +1,41 @@
+"""CatalogPartitions: which partitions exist, read from the catalog and cached (a ``PartitionDirectory``).
+
+Kafka's broker checks its metadata cache before accepting an offset commit (``UNKNOWN_TOPIC_OR_PARTITION``,
+ref §6). Topics are created far less often than offsets are committed, so partition counts are cached and
+a topic is read again only when a commit names a topic or partition the cache does not know. A deleted topic
+stays known until restart; accepting an offset for it is harmless.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Collection
+
+from oncelog.catalog import CatalogStore
+from oncelog.errors import UnknownTopicOrPartition
+from oncelog.group_offsets.offset_manager import TopicPartition
+
+
+class CatalogPartitions:
+    """Answers ``unknown(partitions)`` from cached partition counts, refreshing a topic on a miss."""
+
+    def __init__(self, catalog: CatalogStore) -> None:
+        self.catalog = catalog
+        self._counts: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def unknown(self, partitions: Collection[TopicPartition]) -> list[TopicPartition]:
+        """Partitions that do not exist, sorted."""
+        misses = {tp.topic for tp in partitions if not self._known(tp)}
+        for topic in sorted(misses):
+            try:
+                count = len(self.catalog.describe_topics([topic])[0].partitions)
+            except UnknownTopicOrPartition:
+                count = 0
+            with self._lock:
+                self._counts[topic] = count
+        return sorted(tp for tp in partitions if not self._known(tp))
+
+    def _known(self, tp: TopicPartition) -> bool:
+        with self._lock:
+            return tp.partition < self._counts.get(tp.topic, 0)

@@ -1,0 +1,733 @@
+"""TransactionMarkerChannelManager: delivers COMMIT/ABORT markers to every participant (ref §3.2).
+
+It implements the coordinator's ``MarkerSink`` port the way Kafka's ``TransactionMarkerChannelManager``
+does:
+
+* every participant of a transaction (a partition, or a consumer group's offsets) is an item that
+  is routed to its current destination: the partition-storage leader of the partition, or the
+  group-offsets node owning the group's shard. Items whose destination is unknown or offline wait in
+  an unrouted queue and are routed again after a backoff (Kafka's ``noNode`` queue); a partition whose
+  topic no longer exists is dropped from the transaction (a deleted topic cannot take a marker, and an
+  offline leader is never mistaken for a deletion, KAFKA-20734);
+* each destination has a queue, and one WriteTxnMarkers request carries everything queued for it,
+  from as many transactions as are waiting. Only one request per destination is in flight, so markers
+  that arrive meanwhile are batched into the next one (the marker cost is shared by producers);
+* a failed item is retried with exponential backoff, re-resolving its destination first (NOT_LEADER,
+  UNKNOWN_TOPIC_OR_PARTITION, NOT_COORDINATOR, transport errors), for as long as the shard is still
+  held at the transaction's coordinator epoch. TRANSACTION_COORDINATOR_FENCED or
+  INVALID_PRODUCER_EPOCH mean something newer owns the transaction: its markers are dropped;
+* once every participant acknowledged, ``on_complete`` writes Complete*; it is retried until it
+  succeeds, and abandoned on NOT_COORDINATOR (the next owner resumes the transaction on load);
+* each request is traced as a child of the EndTxn that decided its first transaction, with links to the
+  others it carries, so one commit reads as one trace (DESIGN §9).
+
+Destinations come from :class:`CatalogMarkerDestinations` and requests go through
+:class:`GrpcMarkerTransport`; both are ports, so the manager is tested without a network.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import grpc
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+
+from oncelog.api.common import v1 as common_pb
+from oncelog.api.offsets import v1 as offsets_pb
+from oncelog.api.storage import v1 as storage_pb
+from oncelog.catalog.store import CatalogStore, NodeRecord, TopicRecord
+from oncelog.catalog.topics import shard_for
+from oncelog.errors import (
+    NetworkException,
+    NotCoordinator,
+    OncelogError,
+    Reason,
+    UnknownServerError,
+    UnknownTopicOrPartition,
+)
+from oncelog.rpc import aio_channel, from_error_info, from_rpc_error
+
+from .coordinator import MarkerCompletion
+from .metadata import TopicPartition
+from .state import TransactionResult
+
+log = logging.getLogger(__name__)
+_tracer = trace.get_tracer(__name__)
+
+GROUP_OFFSETS_ROLE = "group-offsets"
+_FENCING_REASONS = frozenset({Reason.TRANSACTION_COORDINATOR_FENCED, Reason.INVALID_PRODUCER_EPOCH})
+_TRANSPORT_REASONS = frozenset({Reason.NETWORK_EXCEPTION, Reason.REQUEST_TIMED_OUT})
+
+
+class DestinationService(enum.Enum):
+    """Which service's WriteTxnMarkers a destination is called through."""
+
+    PARTITION_STORAGE = "partition-storage"
+    GROUP_OFFSETS = "group-offsets"
+
+
+@dataclass(frozen=True, slots=True)
+class MarkerDestination:
+    """One node that receives markers; a node that moves to a new address is a new destination."""
+
+    service: DestinationService
+    node_id: str
+    address: str
+
+
+class Unroutable(enum.Enum):
+    """Why a participant has no destination right now."""
+
+    OFFLINE = "offline"
+    """No live leader or owner; retried after a backoff."""
+    DELETED = "deleted"
+    """The topic or partition does not exist any more; the participant is dropped from the transaction."""
+
+
+Route = MarkerDestination | Unroutable
+
+
+@dataclass(frozen=True, slots=True)
+class TxnMarkerEntry:
+    """The marker one destination receives for one transaction: its participants on that destination."""
+
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    coordinator_epoch: int
+    result: TransactionResult
+    partitions: tuple[TopicPartition, ...] = ()
+    groups: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class TxnMarkerOutcome:
+    """Per-participant result of one :class:`TxnMarkerEntry`; ``None`` means acknowledged."""
+
+    partition_errors: Mapping[TopicPartition, OncelogError | None] = field(default_factory=dict)
+    group_errors: Mapping[str, OncelogError | None] = field(default_factory=dict)
+
+
+class DestinationResolver(Protocol):
+    """Finds where each participant's marker must go (partition leaders, group shard owners)."""
+
+    async def resolve(
+        self, partitions: Collection[TopicPartition], groups: Collection[str]
+    ) -> tuple[dict[TopicPartition, Route], dict[str, Route]]:
+        """Current route of every partition and group."""
+        ...
+
+    def invalidate(
+        self,
+        partitions: Collection[TopicPartition] = (),
+        groups: Collection[str] = (),
+        destination: MarkerDestination | None = None,
+    ) -> None:
+        """Forget cached routes so the next :meth:`resolve` reads fresh metadata."""
+        ...
+
+
+class MarkerTransport(Protocol):
+    """Sends one WriteTxnMarkers request to one destination."""
+
+    async def write_markers(
+        self, destination: MarkerDestination, markers: Sequence[TxnMarkerEntry]
+    ) -> Sequence[TxnMarkerOutcome]:
+        """Outcomes in request order.
+
+        Raises:
+            OncelogError: the whole call failed (transport error, or an error for every marker).
+        """
+        ...
+
+    async def close(self) -> None:
+        """Release connections."""
+        ...
+
+
+# ---------------------------------------------------------------------------------------------- manager
+
+
+@dataclass(eq=False, slots=True)
+class _Job:
+    """The markers of one Prepare* transaction at one coordinator epoch."""
+
+    transactional_id: str
+    shard: int
+    producer_id: int
+    producer_epoch: int
+    coordinator_epoch: int
+    result: TransactionResult
+    on_complete: MarkerCompletion
+    pending_partitions: set[TopicPartition]
+    pending_groups: set[str]
+    trace_context: otel_context.Context
+    """The EndTxn (or load, or sweep) the markers belong to, so their fan-out joins its trace."""
+    dropped: bool = False
+
+    @property
+    def acknowledged(self) -> bool:
+        return not self.pending_partitions and not self.pending_groups
+
+
+@dataclass(eq=False, slots=True)
+class _Item:
+    """One participant of one job that has not acknowledged yet."""
+
+    job: _Job
+    partition: TopicPartition | None = None
+    group: str | None = None
+    attempts: int = 0
+    not_before: float = 0.0
+
+
+class TransactionMarkerChannelManager:
+    """Per-destination marker queues with batching, retries and completion (implements ``MarkerSink``).
+
+    Args:
+        resolver: routes partitions and groups to destination nodes.
+        transport: sends WriteTxnMarkers.
+        shard_for: transactional id -> shard (the coordinator's mapping).
+        is_current: whether ``(shard, coordinator_epoch)`` is still held and loaded by this process;
+            markers are retried only while it is.
+        retry_backoff_ms: first pause before a failed participant or completion is retried.
+        retry_backoff_max_ms: the pause doubles up to this value.
+    """
+
+    def __init__(
+        self,
+        *,
+        resolver: DestinationResolver,
+        transport: MarkerTransport,
+        shard_for: Callable[[str], int],
+        is_current: Callable[[int, int], bool],
+        retry_backoff_ms: int = 100,
+        retry_backoff_max_ms: int = 1_000,
+    ) -> None:
+        self._resolver = resolver
+        self._transport = transport
+        self._shard_for = shard_for
+        self._is_current = is_current
+        self._backoff_s = retry_backoff_ms / 1000
+        self._backoff_max_s = retry_backoff_max_ms / 1000
+        self._jobs: dict[str, _Job] = {}
+        self._unrouted: list[_Item] = []
+        self._queues: dict[MarkerDestination, list[_Item]] = {}
+        self._in_flight: dict[MarkerDestination, asyncio.Task[None]] = {}
+        self._completions: set[asyncio.Task[None]] = set()
+        self._wakeup = asyncio.Event()
+        self._loop_task: asyncio.Task[None] | None = None
+        self.requests_sent = 0
+        """WriteTxnMarkers calls made so far (for metrics and tests)."""
+
+    # ------------------------------------------------------------------------------ MarkerSink
+
+    def enqueue(
+        self,
+        *,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        result: TransactionResult,
+        partitions: frozenset[TopicPartition],
+        groups: frozenset[str],
+        coordinator_epoch: int,
+        on_complete: MarkerCompletion,
+    ) -> None:
+        """Queue the markers of one Prepare* transaction (see ``MarkerSink.enqueue``).
+
+        A job already queued for the same transactional id is superseded: the coordinator only
+        enqueues again after reloading the shard or after the previous transaction completed.
+        """
+        previous = self._jobs.pop(transactional_id, None)
+        if previous is not None:
+            previous.dropped = True
+        job = _Job(
+            transactional_id=transactional_id,
+            shard=self._shard_for(transactional_id),
+            producer_id=producer_id,
+            producer_epoch=producer_epoch,
+            coordinator_epoch=coordinator_epoch,
+            result=result,
+            on_complete=on_complete,
+            pending_partitions=set(partitions),
+            pending_groups=set(groups),
+            trace_context=otel_context.get_current(),
+        )
+        self._jobs[transactional_id] = job
+        if job.acknowledged:
+            self._start_completion(job)
+            return
+        self._unrouted.extend(_Item(job, partition=tp) for tp in sorted(partitions))
+        self._unrouted.extend(_Item(job, group=group) for group in sorted(groups))
+        self._wakeup.set()
+
+    def drop_shard(self, shard: int) -> None:
+        """Forget every job of ``shard`` (it was unloaded); the next owner resends them (ref §2.10)."""
+        for job in [j for j in self._jobs.values() if j.shard == shard]:
+            self._drop(job, "shard unloaded")
+
+    @property
+    def pending_transactions(self) -> int:
+        """Transactions whose markers or completion are outstanding."""
+        return len(self._jobs)
+
+    # ------------------------------------------------------------------------------ lifecycle
+
+    def start(self) -> None:
+        """Start the sender loop (idempotent)."""
+        if self._loop_task is None or self._loop_task.done():
+            self._loop_task = asyncio.create_task(self._run(), name="txn-marker-sender")
+
+    async def close(self) -> None:
+        """Stop sending, cancel requests and completions in flight, close the transport."""
+        tasks = [t for t in (self._loop_task, *self._in_flight.values(), *self._completions) if t is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._loop_task = None
+        await self._transport.close()
+
+    # ------------------------------------------------------------------------------ sender loop
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            ready_at = min((item.not_before for item in self._unrouted), default=None)
+            timeout = None if ready_at is None else max(0.0, ready_at - loop.time())
+            try:
+                await asyncio.wait_for(self._wakeup.wait(), timeout)
+            except TimeoutError:
+                pass
+            self._wakeup.clear()
+            try:
+                self._drop_stale_jobs()
+                await self._route_ready_items()
+                self._send_queued()
+            except Exception:
+                log.exception("marker sender round failed; retrying")
+                await asyncio.sleep(self._backoff_s)
+
+    def _drop_stale_jobs(self) -> None:
+        for job in list(self._jobs.values()):
+            if not self._is_current(job.shard, job.coordinator_epoch):
+                self._drop(job, f"shard {job.shard} is no longer held at coordinator epoch {job.coordinator_epoch}")
+
+    async def _route_ready_items(self) -> None:
+        now = asyncio.get_running_loop().time()
+        ready = [i for i in self._unrouted if not i.job.dropped and i.not_before <= now]
+        self._unrouted = [i for i in self._unrouted if not i.job.dropped and i.not_before > now]
+        if not ready:
+            return
+        try:
+            partition_routes, group_routes = await self._resolver.resolve(
+                {i.partition for i in ready if i.partition is not None},
+                {i.group for i in ready if i.group is not None},
+            )
+        except Exception as exc:
+            log.warning("cannot resolve marker destinations: %s; retrying", exc)
+            for item in ready:
+                self._retry_later(item)
+            return
+        for item in ready:
+            if item.job.dropped:
+                continue
+            route = (
+                partition_routes.get(item.partition, Unroutable.OFFLINE)
+                if item.partition is not None
+                else group_routes.get(item.group or "", Unroutable.OFFLINE)
+            )
+            if isinstance(route, MarkerDestination):
+                self._queues.setdefault(route, []).append(item)
+            elif route is Unroutable.DELETED and item.partition is not None:
+                log.warning(
+                    "dropping partition %s from transaction %r: the topic or partition no longer exists",
+                    item.partition,
+                    item.job.transactional_id,
+                )
+                self._acknowledge(item)
+            else:
+                self._retry_later(item)
+
+    def _send_queued(self) -> None:
+        for destination in list(self._queues):
+            if destination in self._in_flight:
+                continue  # one request per destination at a time; the queue grows into the next batch
+            items = [i for i in self._queues.pop(destination) if not i.job.dropped]
+            if not items:
+                continue
+            self.requests_sent += 1
+            self._in_flight[destination] = asyncio.create_task(
+                self._send(destination, items), name=f"write-txn-markers-{destination.node_id}"
+            )
+
+    async def _send(self, destination: MarkerDestination, items: list[_Item]) -> None:
+        by_job: dict[_Job, list[_Item]] = {}
+        for item in items:
+            by_job.setdefault(item.job, []).append(item)
+        entries = [
+            TxnMarkerEntry(
+                transactional_id=job.transactional_id,
+                producer_id=job.producer_id,
+                producer_epoch=job.producer_epoch,
+                coordinator_epoch=job.coordinator_epoch,
+                result=job.result,
+                partitions=tuple(i.partition for i in job_items if i.partition is not None),
+                groups=tuple(i.group for i in job_items if i.group is not None),
+            )
+            for job, job_items in by_job.items()
+        ]
+        # The request is a child of the first transaction's trace and linked to every other one it carries.
+        jobs = list(by_job)
+        carried = [trace.get_current_span(j.trace_context).get_span_context() for j in jobs[1:]]
+        links = [trace.Link(span) for span in carried if span.is_valid]
+        try:
+            try:
+                with _tracer.start_as_current_span(
+                    "txn-markers",
+                    context=jobs[0].trace_context,
+                    links=links,
+                    attributes={"oncelog.destination": destination.node_id, "oncelog.markers": len(entries)},
+                ):
+                    outcomes = await self._transport.write_markers(destination, entries)
+                if len(outcomes) != len(entries):
+                    raise UnknownServerError(f"{len(outcomes)} results for {len(entries)} markers")
+            except OncelogError as error:
+                log.info("WriteTxnMarkers to %s failed: %r", destination.node_id, error)
+                if error.reason in _TRANSPORT_REASONS:
+                    self._resolver.invalidate(destination=destination)
+                for item in items:
+                    self._fail(item, error, destination)
+                return
+            except Exception as exc:
+                log.exception("WriteTxnMarkers to %s failed unexpectedly", destination.node_id)
+                for item in items:
+                    self._fail(item, UnknownServerError(str(exc)), destination)
+                return
+            for (job, job_items), outcome in zip(by_job.items(), outcomes, strict=True):
+                for item in job_items:
+                    if job.dropped:
+                        break
+                    refusal = self._outcome_of(item, outcome)
+                    if refusal is None:
+                        self._acknowledge(item)
+                    else:
+                        self._fail(item, refusal, destination)
+        finally:
+            del self._in_flight[destination]
+            self._wakeup.set()
+
+    @staticmethod
+    def _outcome_of(item: _Item, outcome: TxnMarkerOutcome) -> OncelogError | None:
+        if item.partition is not None:
+            if item.partition not in outcome.partition_errors:
+                return UnknownServerError(f"no result for partition {item.partition}")
+            return outcome.partition_errors[item.partition]
+        assert item.group is not None
+        if item.group not in outcome.group_errors:
+            return UnknownServerError(f"no result for group {item.group!r}")
+        return outcome.group_errors[item.group]
+
+    # ------------------------------------------------------------------------------ outcomes
+
+    def _acknowledge(self, item: _Item) -> None:
+        job = item.job
+        if job.dropped:
+            return
+        if item.partition is not None:
+            job.pending_partitions.discard(item.partition)
+        if item.group is not None:
+            job.pending_groups.discard(item.group)
+        if job.acknowledged:
+            self._start_completion(job)
+
+    def _fail(self, item: _Item, error: OncelogError, destination: MarkerDestination) -> None:
+        job = item.job
+        if job.dropped:
+            return
+        if error.reason in _FENCING_REASONS:
+            # Something newer owns the transaction (ref §3.2): stop sending its markers at all.
+            self._drop(job, f"{destination.node_id} answered {error.reason.name}")
+            return
+        if not error.retriable:
+            log.error(
+                "marker of %r to %s rejected with %r; retrying, but this needs attention",
+                job.transactional_id,
+                destination.node_id,
+                error,
+            )
+        self._resolver.invalidate(
+            partitions=() if item.partition is None else (item.partition,),
+            groups=() if item.group is None else (item.group,),
+        )
+        self._retry_later(item)
+
+    def _retry_later(self, item: _Item) -> None:
+        item.attempts += 1
+        delay = min(self._backoff_s * 2 ** (item.attempts - 1), self._backoff_max_s)
+        item.not_before = asyncio.get_running_loop().time() + delay
+        self._unrouted.append(item)
+        self._wakeup.set()
+
+    def _drop(self, job: _Job, why: str) -> None:
+        if job.dropped:
+            return
+        job.dropped = True
+        if self._jobs.get(job.transactional_id) is job:
+            del self._jobs[job.transactional_id]
+        log.info("dropped markers of %r (producer id %d): %s", job.transactional_id, job.producer_id, why)
+
+    # ------------------------------------------------------------------------------ completion
+
+    def _start_completion(self, job: _Job) -> None:
+        task = asyncio.create_task(self._complete(job), name=f"complete-txn-{job.transactional_id}")
+        self._completions.add(task)
+        task.add_done_callback(self._completions.discard)
+
+    async def _complete(self, job: _Job) -> None:
+        """Write Complete* through the coordinator; retried until it is durable or the shard moved."""
+        delay = self._backoff_s
+        try:
+            while not job.dropped and self._is_current(job.shard, job.coordinator_epoch):
+                try:
+                    await job.on_complete()
+                    return
+                except NotCoordinator:
+                    return  # the next owner of the shard completes it after loading
+                except Exception as exc:
+                    level = logging.INFO if isinstance(exc, OncelogError) and exc.retriable else logging.ERROR
+                    log.log(level, "completing %r failed: %r; retrying", job.transactional_id, exc)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, self._backoff_max_s)
+        finally:
+            if self._jobs.get(job.transactional_id) is job:
+                del self._jobs[job.transactional_id]
+
+
+# ---------------------------------------------------------------------------------------------- resolver
+
+
+class CatalogMarkerDestinations:
+    """Routes from the cluster catalog: partition leaders, group-offsets shard owners, node addresses.
+
+    Results are cached and refreshed only for what :meth:`invalidate` names, as Kafka's metadata cache
+    is refreshed on NOT_LEADER. Participants found offline are invalidated right away, so they are
+    looked up afresh on their next attempt.
+    """
+
+    def __init__(self, catalog: CatalogStore, clock: Callable[[], int]) -> None:
+        self._catalog = catalog
+        self._clock = clock
+        self._topics: dict[str, TopicRecord | None] = {}
+        """Topic name -> record; None when the topic does not exist."""
+        self._group_shards: int | None = None
+        self._group_owners: dict[int, str | None] = {}
+        """group-offsets shard -> owner node id; None when no live lease exists."""
+        self._nodes: dict[str, NodeRecord] | None = None
+        """Live nodes by id, as last read."""
+
+    async def resolve(
+        self, partitions: Collection[TopicPartition], groups: Collection[str]
+    ) -> tuple[dict[TopicPartition, Route], dict[str, Route]]:
+        """Current route of every partition and group (see :class:`DestinationResolver`)."""
+        missing_topics = {topic for topic, _ in partitions if topic not in self._topics}
+        if missing_topics:
+            self._topics.update(await asyncio.to_thread(self._read_topics, missing_topics))
+        if groups and self._group_shards is None:
+            self._group_shards = (await asyncio.to_thread(self._catalog.cluster_info)).group_offsets_shards
+        group_shard = {g: shard_for(g, self._group_shards) for g in groups} if self._group_shards else {}
+        missing_shards = {s for s in group_shard.values() if s not in self._group_owners}
+        if missing_shards:
+            self._group_owners.update(await asyncio.to_thread(self._read_group_owners, missing_shards))
+        wanted = {self._leader(tp) for tp in partitions} | {self._group_owners.get(s) for s in group_shard.values()}
+        wanted.discard(None)
+        if self._nodes is None or not wanted <= self._nodes.keys():
+            self._nodes = await asyncio.to_thread(self._read_live_nodes)
+
+        partition_routes = {tp: self._partition_route(tp) for tp in partitions}
+        group_routes = {
+            group: self._node_route(DestinationService.GROUP_OFFSETS, self._group_owners.get(shard))
+            for group, shard in group_shard.items()
+        }
+        # Whatever was found offline is read afresh on its next attempt: leaders and owners move.
+        for tp, route in partition_routes.items():
+            if route is Unroutable.OFFLINE:
+                self._topics.pop(tp[0], None)
+        for group, route in group_routes.items():
+            if route is Unroutable.OFFLINE:
+                self._group_owners.pop(group_shard[group], None)
+        return partition_routes, group_routes
+
+    def invalidate(
+        self,
+        partitions: Collection[TopicPartition] = (),
+        groups: Collection[str] = (),
+        destination: MarkerDestination | None = None,
+    ) -> None:
+        """Forget the named routes (see :class:`DestinationResolver`)."""
+        for topic, _ in partitions:
+            self._topics.pop(topic, None)
+        if groups and self._group_shards:
+            for group in groups:
+                self._group_owners.pop(shard_for(group, self._group_shards), None)
+        if destination is not None or partitions or groups:
+            self._nodes = None
+
+    def _leader(self, tp: TopicPartition) -> str | None:
+        record = self._topics.get(tp[0])
+        if record is None or not 0 <= tp[1] < len(record.partitions):
+            return None
+        return record.partitions[tp[1]].leader_node_id
+
+    def _partition_route(self, tp: TopicPartition) -> Route:
+        if tp[0] not in self._topics:
+            return Unroutable.OFFLINE  # not read (a concurrent invalidation); resolved next time
+        record = self._topics[tp[0]]
+        if record is None or not 0 <= tp[1] < len(record.partitions):
+            return Unroutable.DELETED
+        return self._node_route(DestinationService.PARTITION_STORAGE, record.partitions[tp[1]].leader_node_id)
+
+    def _node_route(self, service: DestinationService, node_id: str | None) -> Route:
+        node = None if node_id is None or self._nodes is None else self._nodes.get(node_id)
+        if node is None:
+            return Unroutable.OFFLINE
+        return MarkerDestination(service, node.node_id, node.address)
+
+    def _read_topics(self, names: set[str]) -> dict[str, TopicRecord | None]:
+        try:
+            found = {t.name: t for t in self._catalog.describe_topics(sorted(names))}
+        except UnknownTopicOrPartition:
+            # Some of them are gone; ask one by one to tell which (rare: only after a topic deletion).
+            found = {}
+            for name in names:
+                try:
+                    found.update({t.name: t for t in self._catalog.describe_topics([name])})
+                except UnknownTopicOrPartition:
+                    pass
+        return {name: found.get(name) for name in names}
+
+    def _read_group_owners(self, shards: set[int]) -> dict[int, str | None]:
+        now = self._clock()
+        owners: dict[int, str | None] = {}
+        for shard in shards:
+            lease = self._catalog.shard_lease(GROUP_OFFSETS_ROLE, shard)
+            alive = lease is not None and lease.owner_node_id is not None and lease.lease_expires_at_ms > now
+            owners[shard] = lease.owner_node_id if alive and lease is not None else None
+        return owners
+
+    def _read_live_nodes(self) -> dict[str, NodeRecord]:
+        return {n.node_id: n for n in self._catalog.list_nodes(self._clock())}
+
+
+# ---------------------------------------------------------------------------------------------- transport
+
+
+_RESULT_TO_PB = {
+    TransactionResult.COMMIT: common_pb.TRANSACTION_RESULT_COMMIT,
+    TransactionResult.ABORT: common_pb.TRANSACTION_RESULT_ABORT,
+}
+
+
+class GrpcMarkerTransport:
+    """WriteTxnMarkers over gRPC to PartitionStorageService or GroupOffsetsService.
+
+    Args:
+        timeout_s: deadline of one call; an expired call is retried like a lost connection.
+        max_message_bytes: message size limit of the channels.
+    """
+
+    def __init__(self, *, timeout_s: float = 30.0, max_message_bytes: int = 64 * 1024 * 1024) -> None:
+        self._timeout_s = timeout_s
+        self._max_message_bytes = max_message_bytes
+        self._channels: dict[str, grpc.aio.Channel] = {}
+
+    async def write_markers(
+        self, destination: MarkerDestination, markers: Sequence[TxnMarkerEntry]
+    ) -> Sequence[TxnMarkerOutcome]:
+        """Send one request carrying ``markers``; see :class:`MarkerTransport`."""
+        channel = self._channel(destination.address)
+        request_markers = [_marker_pb(m) for m in markers]
+        try:
+            if destination.service is DestinationService.PARTITION_STORAGE:
+                response = await storage_pb.PartitionStorageServiceStub(channel).WriteTxnMarkers(
+                    storage_pb.WriteTxnMarkersRequest(markers=request_markers), timeout=self._timeout_s
+                )
+            else:
+                response = await offsets_pb.GroupOffsetsServiceStub(channel).WriteTxnMarkers(
+                    offsets_pb.WriteTxnMarkersRequest(markers=request_markers), timeout=self._timeout_s
+                )
+        except grpc.RpcError as exc:
+            error = from_rpc_error(exc)
+            if error.reason in _TRANSPORT_REASONS:
+                await self._forget(destination.address)
+            raise error from exc
+        except OSError as exc:
+            await self._forget(destination.address)
+            raise NetworkException(f"cannot reach {destination.address}: {exc}") from exc
+        return [_outcome_of(result) for result in response.results]
+
+    def _channel(self, address: str) -> grpc.aio.Channel:
+        channel = self._channels.get(address)
+        if channel is None:
+            channel = aio_channel(address, max_message_bytes=self._max_message_bytes)
+            self._channels[address] = channel
+        return channel
+
+    async def _forget(self, address: str) -> None:
+        # A node that restarted listens elsewhere; do not keep channels to dead addresses around.
+        channel = self._channels.pop(address, None)
+        if channel is not None:
+            await channel.close()
+
+    async def close(self) -> None:
+        """Close every channel."""
+        channels, self._channels = list(self._channels.values()), {}
+        for channel in channels:
+            await channel.close()
+
+
+def _marker_pb(m: TxnMarkerEntry) -> common_pb.TxnMarker:
+    return common_pb.TxnMarker(
+        producer=common_pb.ProducerIdentity(producer_id=m.producer_id, producer_epoch=m.producer_epoch),
+        coordinator_epoch=m.coordinator_epoch,
+        result=_RESULT_TO_PB[m.result],
+        partitions=[common_pb.TopicPartition(topic=t, partition=p) for t, p in m.partitions],
+        groups=list(m.groups),
+        transactional_id=m.transactional_id,
+    )
+
+
+def _error_of(holder: common_pb.PartitionError | common_pb.GroupError) -> OncelogError | None:
+    if not holder.HasField("error") or holder.error.reason == common_pb.ERROR_REASON_UNSPECIFIED:
+        return None
+    return from_error_info(holder.error)
+
+
+def _outcome_of(result: common_pb.TxnMarkerResult) -> TxnMarkerOutcome:
+    return TxnMarkerOutcome(
+        partition_errors={
+            (e.topic_partition.topic, e.topic_partition.partition): _error_of(e) for e in result.partition_errors
+        },
+        group_errors={e.group_id: _error_of(e) for e in result.group_errors},
+    )
+
+
+__all__ = [
+    "CatalogMarkerDestinations",
+    "DestinationResolver",
+    "DestinationService",
+    "GrpcMarkerTransport",
+    "MarkerDestination",
+    "MarkerTransport",
+    "Route",
+    "TransactionMarkerChannelManager",
+    "TxnMarkerEntry",
+    "TxnMarkerOutcome",
+    "Unroutable",
+]

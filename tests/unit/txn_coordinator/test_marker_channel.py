@@ -1,0 +1,477 @@
+"""TransactionMarkerChannelManager over fake routes and transport, and CatalogMarkerDestinations over SQLite.
+
+Ports the marker cases of Kafka's ``TransactionMarkerChannelManagerTest`` and
+``TransactionMarkerRequestCompletionHandlerTest`` (ref §8 S7): one request per destination per round,
+batching across transactions, retries on NOT_LEADER and disconnects, drop on a fenced coordinator epoch or
+an unloaded shard, completion exactly once and only after every participant acknowledged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from oncelog.catalog.store import CatalogStore
+from oncelog.catalog.topics import shard_for
+from oncelog.errors import (
+    InvalidProducerEpoch,
+    NetworkException,
+    NotCoordinator,
+    NotLeader,
+    OncelogError,
+    StorageUnavailable,
+    TransactionCoordinatorFenced,
+)
+from oncelog.storage.sql import create_engine
+from oncelog.txn_coordinator.marker_channel import (
+    CatalogMarkerDestinations,
+    DestinationService,
+    MarkerDestination,
+    Route,
+    TransactionMarkerChannelManager,
+    TxnMarkerEntry,
+    TxnMarkerOutcome,
+    Unroutable,
+)
+from oncelog.txn_coordinator.metadata import TopicPartition
+from oncelog.txn_coordinator.state import TransactionResult
+
+pytestmark = pytest.mark.timeout(20)
+
+A = MarkerDestination(DestinationService.PARTITION_STORAGE, "storage-a", "127.0.0.1:1001")
+B = MarkerDestination(DestinationService.PARTITION_STORAGE, "storage-b", "127.0.0.1:1002")
+G = MarkerDestination(DestinationService.GROUP_OFFSETS, "offsets-g", "127.0.0.1:1003")
+ON_A: TopicPartition = ("orders", 0)
+ON_B: TopicPartition = ("orders", 1)
+GROUP = "billing"
+SHARD_OF = {"tx-1": 0, "tx-2": 0, "tx-3": 1, "tx-4": 1}
+
+
+class FakeResolver:
+    def __init__(self) -> None:
+        self.partitions: dict[TopicPartition, Route] = {ON_A: A, ON_B: B}
+        self.groups: dict[str, Route] = {GROUP: G}
+        self.invalidated: list[tuple[tuple[TopicPartition, ...], tuple[str, ...], MarkerDestination | None]] = []
+
+    async def resolve(
+        self, partitions: Collection[TopicPartition], groups: Collection[str]
+    ) -> tuple[dict[TopicPartition, Route], dict[str, Route]]:
+        await asyncio.sleep(0)
+        return (
+            {tp: self.partitions.get(tp, Unroutable.OFFLINE) for tp in partitions},
+            {g: self.groups.get(g, Unroutable.OFFLINE) for g in groups},
+        )
+
+    def invalidate(
+        self,
+        partitions: Collection[TopicPartition] = (),
+        groups: Collection[str] = (),
+        destination: MarkerDestination | None = None,
+    ) -> None:
+        self.invalidated.append((tuple(partitions), tuple(groups), destination))
+
+
+Responder = Callable[[MarkerDestination, Sequence[TxnMarkerEntry]], Sequence[TxnMarkerOutcome]]
+
+
+def ack_all(_destination: MarkerDestination, entries: Sequence[TxnMarkerEntry]) -> list[TxnMarkerOutcome]:
+    return [
+        TxnMarkerOutcome({tp: None for tp in e.partitions}, {g: None for g in e.groups}) for e in entries
+    ]
+
+
+class FakeTransport:
+    def __init__(self) -> None:
+        self.requests: list[tuple[MarkerDestination, tuple[TxnMarkerEntry, ...]]] = []
+        self.responders: dict[MarkerDestination, list[Responder]] = {}
+        """Scripted answers per destination, used in order; afterwards every marker is acknowledged."""
+        self.gates: dict[MarkerDestination, asyncio.Event] = {}
+        self.closed = False
+
+    def hold(self, destination: MarkerDestination) -> None:
+        self.gates[destination] = asyncio.Event()
+
+    def release(self, destination: MarkerDestination) -> None:
+        self.gates.pop(destination).set()
+
+    def script(self, destination: MarkerDestination, *answers: Responder) -> None:
+        self.responders.setdefault(destination, []).extend(answers)
+
+    def sent_to(self, destination: MarkerDestination) -> list[tuple[TxnMarkerEntry, ...]]:
+        return [entries for d, entries in self.requests if d == destination]
+
+    async def write_markers(
+        self, destination: MarkerDestination, markers: Sequence[TxnMarkerEntry]
+    ) -> Sequence[TxnMarkerOutcome]:
+        self.requests.append((destination, tuple(markers)))
+        gate = self.gates.get(destination)
+        if gate is not None:
+            await gate.wait()
+        scripted = self.responders.get(destination)
+        responder = scripted.pop(0) if scripted else ack_all
+        return responder(destination, markers)
+
+    async def close(self) -> None:
+        self.closed = True
+
+
+def fail_with(error: OncelogError, *, only: TopicPartition | str | None = None) -> Responder:
+    """Answer every participant (or only ``only``) with ``error``; the others are acknowledged."""
+
+    def answer(_destination: MarkerDestination, entries: Sequence[TxnMarkerEntry]) -> list[TxnMarkerOutcome]:
+        return [
+            TxnMarkerOutcome(
+                {tp: error if only in (None, tp) else None for tp in e.partitions},
+                {g: error if only in (None, g) else None for g in e.groups},
+            )
+            for e in entries
+        ]
+
+    return answer
+
+
+def raise_error(error: OncelogError) -> Responder:
+    def answer(_destination: MarkerDestination, _entries: Sequence[TxnMarkerEntry]) -> list[TxnMarkerOutcome]:
+        raise error
+
+    return answer
+
+
+@dataclass
+class Completion:
+    """An ``on_complete`` that counts calls and can fail a given number of times first."""
+
+    failures: list[BaseException] = field(default_factory=list)
+    calls: int = 0
+
+    async def __call__(self) -> None:
+        self.calls += 1
+        if self.failures:
+            raise self.failures.pop(0)
+
+
+class Harness:
+    def __init__(self) -> None:
+        self.resolver = FakeResolver()
+        self.transport = FakeTransport()
+        self.held: dict[int, int] = {0: 1, 1: 1}
+        """shard -> coordinator epoch held by the fake coordinator."""
+        self.manager = TransactionMarkerChannelManager(
+            resolver=self.resolver,
+            transport=self.transport,
+            shard_for=SHARD_OF.__getitem__,
+            is_current=lambda shard, epoch: self.held.get(shard) == epoch,
+            retry_backoff_ms=1,
+            retry_backoff_max_ms=4,
+        )
+
+    def enqueue(
+        self,
+        transactional_id: str,
+        *,
+        partitions: Collection[TopicPartition] = (ON_A, ON_B),
+        groups: Collection[str] = (),
+        epoch: int = 1,
+        result: TransactionResult = TransactionResult.COMMIT,
+        completion: Completion | None = None,
+    ) -> Completion:
+        completion = completion or Completion()
+        self.manager.enqueue(
+            transactional_id=transactional_id,
+            producer_id=100 + int(transactional_id.rsplit("-", 1)[1]),
+            producer_epoch=5,
+            result=result,
+            partitions=frozenset(partitions),
+            groups=frozenset(groups),
+            coordinator_epoch=epoch,
+            on_complete=completion,
+        )
+        return completion
+
+
+async def until(condition: Callable[[], object], what: str, timeout: float = 5.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not condition():
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"timed out waiting until {what}")
+        await asyncio.sleep(0.001)
+
+
+async def settle(manager: TransactionMarkerChannelManager) -> None:
+    await until(lambda: manager.pending_transactions == 0, "every job finished or was dropped")
+
+
+@pytest.fixture
+async def h():
+    harness = Harness()
+    yield harness
+    await harness.manager.close()
+    assert harness.transport.closed
+
+
+# ------------------------------------------------------------------------------------------ batching
+
+
+async def test_one_request_per_destination_carries_every_pending_marker(h: Harness) -> None:
+    completions = [h.enqueue(f"tx-{i}", groups=[GROUP]) for i in (1, 2, 3)]
+    h.manager.start()
+    await settle(h.manager)
+
+    assert sorted(d.node_id for d, _ in h.transport.requests) == ["offsets-g", "storage-a", "storage-b"]
+    assert h.manager.requests_sent == 3
+    (to_a,) = h.transport.sent_to(A)
+    assert [(e.transactional_id, e.partitions, e.groups) for e in to_a] == [
+        ("tx-1", (ON_A,), ()),
+        ("tx-2", (ON_A,), ()),
+        ("tx-3", (ON_A,), ()),
+    ]
+    (to_g,) = h.transport.sent_to(G)
+    assert [(e.transactional_id, e.partitions, e.groups) for e in to_g] == [
+        (f"tx-{i}", (), (GROUP,)) for i in (1, 2, 3)
+    ]
+    entry = to_a[0]
+    assert (entry.producer_id, entry.producer_epoch, entry.coordinator_epoch, entry.result) == (
+        101,
+        5,
+        1,
+        TransactionResult.COMMIT,
+    )
+    assert [c.calls for c in completions] == [1, 1, 1]
+
+
+async def test_markers_queued_while_a_request_is_in_flight_go_out_together(h: Harness) -> None:
+    h.transport.hold(A)
+    h.manager.start()
+    first = h.enqueue("tx-1")
+    await until(lambda: len(h.transport.sent_to(A)) == 1, "the first request to A is in flight")
+    later = [h.enqueue("tx-2"), h.enqueue("tx-3")]
+    await until(lambda: len(h.transport.sent_to(B)) >= 2, "B received the later markers")
+    assert len(h.transport.sent_to(A)) == 1, "a second request to A was sent while one was in flight"
+
+    h.transport.release(A)
+    await settle(h.manager)
+    first_batch, second_batch = h.transport.sent_to(A)
+    assert [e.transactional_id for e in first_batch] == ["tx-1"]
+    assert [e.transactional_id for e in second_batch] == ["tx-2", "tx-3"]
+    assert [c.calls for c in (first, *later)] == [1, 1, 1]
+
+
+async def test_completion_waits_for_every_participant(h: Harness) -> None:
+    h.transport.hold(G)
+    completion = h.enqueue("tx-1", groups=[GROUP])
+    h.manager.start()
+    await until(lambda: h.transport.sent_to(A) and h.transport.sent_to(B) and h.transport.sent_to(G), "all sent")
+    await asyncio.sleep(0.01)  # A and B have answered; the group's marker is still unacknowledged
+    assert completion.calls == 0
+    h.transport.release(G)
+    await settle(h.manager)
+    assert completion.calls == 1
+
+
+async def test_transaction_without_participants_completes_immediately(h: Harness) -> None:
+    completion = h.enqueue("tx-1", partitions=())
+    await settle(h.manager)
+    assert completion.calls == 1
+    assert h.transport.requests == []
+
+
+# ------------------------------------------------------------------------------------------ retries
+
+
+async def test_not_leader_re_resolves_the_leader_and_retries_there(h: Harness) -> None:
+    def leader_moved(destination: MarkerDestination, entries: Sequence[TxnMarkerEntry]) -> Sequence[TxnMarkerOutcome]:
+        h.resolver.partitions[ON_A] = B  # the catalog now names B as the leader
+        return fail_with(NotLeader("not the leader of orders-0"))(destination, entries)
+
+    h.transport.script(A, leader_moved)
+    completion = h.enqueue("tx-1")
+    h.manager.start()
+    await settle(h.manager)
+
+    assert ((ON_A,), (), None) in h.resolver.invalidated
+    assert [e.partitions for batch in h.transport.sent_to(B) for e in batch].count((ON_A,)) == 1
+    assert completion.calls == 1
+
+
+async def test_disconnects_are_retried_until_acknowledged(h: Harness) -> None:
+    h.transport.script(A, raise_error(NetworkException("connection refused")), raise_error(NetworkException("reset")))
+    completion = h.enqueue("tx-1")
+    h.manager.start()
+    await settle(h.manager)
+    assert len(h.transport.sent_to(A)) == 3
+    assert len({batch for batch in h.transport.sent_to(A)}) == 1, "every retry carries the same marker"
+    assert (tuple(), tuple(), A) in h.resolver.invalidated
+    assert completion.calls == 1
+
+
+async def test_partial_failure_retries_only_the_failed_partition(h: Harness) -> None:
+    h.resolver.partitions[("orders", 2)] = A
+    h.transport.script(A, fail_with(StorageUnavailable("disk busy"), only=("orders", 2)))
+    completion = h.enqueue("tx-1", partitions=[ON_A, ("orders", 2)])
+    h.manager.start()
+    await settle(h.manager)
+    first, retry = h.transport.sent_to(A)
+    assert first[0].partitions == (ON_A, ("orders", 2))
+    assert retry[0].partitions == (("orders", 2),)
+    assert completion.calls == 1
+
+
+@pytest.mark.parametrize("error", [TransactionCoordinatorFenced("epoch 2 seen"), InvalidProducerEpoch("epoch 9 seen")])
+async def test_fenced_marker_drops_the_job(h: Harness, error: OncelogError) -> None:
+    h.transport.script(A, fail_with(error))
+    completion = h.enqueue("tx-1")
+    h.manager.start()
+    await settle(h.manager)
+    await asyncio.sleep(0.02)  # several backoff periods: nothing may be resent
+    assert len(h.transport.sent_to(A)) == 1
+    assert completion.calls == 0
+
+
+async def test_offline_leader_is_retried_and_a_deleted_topic_is_dropped(h: Harness) -> None:
+    h.resolver.partitions[ON_B] = Unroutable.OFFLINE
+    h.resolver.partitions[("gone", 0)] = Unroutable.DELETED
+    completion = h.enqueue("tx-1", partitions=[ON_A, ON_B, ("gone", 0)])
+    h.manager.start()
+    await until(lambda: len(h.transport.sent_to(A)) == 1, "A acknowledged")
+    await asyncio.sleep(0.02)
+    assert completion.calls == 0, "an offline leader must not be taken for a deleted topic"
+
+    h.resolver.partitions[ON_B] = B
+    await settle(h.manager)
+    assert [batch[0].partitions for batch in h.transport.sent_to(B)] == [(ON_B,)]
+    assert all(("gone", 0) not in e.partitions for _, batch in h.transport.requests for e in batch)
+    assert completion.calls == 1
+
+
+# ------------------------------------------------------------------------------------------ ownership
+
+
+async def test_markers_stop_when_the_shard_is_no_longer_held(h: Harness) -> None:
+    def lost_lease(destination: MarkerDestination, entries: Sequence[TxnMarkerEntry]) -> Sequence[TxnMarkerOutcome]:
+        h.held[0] = 2  # another coordinator took shard 0 while this request was out
+        return fail_with(NotLeader("moved"))(destination, entries)
+
+    h.transport.script(A, lost_lease)
+    completion = h.enqueue("tx-1")
+    h.manager.start()
+    await settle(h.manager)
+    await asyncio.sleep(0.02)
+    assert len(h.transport.sent_to(A)) == 1
+    assert completion.calls == 0
+
+
+async def test_unloaded_shard_jobs_are_dropped_before_sending(h: Harness) -> None:
+    on_shard_0 = h.enqueue("tx-1")
+    on_shard_1 = h.enqueue("tx-3")
+    h.manager.drop_shard(0)
+    h.manager.start()
+    await settle(h.manager)
+    assert {e.transactional_id for _, batch in h.transport.requests for e in batch} == {"tx-3"}
+    assert (on_shard_0.calls, on_shard_1.calls) == (0, 1)
+
+
+async def test_a_new_job_for_the_same_id_supersedes_the_queued_one(h: Harness) -> None:
+    h.transport.hold(A)
+    h.manager.start()
+    old = h.enqueue("tx-1", epoch=1)
+    await until(lambda: len(h.transport.sent_to(A)) == 1, "the old job's request is in flight")
+    h.held[0] = 2  # reloaded at a newer coordinator epoch, which resends the markers
+    new = h.enqueue("tx-1", epoch=2)
+    h.transport.release(A)
+    await settle(h.manager)
+    assert (old.calls, new.calls) == (0, 1)
+    assert [batch[0].coordinator_epoch for batch in h.transport.sent_to(A)] == [1, 2]
+
+
+# ------------------------------------------------------------------------------------------ completion
+
+
+async def test_completion_is_retried_until_durable(h: Harness) -> None:
+    completion = Completion(failures=[StorageUnavailable("db down"), StorageUnavailable("db down")])
+    h.enqueue("tx-1", completion=completion)
+    h.manager.start()
+    await settle(h.manager)
+    assert completion.calls == 3
+
+
+async def test_completion_is_abandoned_on_not_coordinator(h: Harness) -> None:
+    completion = Completion(failures=[NotCoordinator("shard moved")])
+    h.enqueue("tx-1", completion=completion)
+    h.manager.start()
+    await settle(h.manager)
+    await asyncio.sleep(0.02)
+    assert completion.calls == 1
+
+
+# ------------------------------------------------------------------------------------------ catalog routes
+
+
+@pytest.fixture
+def catalog(tmp_path: Path) -> CatalogStore:
+    store = CatalogStore(create_engine(f"sqlite:///{tmp_path / 'catalog.db'}"))
+    store.migrate()
+    store.ensure_cluster(txn_coordinator_shards=4, group_offsets_shards=4, now_ms=0)
+    return store
+
+
+class Clock:
+    def __init__(self, now: int) -> None:
+        self.now = now
+
+    def __call__(self) -> int:
+        return self.now
+
+
+async def test_catalog_routes_partitions_to_leaders_and_groups_to_shard_owners(catalog: CatalogStore) -> None:
+    clock = Clock(1_000)
+    catalog.register_node("storage-0", "partition-storage", "10.0.0.1:9000", 60_000, clock.now)
+    catalog.register_node("storage-1", "partition-storage", "10.0.0.2:9000", 60_000, clock.now)
+    catalog.register_node("offsets-0", "group-offsets", "10.0.0.3:9000", 60_000, clock.now)
+    (topic,) = catalog.create_topics([("orders", 2, {})], clock.now)
+    catalog.acquire_shard("group-offsets", shard_for(GROUP, 4), "offsets-0", 60_000, clock.now)
+    resolver = CatalogMarkerDestinations(catalog, clock)
+
+    partitions, groups = await resolver.resolve({("orders", 0), ("orders", 1), ("orders", 7), ("nope", 0)}, {GROUP})
+
+    addresses = {"storage-0": "10.0.0.1:9000", "storage-1": "10.0.0.2:9000"}
+    for p in (0, 1):
+        leader = topic.partitions[p].leader_node_id
+        assert partitions[("orders", p)] == MarkerDestination(
+            DestinationService.PARTITION_STORAGE, leader, addresses[leader]
+        )
+    assert partitions[("orders", 7)] is Unroutable.DELETED
+    assert partitions[("nope", 0)] is Unroutable.DELETED
+    assert groups[GROUP] == MarkerDestination(DestinationService.GROUP_OFFSETS, "offsets-0", "10.0.0.3:9000")
+
+
+async def test_catalog_reports_a_dead_leader_as_offline_and_finds_its_new_address(catalog: CatalogStore) -> None:
+    clock = Clock(1_000)
+    catalog.register_node("storage-0", "partition-storage", "10.0.0.1:9000", 5_000, clock.now)
+    catalog.create_topics([("orders", 1, {})], clock.now)
+    resolver = CatalogMarkerDestinations(catalog, clock)
+    first, _ = await resolver.resolve({("orders", 0)}, ())
+    assert isinstance(first[("orders", 0)], MarkerDestination)
+
+    clock.now = 10_000  # the node's lease lapsed: offline, which is not a deletion
+    resolver.invalidate(destination=first[("orders", 0)])  # type: ignore[arg-type]
+    offline, _ = await resolver.resolve({("orders", 0)}, ())
+    assert offline[("orders", 0)] is Unroutable.OFFLINE
+
+    catalog.register_node("storage-0", "partition-storage", "10.0.0.9:9000", 5_000, clock.now)
+    moved, _ = await resolver.resolve({("orders", 0)}, ())
+    assert moved[("orders", 0)] == MarkerDestination(DestinationService.PARTITION_STORAGE, "storage-0", "10.0.0.9:9000")
+
+
+async def test_catalog_group_without_a_live_owner_is_offline(catalog: CatalogStore) -> None:
+    clock = Clock(1_000)
+    catalog.register_node("offsets-0", "group-offsets", "10.0.0.3:9000", 600_000, clock.now)
+    resolver = CatalogMarkerDestinations(catalog, clock)
+    _, groups = await resolver.resolve((), {GROUP})
+    assert groups[GROUP] is Unroutable.OFFLINE
+    catalog.acquire_shard("group-offsets", shard_for(GROUP, 4), "offsets-0", 60_000, clock.now)
+    _, groups = await resolver.resolve((), {GROUP})
+    assert groups[GROUP] == MarkerDestination(DestinationService.GROUP_OFFSETS, "offsets-0", "10.0.0.3:9000")
