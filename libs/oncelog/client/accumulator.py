@@ -1,0 +1,670 @@
+"""The producer's per-partition batches between ``send()`` and the network (Kafka's ``RecordAccumulator``).
+
+``send()`` appends a record to the open batch of its partition and gets a
+:class:`concurrent.futures.Future` that resolves to the record's
+:class:`~oncelog.client.records.RecordMetadata`. The sender thread asks :meth:`RecordAccumulator.ready`
+which partitions have a batch worth sending — full, older than ``linger_ms``, or everything when
+a flush, a close or a memory shortage is pending — and :meth:`RecordAccumulator.drain` hands
+over at most one batch per partition. Draining closes a batch to new records and, for an
+idempotent or transactional producer, stamps it with producer id, epoch, base sequence and the
+transactional flag through :class:`~oncelog.client.sequences.ProducerSequences`; the batch's
+:attr:`ProducerBatch.payload` is then the Kafka RecordBatch v2 encoding of exactly that stamp.
+
+A failed send the sender wants to retry goes back with :meth:`RecordAccumulator.reenqueue`: ahead
+of every batch never sent, in its original order, with its sequence unchanged, and not before
+``retry_backoff_ms``. :meth:`RecordAccumulator.complete` and :meth:`RecordAccumulator.fail`
+end a batch, settle its futures (outside the lock, so a callback may call ``send()`` again)
+and release its memory. Unsent records count against ``buffer_memory``; a record that does
+not fit raises :class:`~oncelog.client.errors.BufferExhaustedError`, after waiting up to
+``max_block_s`` for memory.
+
+Time comes from an injected clock (Unix milliseconds) for record timestamps, linger, backoff and
+delivery timeouts; only the optional wait for memory uses real time. The object is thread-safe.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass
+
+from oncelog.client.errors import AbortableError, BufferExhaustedError, IllegalStateError, RetriableError
+from oncelog.client.records import RecordMetadata, TopicPartition
+from oncelog.client.sequences import NO_SEQUENCE, ProducerIdAndEpoch, ProducerSequences
+from oncelog.errors import MessageTooLarge, OncelogError, RequestTimedOut
+from oncelog.records import BATCH_OVERHEAD, Compression, Record, build_batch
+from oncelog.records.varint import size_of_varint
+
+__all__ = [
+    "DEFAULT_BATCH_SIZE",
+    "DEFAULT_BUFFER_MEMORY",
+    "MAX_BATCH_SIZE",
+    "AppendResult",
+    "ProducerBatch",
+    "ReadyCheck",
+    "RecordAccumulator",
+    "estimate_record_size",
+]
+
+DEFAULT_BATCH_SIZE = 16 * 1024
+MAX_BATCH_SIZE = 1024 * 1024
+DEFAULT_BUFFER_MEMORY = 32 * 1024 * 1024
+DEFAULT_MAX_REQUEST_SIZE = 1024 * 1024
+
+Headers = Sequence[tuple[str, bytes | None]]
+
+
+def _wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def _nullable_size(data: bytes | None) -> int:
+    return 1 if data is None else size_of_varint(len(data)) + len(data)
+
+
+def estimate_record_size(
+    key: bytes | None,
+    value: bytes | None,
+    headers: Sequence[tuple[bytes, bytes | None]] = (),
+    *,
+    offset_delta: int = 0,
+    timestamp_delta: int = 0,
+) -> int:
+    """Bytes one record takes in an uncompressed batch (``DefaultRecord.sizeInBytes``); header keys UTF-8 encoded."""
+    body = 1 + size_of_varint(timestamp_delta) + size_of_varint(offset_delta)
+    body += _nullable_size(key) + _nullable_size(value) + size_of_varint(len(headers))
+    for header_key, header_value in headers:
+        body += size_of_varint(len(header_key)) + len(header_key) + _nullable_size(header_value)
+    return size_of_varint(body) + body
+
+
+def _as_bytes(data: object, what: str) -> bytes | None:
+    if data is None or isinstance(data, bytes):
+        return data
+    if isinstance(data, bytearray | memoryview):
+        return bytes(data)  # a copy: the caller may reuse its buffer after send()
+    raise TypeError(f"{what} must be bytes or None, not {type(data).__name__}; serialize it first")
+
+
+def _normalize_headers(
+    headers: Iterable[tuple[str, bytes | None]] | Mapping[str, bytes | None],
+) -> tuple[tuple[str, bytes | None], ...]:
+    items = headers.items() if isinstance(headers, Mapping) else headers
+    normalized = []
+    for item in items:
+        name, value = item
+        if not isinstance(name, str):
+            raise TypeError(f"header name must be str, not {type(name).__name__}")
+        normalized.append((name, _as_bytes(value, f"value of header {name!r}")))
+    return tuple(normalized)
+
+
+@dataclass(frozen=True, slots=True)
+class AppendResult:
+    """What :meth:`RecordAccumulator.append` did.
+
+    Attributes:
+        future: resolves to the record's :class:`~oncelog.client.records.RecordMetadata`, or
+            raises the error that failed its batch. It cannot be cancelled.
+        batch_is_full: the partition has a full batch waiting: wake the sender.
+        open_batch_is_full: the batch that took the record is full, so a new batch starts with
+            the next record; the sticky partitioner switches partitions only then
+            (``enable_switch`` of :meth:`~oncelog.client.partitioner.DefaultPartitioner.on_append`).
+        new_batch_created: the record opened a new batch.
+        appended_bytes: the record's encoded size.
+    """
+
+    future: Future[RecordMetadata]
+    batch_is_full: bool
+    open_batch_is_full: bool
+    new_batch_created: bool
+    appended_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReadyCheck:
+    """Answer of :meth:`RecordAccumulator.ready`.
+
+    Attributes:
+        partitions: partitions whose first batch may be sent now.
+        next_ready_check_ms: milliseconds until another batch becomes sendable by linger or
+            backoff; None when no batch is waiting.
+    """
+
+    partitions: list[TopicPartition]
+    next_ready_check_ms: int | None
+
+
+class ProducerBatch:
+    """Records for one partition that are sent, retried and acknowledged together (Kafka's ``ProducerBatch``).
+
+    Attributes:
+        topic_partition: the destination.
+        created_ms: clock time of the first record.
+        attempts: how many times the batch was put back for a retry.
+        last_attempt_ms: clock time of the last retry (``created_ms`` before any).
+        drained_ms: clock time of the first drain, None while never drained.
+        transactional: the batch belongs to a transaction (set when drained).
+    """
+
+    def __init__(self, tp: TopicPartition, *, created_ms: int, batch_size: int, compression: Compression) -> None:
+        self.topic_partition = tp
+        self.created_ms = created_ms
+        self.attempts = 0
+        self.last_attempt_ms = created_ms
+        self.drained_ms: int | None = None
+        self.drain_order: int | None = None
+        self.transactional = False
+        self._batch_size = batch_size
+        self._compression = compression
+        self._records: list[Record] = []
+        self._futures: list[Future[RecordMetadata]] = []
+        self._size = BATCH_OVERHEAD
+        self._reserved = 0
+        self._closed = False
+        self._done = False
+        self._identity = ProducerIdAndEpoch(-1, -1)
+        self._base_sequence = NO_SEQUENCE
+        self._payload: bytes | None = None
+
+    @property
+    def record_count(self) -> int:
+        """Records in the batch."""
+        return len(self._records)
+
+    @property
+    def records(self) -> tuple[Record, ...]:
+        """The records, with their final timestamps."""
+        return tuple(self._records)
+
+    @property
+    def futures(self) -> tuple[Future[RecordMetadata], ...]:
+        """One future per record, in record order."""
+        return tuple(self._futures)
+
+    @property
+    def size_in_bytes(self) -> int:
+        """Encoded size before compression, header included."""
+        return self._size
+
+    @property
+    def is_full(self) -> bool:
+        """No further record fits under ``batch_size``."""
+        return self._size >= self._batch_size
+
+    @property
+    def is_done(self) -> bool:
+        """The batch was completed or failed; its futures are settled."""
+        return self._done
+
+    @property
+    def producer_id(self) -> int:
+        """Producer id stamped at drain time (-1 for a non-idempotent producer)."""
+        return self._identity.producer_id
+
+    @property
+    def producer_epoch(self) -> int:
+        """Producer epoch stamped at drain time (-1 for a non-idempotent producer)."""
+        return self._identity.epoch
+
+    @property
+    def base_sequence(self) -> int:
+        """Sequence of the first record, or -1 before stamping."""
+        return self._base_sequence
+
+    def stamp(self, identity: ProducerIdAndEpoch, base_sequence: int) -> None:
+        """Set producer id, epoch and base sequence; the payload is re-encoded on next access."""
+        self._identity = identity
+        self._base_sequence = base_sequence
+        self._payload = None
+
+    @property
+    def payload(self) -> bytes:
+        """The batch as one Kafka RecordBatch v2, encoded with the current stamp (cached)."""
+        if self._payload is None:
+            self._payload = build_batch(
+                self._records,
+                producer_id=self._identity.producer_id,
+                producer_epoch=self._identity.epoch,
+                base_sequence=self._base_sequence,
+                transactional=self.transactional,
+                compression=self._compression,
+                base_timestamp=self._records[0].timestamp,
+            )
+        return self._payload
+
+    def __repr__(self) -> str:
+        return (
+            f"ProducerBatch({self.topic_partition}, records={self.record_count}, "
+            f"producer_id={self.producer_id}, epoch={self.producer_epoch}, base_sequence={self._base_sequence}, "
+            f"attempts={self.attempts})"
+        )
+
+    def _fits(self, size: int) -> bool:
+        return not self._closed and self._size + size <= self._batch_size
+
+    def _append(self, record: Record, size: int, future: Future[RecordMetadata]) -> None:
+        """Add a record whose memory the accumulator reserved (``size``, plus the header for the first)."""
+        self._reserved += size if self._records else BATCH_OVERHEAD + size
+        self._records.append(record)
+        self._futures.append(future)
+        self._size += size
+
+    def _record_size(
+        self, key: bytes | None, value: bytes | None, headers: Sequence[tuple[bytes, bytes | None]], timestamp: int
+    ) -> int:
+        if not self._records:
+            return estimate_record_size(key, value, headers)
+        base_timestamp = self._records[0].timestamp
+        assert base_timestamp is not None
+        return estimate_record_size(
+            key, value, headers, offset_delta=len(self._records), timestamp_delta=timestamp - base_timestamp
+        )
+
+
+class RecordAccumulator:
+    """Per-partition queues of batches waiting to be sent.
+
+    Args:
+        batch_size: bytes a batch may reach before it counts as full (up to 1 MiB); a single
+            larger record still gets a batch of its own, up to ``max_request_size``.
+        linger_ms: how long a batch that is not full waits for more records.
+        buffer_memory: bytes of unsent and unacknowledged records the producer may hold.
+        max_request_size: largest record batch a request may carry; larger records are refused.
+        compression: codec of the encoded batches.
+        retry_backoff_ms: how long a batch put back for a retry waits before it is sendable.
+        delivery_timeout_ms: how long after its creation a batch may still be sent; see :meth:`expire`.
+        sequences: the producer's sequence book; None for a producer that is not idempotent.
+        clock: Unix milliseconds.
+    """
+
+    def __init__(
+        self,
+        *,
+        batch_size: int = DEFAULT_BATCH_SIZE,
+        linger_ms: int = 5,
+        buffer_memory: int = DEFAULT_BUFFER_MEMORY,
+        max_request_size: int = DEFAULT_MAX_REQUEST_SIZE,
+        compression: Compression = Compression.NONE,
+        retry_backoff_ms: int = 100,
+        delivery_timeout_ms: int = 120_000,
+        sequences: ProducerSequences | None = None,
+        clock: Callable[[], int] = _wall_clock_ms,
+    ) -> None:
+        problems = []
+        if not 1 <= batch_size <= MAX_BATCH_SIZE:
+            problems.append(f"batch_size must be between 1 and {MAX_BATCH_SIZE} bytes, got {batch_size}")
+        if batch_size > max_request_size:
+            problems.append(f"batch_size ({batch_size}) must not exceed max_request_size ({max_request_size})")
+        if buffer_memory < max_request_size:
+            problems.append(f"buffer_memory ({buffer_memory}) must be at least max_request_size ({max_request_size})")
+        if linger_ms < 0 or retry_backoff_ms < 0:
+            problems.append(f"linger_ms and retry_backoff_ms must be >= 0, got {linger_ms} and {retry_backoff_ms}")
+        if delivery_timeout_ms < linger_ms:
+            problems.append(f"delivery_timeout_ms ({delivery_timeout_ms}) must be at least linger_ms ({linger_ms})")
+        if problems:
+            raise ValueError("; ".join(problems))
+        self._batch_size = batch_size
+        self._linger_ms = linger_ms
+        self._buffer_memory = buffer_memory
+        self._max_request_size = max_request_size
+        self._compression = Compression(compression)
+        self._retry_backoff_ms = retry_backoff_ms
+        self._delivery_timeout_ms = delivery_timeout_ms
+        self._sequences = sequences
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._memory_freed = threading.Condition(self._lock)
+        self._batches: dict[TopicPartition, deque[ProducerBatch]] = {}
+        self._incomplete: set[ProducerBatch] = set()
+        self._used_bytes = 0
+        self._waiters = 0
+        self._exhausted = False
+        self._flushes = 0
+        self._closed = False
+        self._drain_counter = 0
+
+    @property
+    def delivery_timeout_ms(self) -> int:
+        """Configured delivery timeout."""
+        return self._delivery_timeout_ms
+
+    @property
+    def used_bytes(self) -> int:
+        """Bytes of buffer memory held by incomplete batches."""
+        with self._lock:
+            return self._used_bytes
+
+    @property
+    def waiting_for_memory(self) -> int:
+        """Callers of :meth:`append` currently blocked waiting for memory."""
+        with self._lock:
+            return self._waiters
+
+    def append(
+        self,
+        tp: TopicPartition,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Iterable[tuple[str, bytes | None]] | Mapping[str, bytes | None] = (),
+        timestamp: int | None = None,
+        *,
+        max_block_s: float = 0.0,
+    ) -> AppendResult:
+        """Add one record to ``tp``'s open batch, or to a new batch when it does not fit.
+
+        Args:
+            tp: the destination partition.
+            key: serialized key, or None.
+            value: serialized value, or None.
+            headers: ``(name, value)`` pairs (names may repeat), or a mapping of them.
+            timestamp: Unix milliseconds; None takes the clock.
+            max_block_s: how long to wait for buffer memory before giving up.
+
+        Raises:
+            IllegalStateError: the accumulator is closed.
+            MessageTooLarge: the record alone exceeds ``max_request_size``.
+            BufferExhaustedError: ``buffer_memory`` stayed full for ``max_block_s``.
+            TypeError: key, value or a header is not bytes (or a header name not str).
+            ValueError: a negative timestamp.
+        """
+        key = _as_bytes(key, "key")
+        value = _as_bytes(value, "value")
+        header_tuple = _normalize_headers(headers)
+        encoded_headers = [(name.encode("utf-8"), header_value) for name, header_value in header_tuple]
+        if timestamp is not None and timestamp < 0:
+            raise ValueError(f"record timestamp must be >= 0 (Unix milliseconds), got {timestamp}")
+        alone = BATCH_OVERHEAD + estimate_record_size(key, value, encoded_headers)
+        if alone > self._max_request_size:
+            raise MessageTooLarge(
+                f"a record of {alone} bytes (batch header included) exceeds max_request_size={self._max_request_size}; "
+                "send a smaller record or raise max_request_size (the topic's max_message_bytes also applies)"
+            )
+        deadline = time.monotonic() + max_block_s
+        future: Future[RecordMetadata] = Future()
+        future.set_running_or_notify_cancel()  # a record handed to the producer cannot be cancelled
+        with self._lock:
+            while True:
+                self._ensure_open()
+                now = self._clock()
+                ts = now if timestamp is None else timestamp
+                record = Record(key=key, value=value, headers=header_tuple, timestamp=ts)
+                queue = self._batches.setdefault(tp, deque())
+                last = queue[-1] if queue and not queue[-1]._closed else None
+                if last is not None:
+                    size = last._record_size(key, value, encoded_headers, ts)
+                    if last._fits(size):
+                        if not self._reserve(size):
+                            self._wait_for_memory(size, deadline)
+                            continue
+                        last._append(record, size, future)
+                        return AppendResult(future, len(queue) > 1 or last.is_full, last.is_full, False, size)
+                size = estimate_record_size(key, value, encoded_headers)
+                if not self._reserve(BATCH_OVERHEAD + size):
+                    self._wait_for_memory(BATCH_OVERHEAD + size, deadline)
+                    continue
+                batch = ProducerBatch(tp, created_ms=now, batch_size=self._batch_size, compression=self._compression)
+                batch._append(record, size, future)
+                queue.append(batch)
+                self._incomplete.add(batch)
+                return AppendResult(future, len(queue) > 1 or batch.is_full, batch.is_full, True, size)
+
+    def ready(self) -> ReadyCheck:
+        """Partitions whose first batch should be sent now, and when to check again (``RecordAccumulator.ready``).
+
+        A batch is sendable when it is full or another batch queues behind it, when it waited
+        ``linger_ms``, or when a flush, a close or a memory shortage is pending; a batch put
+        back for a retry waits ``retry_backoff_ms`` regardless. Partitions the sequence book
+        holds back (five batches in flight, a retry waiting for an older batch, a pending
+        epoch bump) are left out: an answer from the partition, not time, unblocks them.
+        """
+        with self._lock:
+            now = self._clock()
+            hurry = self._closed or self._flushes > 0 or self._waiters > 0 or self._exhausted
+            partitions = []
+            next_check: int | None = None
+            for tp, queue in self._batches.items():
+                if not queue:
+                    continue
+                first = queue[0]
+                backing_off = first.attempts > 0 and now - first.last_attempt_ms < self._retry_backoff_ms
+                wait_ms = self._retry_backoff_ms if backing_off else self._linger_ms
+                waited = now - first.last_attempt_ms
+                if self._sequences is not None and not self._sequences.may_send(first):
+                    continue  # in-flight limit or ordering: a response, not time, unblocks it
+                full = len(queue) > 1 or first.is_full
+                if not backing_off and (full or hurry or waited >= wait_ms):
+                    partitions.append(tp)
+                else:
+                    left = max(wait_ms - waited, 0)
+                    next_check = left if next_check is None else min(next_check, left)
+            return ReadyCheck(partitions, next_check)
+
+    def drain(self, partitions: Iterable[TopicPartition], *, max_bytes: int | None = None) -> list[ProducerBatch]:
+        """Take at most one batch from each of ``partitions``, ready to send (``RecordAccumulator.drain``).
+
+        The caller passes the partitions it may write now: those with a known leader and, for a
+        transactional producer, already added to the transaction (ref §1.1 step 3).
+        A batch is skipped while it backs off, or while the sequence book does not let it go
+        (in-flight limit, a pending epoch bump, or a retry waiting for an older batch). A
+        batch drained for the first time is closed to new records and stamped; its
+        :attr:`ProducerBatch.payload` is encoded before this returns. ``max_bytes`` bounds
+        the sum of batch sizes, except that the first batch is always taken.
+        """
+        drained: list[ProducerBatch] = []
+        with self._lock:
+            now = self._clock()
+            total = 0
+            for tp in partitions:
+                queue = self._batches.get(tp)
+                if not queue:
+                    continue
+                first = queue[0]
+                if first.attempts > 0 and now - first.last_attempt_ms < self._retry_backoff_ms:
+                    continue
+                if self._sequences is not None and not self._sequences.may_send(first):
+                    continue
+                if max_bytes is not None and drained and total + first.size_in_bytes > max_bytes:
+                    break
+                queue.popleft()
+                first._closed = True
+                if first.drain_order is None:
+                    first.drain_order = self._drain_counter
+                    self._drain_counter += 1
+                    first.drained_ms = now
+                    if self._sequences is not None:
+                        first.transactional = self._sequences.transactional
+                        self._sequences.assign(first)
+                total += first.size_in_bytes
+                drained.append(first)
+        for batch in drained:
+            batch.payload  # noqa: B018 - encode outside the lock so appends to other batches proceed
+        return drained
+
+    def reenqueue(self, batch: ProducerBatch) -> None:
+        """Put a sent batch back for a retry, unchanged, ahead of every batch never sent (``reenqueue``)."""
+        with self._lock:
+            if batch.is_done:
+                return
+            batch.attempts += 1
+            batch.last_attempt_ms = self._clock()
+            queue = self._batches.setdefault(batch.topic_partition, deque())
+            order = batch.drain_order if batch.drain_order is not None else -1
+            position = len(queue)
+            for index, queued in enumerate(queue):
+                if queued.drain_order is None or queued.drain_order > order:
+                    position = index
+                    break
+            queue.insert(position, batch)
+
+    def complete(self, batch: ProducerBatch, base_offset: int, log_append_time_ms: int = -1) -> bool:
+        """Resolve the futures of a written batch; False when the batch was already settled.
+
+        Args:
+            batch: the acknowledged batch.
+            base_offset: offset of its first record, or -1 when the partition did not say
+                (a duplicate older than its cache, ref §4.2).
+            log_append_time_ms: the partition's append time for LogAppendTime topics, else -1.
+        """
+        with self._lock:
+            if not self._finish(batch):
+                return False
+            if self._sequences is not None and batch.base_sequence != NO_SEQUENCE:
+                self._sequences.complete(batch, base_offset)
+        tp = batch.topic_partition
+        for index, (record, future) in enumerate(zip(batch._records, batch._futures, strict=True)):
+            offset = base_offset + index if base_offset >= 0 else -1
+            timestamp = log_append_time_ms if log_append_time_ms >= 0 else record.timestamp
+            assert timestamp is not None
+            future.set_result(RecordMetadata(tp.topic, tp.partition, offset, timestamp))
+        return True
+
+    def fail(self, batch: ProducerBatch, error: BaseException, *, definite: bool = True) -> bool:
+        """Fail every record of ``batch`` with ``error``; False when the batch was already settled.
+
+        Args:
+            batch: the batch given up on.
+            error: raised by each record's future.
+            definite: the partition certainly did not write the batch. False (it timed out
+                after being sent) makes its partition's sequences unresolved.
+        """
+        return self._fail(batch, error, definite=definite, track_sequences=True)
+
+    def has_reached_delivery_timeout(self, batch: ProducerBatch) -> bool:
+        """Whether ``delivery_timeout_ms`` passed since ``batch`` was created."""
+        return self._clock() - batch.created_ms >= self._delivery_timeout_ms
+
+    def expire(self) -> list[ProducerBatch]:
+        """Fail the queued batches whose delivery timeout passed, oldest first, and return them.
+
+        Each record fails with :class:`~oncelog.client.errors.RetriableError`. A batch that
+        was never sent fails definitely; one put back for a retry after being sent may have
+        been written, so it fails indeterminately and leaves its partition unresolved. Batches
+        on the wire are the sender's to expire (through :meth:`fail` with ``definite=False``).
+        """
+        expired: list[tuple[ProducerBatch, int]] = []
+        with self._lock:
+            now = self._clock()
+            for queue in self._batches.values():
+                while queue and now - queue[0].created_ms >= self._delivery_timeout_ms:
+                    expired.append((queue.popleft(), now))
+        for batch, now in expired:
+            sent = batch.drain_order is not None
+            elapsed = now - batch.created_ms
+            text = (
+                f"{batch.record_count} record(s) for {batch.topic_partition} expired: {elapsed} ms passed since the "
+                f"batch was created (delivery_timeout_ms={self._delivery_timeout_ms}) "
+                + ("and the partition never answered, so they may have been written" if sent else "before it was sent")
+            )
+            cause = RequestTimedOut(text, definite=not sent)
+            self.fail(batch, RetriableError(text, cause=cause), definite=not sent)
+        return [batch for batch, _ in expired]
+
+    def abort_undrained(self, error: OncelogError | None = None) -> int:
+        """Fail every batch never drained (``abortUndrainedBatches``); return how many.
+
+        ``abort_transaction()`` calls this: records not yet sent are dropped, each future
+        raising ``error`` (an :class:`~oncelog.client.errors.AbortableError` by default).
+        Batches already sent, including those waiting for a retry, are left to finish.
+        """
+        error = error or AbortableError("the transaction was aborted before this record was sent")
+        with self._lock:
+            undrained: list[ProducerBatch] = []
+            for queue in self._batches.values():
+                keep = [batch for batch in queue if batch.drain_order is not None]
+                undrained.extend(batch for batch in queue if batch.drain_order is None)
+                queue.clear()
+                queue.extend(keep)
+        for batch in undrained:
+            self.fail(batch, error)
+        return len(undrained)
+
+    def abort_all(self, error: BaseException) -> int:
+        """Fail every incomplete batch, sent or not (a forced close or a fatal error); return how many."""
+        with self._lock:
+            batches = list(self._incomplete)
+            for queue in self._batches.values():
+                queue.clear()
+        # the producer is finished, so its sequence state no longer matters
+        return sum(1 for batch in batches if self._fail(batch, error, definite=False, track_sequences=False))
+
+    def begin_flush(self) -> None:
+        """Make every batch sendable at once until :meth:`end_flush` (``flush()`` ignores ``linger_ms``)."""
+        with self._lock:
+            self._flushes += 1
+
+    def end_flush(self) -> None:
+        """Undo one :meth:`begin_flush`."""
+        with self._lock:
+            self._flushes = max(self._flushes - 1, 0)
+
+    def incomplete(self) -> list[ProducerBatch]:
+        """Batches not yet completed or failed; ``flush()`` waits on their futures."""
+        with self._lock:
+            return list(self._incomplete)
+
+    def has_undrained(self) -> bool:
+        """Whether any batch waits in a queue (never sent, or put back for a retry)."""
+        with self._lock:
+            return any(self._batches.values())
+
+    def close(self) -> None:
+        """Refuse new records and make every queued batch sendable; callers blocked on memory fail."""
+        with self._lock:
+            self._closed = True
+            self._memory_freed.notify_all()
+
+    def _fail(self, batch: ProducerBatch, error: BaseException, *, definite: bool, track_sequences: bool) -> bool:
+        with self._lock:
+            if not self._finish(batch):
+                return False
+            if track_sequences and self._sequences is not None and batch.base_sequence != NO_SEQUENCE:
+                self._sequences.fail(batch, definite=definite)
+        for future in batch._futures:
+            future.set_exception(error)
+        return True
+
+    # -- internals, called with the lock held -------------------------------------------------
+
+    def _ensure_open(self) -> None:
+        if self._closed:
+            raise IllegalStateError("the producer is closed; create a new producer to send more records")
+
+    def _reserve(self, size: int) -> bool:
+        if self._used_bytes + size > self._buffer_memory:
+            self._exhausted = True
+            return False
+        self._used_bytes += size
+        return True
+
+    def _wait_for_memory(self, size: int, deadline: float) -> None:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise BufferExhaustedError(
+                f"buffer_memory={self._buffer_memory} bytes is full ({self._used_bytes} bytes of unsent or "
+                f"unacknowledged records) and a {size}-byte record does not fit; call flush(), slow down, "
+                "raise max_block_ms to wait longer, or raise buffer_memory"
+            )
+        self._waiters += 1
+        try:
+            self._memory_freed.wait(remaining)
+        finally:
+            self._waiters -= 1
+
+    def _finish(self, batch: ProducerBatch) -> bool:
+        if batch._done:
+            return False
+        batch._done = True
+        batch._closed = True
+        queue = self._batches.get(batch.topic_partition)
+        if queue and batch in queue:
+            queue.remove(batch)
+        self._incomplete.discard(batch)
+        self._used_bytes -= batch._reserved
+        batch._reserved = 0
+        self._exhausted = False
+        self._memory_freed.notify_all()
+        return True
