@@ -6,7 +6,7 @@ EXTRAS ?= dev,postgres
 STAMP := $(VENV)/.installed-$(shell echo "$(EXTRAS)" | tr ',' '-')
 PYTEST_ARGS ?=
 
-.PHONY: run test dev gen-protos check-protos lint typecheck bench clean venv
+.PHONY: run test dev gen-protos api-docs check-protos lint typecheck bench clean venv
 
 venv: $(STAMP)
 
@@ -30,6 +30,10 @@ test: $(STAMP)
 
 gen-protos: $(STAMP)
 	$(PY) scripts/gen_protos.py
+
+## api-docs: render docs/api.md from the proto comments
+api-docs: $(STAMP)
+	$(PY) scripts/gen_api_docs.py
 
 check-protos: $(STAMP)
 	$(PY) scripts/gen_protos.py --check

@@ -39,10 +39,10 @@ SCHEMA_VERSIONS = ("1.29", "latest")
 # Settings whose defaults only suit a single process on one machine (loopback, port 0, <hostname>-<pid>, a SQLite
 # file or a directory relative to the working directory): a pod must set them explicitly.
 CLUSTER_REQUIRED_FIELDS = ("listen", "advertise", "node_id", "database_url", "data_dir")
-# Variables the manifests set before the settings that read them exist (issue 8: TLS; segment directory).
-PENDING_VARIABLES = frozenset(
-    {"ONCELOG_TLS_CERT", "ONCELOG_TLS_KEY", "ONCELOG_TLS_CA", "ONCELOG_PARTITION_STORAGE_DATA_DIR"}
-)
+# Variables the manifests set before the settings that read them exist (segment directory).
+PENDING_VARIABLES = frozenset({"ONCELOG_PARTITION_STORAGE_DATA_DIR"})
+# Settings naming files mounted into the pod; validation reads them, so loading stands in empty local files.
+MOUNTED_FILE_VARIABLES = ("ONCELOG_TLS_CERT", "ONCELOG_TLS_KEY", "ONCELOG_TLS_CA")
 # Secrets the prod overlay expects to exist in the namespace (created out of band, docs/deploy.md), with the
 # value each key stands for when the environment is rebuilt.
 EXTERNAL_SECRETS = {
@@ -243,6 +243,17 @@ def setting_value(name: str, env: dict[str, str], field_name: str) -> str:
     return env[variable]
 
 
+def with_mounted_files(env: dict[str, str], directory: Path) -> dict[str, str]:
+    """``env`` with every mounted file it names replaced by an empty readable file under ``directory``."""
+    loadable = dict(env)
+    for variable in MOUNTED_FILE_VARIABLES:
+        if env.get(variable):
+            stand_in = directory / variable.lower()
+            stand_in.touch()
+            loadable[variable] = str(stand_in)
+    return loadable
+
+
 def quantity(value: str | int | float) -> float:
     """A Kubernetes resource quantity as a number (cores or bytes)."""
     text = str(value)
@@ -356,13 +367,17 @@ def test_prod_runs_at_least_as_many_replicas_as_dev() -> None:
 def test_services_have_native_grpc_probes(objects: list[dict[str, Any]]) -> None:
     for name in oncelog_workloads(objects):
         _, container, env = service_env(objects, name)
-        listen_port = port_of(setting_value(name, env, "listen"))
+        # native gRPC probes speak plaintext only: with TLS on they must use the plaintext health-only listener
+        health_listen = env.get(settings_env(name, "health_listen"), "")
+        if env.get("ONCELOG_TLS_CERT"):
+            assert health_listen, f"{name} serves TLS, so its probes need {settings_env(name, 'health_listen')}"
+        probe_port = port_of(health_listen or setting_value(name, env, "listen"))
         for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
             assert probe in container, f"{name} has no {probe}"
             assert set(container[probe]) & {"grpc", "httpGet", "tcpSocket", "exec"} == {"grpc"}, (
                 f"{name} {probe} must use the native grpc.health.v1 check"
             )
-            assert container[probe]["grpc"]["port"] == listen_port, f"{name} {probe} probes another port"
+            assert container[probe]["grpc"]["port"] == probe_port, f"{name} {probe} probes another port"
 
 
 def test_container_ports_match_listen_advertise_and_services(objects: list[dict[str, Any]]) -> None:
@@ -385,10 +400,10 @@ def test_container_ports_match_listen_advertise_and_services(objects: list[dict[
         assert service_port["targetPort"] in ("grpc", port_of(listen))
 
 
-def test_termination_grace_exceeds_the_drain(objects: list[dict[str, Any]]) -> None:
+def test_termination_grace_exceeds_the_drain(objects: list[dict[str, Any]], tmp_path: Path) -> None:
     for name in oncelog_workloads(objects):
         workload, _, env = service_env(objects, name)
-        settings = settings_class(service_modules()[name]).from_env(env)
+        settings = settings_class(service_modules()[name]).from_env(with_mounted_files(env, tmp_path))
         drain = settings.drain_delay_s + settings.shutdown_grace_s
         grace = workload["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
         assert grace > drain, f"{name}: SIGKILL after {grace}s would cut a {drain}s drain short"
@@ -397,7 +412,7 @@ def test_termination_grace_exceeds_the_drain(objects: list[dict[str, Any]]) -> N
 # ---- configuration -------------------------------------------------------------------------------------------------
 
 
-def test_every_setting_a_service_reads_is_provided_or_safe(objects: list[dict[str, Any]]) -> None:
+def test_every_setting_a_service_reads_is_provided_or_safe(objects: list[dict[str, Any]], tmp_path: Path) -> None:
     for name, module in service_modules().items():
         _, _, env = service_env(objects, name)
         cls = settings_class(module)
@@ -412,7 +427,7 @@ def test_every_setting_a_service_reads_is_provided_or_safe(objects: list[dict[st
         unresolved = {k: v for k, v in env.items() if _REF.search(v)}
         assert not unresolved, f"{name}: $(VAR) references to undefined variables: {unresolved}"
         # the service's own loader: types parse and validate() passes, exactly as at process start
-        cls.from_env(env)
+        cls.from_env(with_mounted_files(env, tmp_path))
 
 
 def test_shared_configmap_holds_only_oncelog_and_otel_variables(objects: list[dict[str, Any]]) -> None:

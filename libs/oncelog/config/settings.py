@@ -141,6 +141,26 @@ class ServiceSettings:
     group_offsets_shards: int = setting(
         16, env="ONCELOG_GROUP_OFFSETS_SHARDS", help="group-offsets shards, fixed at cluster creation"
     )
+    tls_cert: str = setting(
+        "", env="ONCELOG_TLS_CERT", help="PEM certificate chain of this node; with tls_key it turns TLS on"
+    )
+    tls_key: str = setting("", env="ONCELOG_TLS_KEY", help="PEM private key of tls_cert (unencrypted)")
+    tls_ca: str = setting(
+        "",
+        env="ONCELOG_TLS_CA",
+        help="PEM CA bundle of the cluster; servers then require client certificates (mutual TLS) and"
+        " channels trust only this CA",
+    )
+    tls_server_name: str = setting(
+        "",
+        env="ONCELOG_TLS_SERVER_NAME",
+        help="name verified in servers' certificates instead of the dialled host (a shared internal DNS name)",
+    )
+    health_listen: str = setting(
+        "",
+        help="host:port of an extra plaintext listener serving only grpc.health.v1, for probes that cannot"
+        " speak TLS (Kubernetes gRPC probes); empty disables it",
+    )
 
     @classmethod
     def from_env(cls: type[S], environ: Mapping[str, str] | None = None, **overrides: Any) -> S:
@@ -165,4 +185,13 @@ class ServiceSettings:
             problems.append("shutdown_grace_s and drain_delay_s must not be negative")
         if not self.database_url:
             problems.append("ONCELOG_DATABASE_URL must not be empty")
+        health_env = f"{self.ENV_PREFIX}HEALTH_LISTEN"
+        if self.health_listen and ":" not in self.health_listen:
+            problems.append(f"{health_env}={self.health_listen!r} must be host:port")
+        elif self.health_listen == self.listen and not self.listen.endswith(":0"):
+            problems.append(f"{health_env}={self.health_listen!r} must differ from the main listen address")
+        # imported here: oncelog.rpc builds on this module, not the other way round
+        from oncelog.rpc.tls import TlsConfig
+
+        problems += TlsConfig.from_settings(self).problems(serving=True)
         return problems

@@ -4,17 +4,23 @@ Only UNAVAILABLE is retried by the channel itself: it means the request was not 
 refused, server draining, a retriable reason such as COORDINATOR_LOAD_IN_PROGRESS). Reasons that need new
 metadata first (NOT_LEADER, NOT_COORDINATOR) or a decision by the caller are left to the client library,
 which reads the ``ErrorInfo`` of the failed call.
+
+A process opens all its channels through one :class:`ChannelFactory`, built from its settings (or the
+``ONCELOG_TLS_*`` variables), so TLS and mutual TLS apply to every call it makes (see :mod:`oncelog.rpc.tls`).
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import grpc
 from grpc import aio
 
 from oncelog.rpc.interceptors import AioClientInterceptor, SyncClientInterceptor
+from oncelog.rpc.tls import TlsConfig, server_name_options
 
 DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 
@@ -55,11 +61,20 @@ def aio_channel(
     *,
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
     credentials: grpc.ChannelCredentials | None = None,
+    server_name: str = "",
     tracer_provider: Any = None,
 ) -> aio.Channel:
-    """Open a grpc.aio channel to ``target`` (host:port) with oncelog's defaults and tracing."""
+    """Open a grpc.aio channel to ``target`` (host:port) with oncelog's defaults and tracing.
+
+    Args:
+        target: host:port to dial.
+        max_message_bytes: largest message sent or received.
+        credentials: TLS credentials; ``None`` opens a plaintext channel.
+        server_name: name to verify in the server's certificate instead of the host of ``target``.
+        tracer_provider: tracer provider of the client spans; the global one by default.
+    """
     interceptors = [AioClientInterceptor(tracer_provider)]
-    options = channel_options(max_message_bytes)
+    options = channel_options(max_message_bytes) + _name_override(credentials, server_name)
     if credentials is not None:
         return aio.secure_channel(target, credentials, options=options, interceptors=interceptors)
     return aio.insecure_channel(target, options=options, interceptors=interceptors)
@@ -70,12 +85,77 @@ def sync_channel(
     *,
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
     credentials: grpc.ChannelCredentials | None = None,
+    server_name: str = "",
     tracer_provider: Any = None,
 ) -> grpc.Channel:
-    """Open a blocking channel to ``target`` with oncelog's defaults and tracing."""
-    options = channel_options(max_message_bytes)
+    """Open a blocking channel to ``target`` with oncelog's defaults and tracing; arguments as :func:`aio_channel`."""
+    options = channel_options(max_message_bytes) + _name_override(credentials, server_name)
     if credentials is not None:
         channel = grpc.secure_channel(target, credentials, options=options)
     else:
         channel = grpc.insecure_channel(target, options=options)
     return grpc.intercept_channel(channel, SyncClientInterceptor(tracer_provider))
+
+
+def _name_override(credentials: grpc.ChannelCredentials | None, server_name: str) -> list[tuple[str, Any]]:
+    # a plaintext channel verifies no certificate, so the override would only change the authority header
+    if credentials is None:
+        return []
+    return server_name_options(server_name)
+
+
+@dataclass(frozen=True)
+class ChannelFactory:
+    """Opens every channel of one process with the same credentials, limits and tracing.
+
+    Services build it once from their settings (:meth:`from_settings`) and hand it to whatever dials other
+    nodes (marker channels, producer-id fetchers), so turning TLS on needs no change where channels are
+    opened. The default instance opens plaintext channels.
+
+    Attributes:
+        credentials: TLS credentials of outgoing channels; ``None`` for plaintext.
+        server_name: name verified in servers' certificates instead of the dialled host.
+        max_message_bytes: largest message sent or received.
+        tracer_provider: tracer provider of the client spans; the global one by default.
+    """
+
+    credentials: grpc.ChannelCredentials | None = None
+    server_name: str = ""
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+    tracer_provider: Any = None
+
+    @classmethod
+    def from_tls(cls, tls: TlsConfig, **kwargs: Any) -> ChannelFactory:
+        """A factory using ``tls`` for every channel; raises ConfigError when its files are unusable."""
+        return cls(credentials=tls.channel_credentials(), server_name=tls.server_name, **kwargs)
+
+    @classmethod
+    def from_settings(cls, settings: Any, **kwargs: Any) -> ChannelFactory:
+        """The factory of a service process: its ``tls_*`` settings and ``max_message_bytes``."""
+        kwargs.setdefault("max_message_bytes", settings.max_message_bytes)
+        return cls.from_tls(TlsConfig.from_settings(settings), **kwargs)
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, **kwargs: Any) -> ChannelFactory:
+        """The factory of a client process (CLI, tools): the ``ONCELOG_TLS_*`` variables."""
+        return cls.from_tls(TlsConfig.from_env(environ), **kwargs)
+
+    def aio(self, target: str) -> aio.Channel:
+        """Open a grpc.aio channel to ``target``."""
+        return aio_channel(
+            target,
+            max_message_bytes=self.max_message_bytes,
+            credentials=self.credentials,
+            server_name=self.server_name,
+            tracer_provider=self.tracer_provider,
+        )
+
+    def sync(self, target: str) -> grpc.Channel:
+        """Open a blocking channel to ``target``."""
+        return sync_channel(
+            target,
+            max_message_bytes=self.max_message_bytes,
+            credentials=self.credentials,
+            server_name=self.server_name,
+            tracer_provider=self.tracer_provider,
+        )

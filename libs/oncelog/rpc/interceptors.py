@@ -3,14 +3,16 @@
 Server side, every call runs inside a SERVER span whose parent is the ``traceparent`` the client sent, and
 an :class:`~oncelog.errors.OncelogError` escaping the servicer becomes a precise status with an
 ``ErrorInfo`` detail (see :mod:`oncelog.rpc.errors`); any other exception becomes INTERNAL /
-UNKNOWN_SERVER_ERROR and is logged, and the server keeps serving. Client side, each call runs inside a
-CLIENT span and carries the active context in its metadata, so one user action is one trace.
+UNKNOWN_SERVER_ERROR and is logged, and the server keeps serving. Every served call (health and reflection
+excepted) is timed into ``oncelog.rpc.server.duration`` with its method and status code. Client side, each
+call runs inside a CLIENT span and carries the active context in its metadata, so one user action is one trace.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
@@ -18,11 +20,13 @@ import grpc
 from grpc import aio
 from opentelemetry import context as otel_context
 from opentelemetry import propagate, trace
+from opentelemetry.metrics import MeterProvider
 from opentelemetry.propagators.textmap import Getter
 from opentelemetry.trace import SpanKind, Status, StatusCode, TracerProvider
 
 from oncelog.errors import OncelogError, UnknownServerError
 from oncelog.rpc.errors import to_status
+from oncelog.telemetry.metrics import OncelogMetrics, default_metrics
 
 log = logging.getLogger("oncelog.rpc")
 _TRACER_NAME = "oncelog.rpc"
@@ -51,10 +55,13 @@ _GETTER = _MetadataGetter()
 
 
 class ServerInterceptor(aio.ServerInterceptor):
-    """Wrap every handler of a grpc.aio server with a span and domain-error translation."""
+    """Wrap every handler of a grpc.aio server with a span, a duration measurement and domain-error translation."""
 
-    def __init__(self, tracer_provider: TracerProvider | None = None) -> None:
+    def __init__(
+        self, tracer_provider: TracerProvider | None = None, meter_provider: MeterProvider | None = None
+    ) -> None:
         self._tracer = trace.get_tracer(_TRACER_NAME, tracer_provider=tracer_provider)
+        self._metrics: OncelogMetrics = default_metrics() if meter_provider is None else OncelogMetrics(meter_provider)
 
     async def intercept_service(
         self,
@@ -98,13 +105,16 @@ class ServerInterceptor(aio.ServerInterceptor):
         span = self._tracer.start_span(method.lstrip("/"), kind=SpanKind.SERVER, attributes=_rpc_attributes(method))
         return span, token
 
-    async def _handle_error(self, exc: BaseException, span: trace.Span, context: aio.ServicerContext) -> None:
+    async def _handle_error(
+        self, exc: BaseException, span: trace.Span, context: aio.ServicerContext, outcome: list[grpc.StatusCode]
+    ) -> None:
         if isinstance(exc, OncelogError):
             err = exc
         else:
             log.exception("unexpected error while serving a call")
             err = UnknownServerError(f"internal error: {type(exc).__name__}: {exc}")
         code, message, trailers = to_status(err)
+        outcome[0] = code
         span.set_attribute("rpc.grpc.status_code", code.value[0])
         span.set_attribute("oncelog.error.reason", err.reason.name)
         span.set_status(Status(StatusCode.ERROR, message))
@@ -112,20 +122,28 @@ class ServerInterceptor(aio.ServerInterceptor):
 
     def _wrap_unary(self, behavior: Callable[..., Awaitable[Any]], method: str, metadata: Sequence[tuple[str, Any]]):
         async def wrapper(request_or_iterator: Any, context: aio.ServicerContext) -> Any:
+            started = time.perf_counter()
+            outcome = [grpc.StatusCode.UNKNOWN]
             span, token = self._start_span(method, metadata)
             try:
                 with trace.use_span(span, end_on_exit=True, record_exception=False, set_status_on_exception=False):
                     try:
                         response = await behavior(request_or_iterator, context)
                     except aio.AbortError:
+                        outcome[0] = _aborted_code(context)
                         raise
                     except Exception as exc:
-                        await self._handle_error(exc, span, context)
+                        await self._handle_error(exc, span, context, outcome)
                         raise  # unreachable: abort raises
+                    except asyncio.CancelledError:
+                        outcome[0] = grpc.StatusCode.CANCELLED
+                        raise
+                    outcome[0] = grpc.StatusCode.OK
                     span.set_attribute("rpc.grpc.status_code", 0)
                     return response
             finally:
                 otel_context.detach(token)
+                self._record(method, outcome[0], started)
 
         return wrapper
 
@@ -133,6 +151,8 @@ class ServerInterceptor(aio.ServerInterceptor):
         self, behavior: Callable[..., AsyncIterator[Any]], method: str, metadata: Sequence[tuple[str, Any]]
     ):
         async def wrapper(request_or_iterator: Any, context: aio.ServicerContext) -> AsyncIterator[Any]:
+            started = time.perf_counter()
+            outcome = [grpc.StatusCode.UNKNOWN]
             span, token = self._start_span(method, metadata)
             try:
                 with trace.use_span(span, end_on_exit=True, record_exception=False, set_status_on_exception=False):
@@ -140,15 +160,38 @@ class ServerInterceptor(aio.ServerInterceptor):
                         async for item in behavior(request_or_iterator, context):
                             yield item
                     except aio.AbortError:
+                        outcome[0] = _aborted_code(context)
                         raise
                     except Exception as exc:
-                        await self._handle_error(exc, span, context)
+                        await self._handle_error(exc, span, context, outcome)
                         raise
+                    except (asyncio.CancelledError, GeneratorExit):
+                        outcome[0] = grpc.StatusCode.CANCELLED
+                        raise
+                    outcome[0] = grpc.StatusCode.OK
                     span.set_attribute("rpc.grpc.status_code", 0)
             finally:
                 otel_context.detach(token)
+                self._record(method, outcome[0], started)
 
         return wrapper
+
+    def _record(self, method: str, code: grpc.StatusCode, started: float) -> None:
+        try:
+            self._metrics.record_rpc_server_duration(method, code.value[0], time.perf_counter() - started)
+        except Exception:
+            # a metrics failure must never turn a served call into an error
+            log.exception("recording the call duration failed")
+
+
+def _aborted_code(context: aio.ServicerContext) -> grpc.StatusCode:
+    """The status a servicer aborted with (``context.abort``); UNKNOWN if the context does not say."""
+    code = context.code() if hasattr(context, "code") else None
+    if isinstance(code, grpc.StatusCode):
+        return code
+    if isinstance(code, int):
+        return next((c for c in grpc.StatusCode if c.value[0] == code), grpc.StatusCode.UNKNOWN)
+    return grpc.StatusCode.UNKNOWN
 
 
 def _inject(metadata: Sequence[tuple[str, Any]] | None) -> list[tuple[str, Any]]:

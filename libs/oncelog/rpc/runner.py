@@ -7,16 +7,21 @@ import logging
 import sys
 from collections.abc import Callable
 
+import grpc
+
 from oncelog.config import ConfigError, ServiceSettings
 from oncelog.errors import OncelogError
 from oncelog.rpc.server import GrpcServer, ServiceSpec
+from oncelog.rpc.tls import TlsConfig
 from oncelog.telemetry import configure_logging, configure_telemetry
 
 log = logging.getLogger("oncelog.rpc.runner")
 
 
-async def serve(spec: ServiceSpec, settings: ServiceSettings) -> None:
-    """Run ``spec`` until SIGTERM/SIGINT, then drain gracefully."""
+async def serve(
+    spec: ServiceSpec, settings: ServiceSettings, server_credentials: grpc.ServerCredentials | None = None
+) -> None:
+    """Run ``spec`` until SIGTERM/SIGINT, then drain gracefully; TLS when ``server_credentials`` is given."""
     server = GrpcServer(
         spec,
         settings.listen,
@@ -25,6 +30,8 @@ async def serve(spec: ServiceSpec, settings: ServiceSettings) -> None:
         drain_delay_s=settings.drain_delay_s,
         shutdown_grace_s=settings.shutdown_grace_s,
         ready_file=settings.ready_file,
+        server_credentials=server_credentials,
+        health_listen=settings.health_listen,
     )
     await server.start()
     await server.run_until_signal()
@@ -35,6 +42,8 @@ def run_service(name: str, load: Callable[[], ServiceSettings], build: Callable[
     configure_logging(name)
     try:
         settings = load()
+        # read and check the certificate files now, so a broken Secret exits 2 like any other bad setting
+        credentials = TlsConfig.from_settings(settings).server_credentials()
     except ConfigError as exc:
         print(f"oncelog-{name}: {exc}", file=sys.stderr)
         return 2
@@ -42,7 +51,7 @@ def run_service(name: str, load: Callable[[], ServiceSettings], build: Callable[
 
     async def main() -> None:
         spec = await asyncio.to_thread(build, settings)
-        await serve(spec, settings)
+        await serve(spec, settings, credentials)
 
     try:
         asyncio.run(main())

@@ -8,6 +8,11 @@ Lifecycle (Temporal's worker shape plus grpc's graceful-shutdown example):
   ``drain_delay_s`` so load balancers and kubelet probes notice, stops accepting calls while in-flight ones
   get up to ``shutdown_grace_s`` to finish, then runs the ``on_stop`` hooks in reverse order. It is
   idempotent.
+
+With TLS on, Kubernetes' native gRPC probes cannot connect (they speak plaintext only), so a server may open a
+second, plaintext listener (``health_listen``) that serves nothing but ``grpc.health.v1.Health``, backed by
+the same health servicer: probes see the drain exactly as clients do, and no oncelog RPC is reachable
+without TLS.
 """
 
 from __future__ import annotations
@@ -81,7 +86,9 @@ class GrpcServer:
         shutdown_grace_s: float = 10.0,
         ready_file: str = "",
         tracer_provider: Any = None,
+        meter_provider: Any = None,
         server_credentials: grpc.ServerCredentials | None = None,
+        health_listen: str = "",
     ) -> None:
         self.spec = spec
         self._listen = listen
@@ -90,8 +97,9 @@ class GrpcServer:
         self._grace_s = shutdown_grace_s
         self._ready_file = ready_file
         self._credentials = server_credentials
+        self._health_listen = health_listen
         self._server = aio.server(
-            interceptors=[ServerInterceptor(tracer_provider)],
+            interceptors=[ServerInterceptor(tracer_provider, meter_provider)],
             options=[
                 ("grpc.max_send_message_length", max_message_bytes),
                 ("grpc.max_receive_message_length", max_message_bytes),
@@ -103,7 +111,10 @@ class GrpcServer:
             ],
         )
         self.health = health_aio.HealthServicer()
+        self._health_server: aio.Server | None = None
         self.address = ""
+        self.health_address = ""
+        """host:port of the plaintext health-only listener; empty when there is none."""
         self._stopping: asyncio.Task[None] | None = None
         self._stopped = asyncio.Event()
 
@@ -118,19 +129,30 @@ class GrpcServer:
             port = self._server.add_secure_port(self._listen, self._credentials)
         else:
             port = self._server.add_insecure_port(self._listen)
-        host = self._listen.rsplit(":", 1)[0]
-        if host in ("", "0.0.0.0", "[::]"):
-            host = "127.0.0.1"
-        self.address = self._advertise or f"{host}:{port}"
+        self.address = self._advertise or _reachable(self._listen, port)
+        if self._health_listen:
+            self._health_server = self._bind_health_only()
         await self._server.start()
+        if self._health_server is not None:
+            await self._health_server.start()
         for hook in self.spec.on_start:
             await hook(self.address)
         for name in ["", *self.spec.service_names]:
             await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
         if self._ready_file:
-            _write_ready_file(Path(self._ready_file), self.address, self.spec.name)
-        log.info("%s serving on %s", self.spec.name, self.address)
+            _write_ready_file(Path(self._ready_file), self.address, self.spec.name, self.health_address)
+        if self.health_address:
+            log.info("%s serving on %s, health only on %s", self.spec.name, self.address, self.health_address)
+        else:
+            log.info("%s serving on %s", self.spec.name, self.address)
         return self.address
+
+    def _bind_health_only(self) -> aio.Server:
+        """Bind the plaintext listener that serves only the health service (bound before anything starts)."""
+        server = aio.server(options=[("grpc.so_reuseport", 0)])
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
+        self.health_address = _reachable(self._health_listen, server.add_insecure_port(self._health_listen))
+        return server
 
     async def stop(self) -> None:
         """Drain and stop; concurrent and repeated calls wait for the same shutdown."""
@@ -144,6 +166,9 @@ class GrpcServer:
         if self._drain_delay_s:
             await asyncio.sleep(self._drain_delay_s)
         await self._server.stop(self._grace_s)
+        if self._health_server is not None:
+            # after the main server: probes keep reading NOT_SERVING for the whole drain
+            await self._health_server.stop(0)
         for hook in reversed(self.spec.on_stop):
             try:
                 await hook()
@@ -171,8 +196,19 @@ class GrpcServer:
         await self.stop()
 
 
-def _write_ready_file(path: Path, address: str, service: str) -> None:
+def _reachable(listen: str, port: int) -> str:
+    """host:port a local client dials for a server bound to ``listen`` (wildcard hosts become loopback)."""
+    host = listen.rsplit(":", 1)[0]
+    if host in ("", "0.0.0.0", "[::]"):
+        host = "127.0.0.1"
+    return f"{host}:{port}"
+
+
+def _write_ready_file(path: Path, address: str, service: str, health_address: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps({"address": address, "service": service, "pid": os.getpid()}))
+    content = {"address": address, "service": service, "pid": os.getpid()}
+    if health_address:
+        content["health_address"] = health_address
+    tmp.write_text(json.dumps(content))
     os.replace(tmp, path)

@@ -15,7 +15,7 @@ from oncelog.catalog.store import CatalogStore
 from oncelog.catalog.topics import shard_for
 from oncelog.client.pid_allocator import ProducerIdSource, grpc_block_fetcher
 from oncelog.errors import CoordinatorLoadInProgress, CoordinatorNotAvailable, OncelogError, Reason
-from oncelog.rpc import ServiceSpec, aio_channel
+from oncelog.rpc import ChannelFactory, ServiceSpec
 from oncelog.rpc.runner import run_service
 from oncelog.storage.sql import create_engine
 from oncelog.txn_coordinator.config import TxnCoordinatorSettings
@@ -42,9 +42,10 @@ class CatalogPidBlockFetcher:
     the node can no longer take ids. After a transport failure the allocator is looked up again.
     """
 
-    def __init__(self, catalog: CatalogStore, membership: NodeMembership) -> None:
+    def __init__(self, catalog: CatalogStore, membership: NodeMembership, channels: ChannelFactory) -> None:
         self._catalog = catalog
         self._membership = membership
+        self._channels = channels
         self._channel = None
 
     async def __call__(self) -> tuple[int, int]:
@@ -54,7 +55,7 @@ class CatalogPidBlockFetcher:
             nodes = await asyncio.to_thread(self._catalog.list_nodes, wall_clock_ms(), role=PID_ALLOCATOR_ROLE)
             if not nodes:
                 raise CoordinatorNotAvailable("no live pid-allocator is registered in the catalog")
-            self._channel = aio_channel(nodes[0].address)
+            self._channel = self._channels.aio(nodes[0].address)
         fetch = grpc_block_fetcher(
             pid_pb.PidAllocatorServiceStub(self._channel), self._membership.node_id, self._membership.node_epoch
         )
@@ -79,7 +80,8 @@ def build(settings: TxnCoordinatorSettings) -> ServiceSpec:
     engine = create_engine(settings.state_database_url)
     store = TransactionStateManager(engine, shard_of, on_fenced=lambda shard, epoch: leases.fenced(shard, epoch))
     store.migrate()
-    pid_fetcher = CatalogPidBlockFetcher(node.store, node.membership)
+    channels = ChannelFactory.from_settings(settings)
+    pid_fetcher = CatalogPidBlockFetcher(node.store, node.membership, channels)
     producer_ids = ProducerIdSource(pid_fetcher)
 
     def holds(shard: int, coordinator_epoch: int) -> bool:
@@ -87,9 +89,7 @@ def build(settings: TxnCoordinatorSettings) -> ServiceSpec:
 
     markers = TransactionMarkerChannelManager(
         resolver=CatalogMarkerDestinations(node.store, wall_clock_ms),
-        transport=GrpcMarkerTransport(
-            timeout_s=settings.marker_request_timeout_ms / 1000, max_message_bytes=settings.max_message_bytes
-        ),
+        transport=GrpcMarkerTransport(timeout_s=settings.marker_request_timeout_ms / 1000, channels=channels),
         shard_for=shard_of,
         is_current=holds,
         retry_backoff_ms=settings.marker_retry_backoff_ms,

@@ -51,7 +51,7 @@ from oncelog.errors import (
     UnknownServerError,
     UnknownTopicOrPartition,
 )
-from oncelog.rpc import aio_channel, from_error_info, from_rpc_error
+from oncelog.rpc import ChannelFactory, from_error_info, from_rpc_error
 
 from .coordinator import MarkerCompletion
 from .metadata import TopicPartition
@@ -639,12 +639,12 @@ class GrpcMarkerTransport:
 
     Args:
         timeout_s: deadline of one call; an expired call is retried like a lost connection.
-        max_message_bytes: message size limit of the channels.
+        channels: opens the channels (TLS, message size limits); plaintext defaults when omitted.
     """
 
-    def __init__(self, *, timeout_s: float = 30.0, max_message_bytes: int = 64 * 1024 * 1024) -> None:
+    def __init__(self, *, timeout_s: float = 30.0, channels: ChannelFactory | None = None) -> None:
         self._timeout_s = timeout_s
-        self._max_message_bytes = max_message_bytes
+        self._factory = channels or ChannelFactory()
         self._channels: dict[str, grpc.aio.Channel] = {}
 
     async def write_markers(
@@ -675,7 +675,7 @@ class GrpcMarkerTransport:
     def _channel(self, address: str) -> grpc.aio.Channel:
         channel = self._channels.get(address)
         if channel is None:
-            channel = aio_channel(address, max_message_bytes=self._max_message_bytes)
+            channel = self._factory.aio(address)
             self._channels[address] = channel
         return channel
 

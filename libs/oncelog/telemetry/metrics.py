@@ -1,0 +1,361 @@
+"""The catalog of oncelog metrics: every metric defined once, with typed helpers to record it.
+
+Each :class:`MetricDefinition` names an OpenTelemetry instrument (dot-separated name, UCUM unit, description,
+kind, attribute keys). :class:`OncelogMetrics` creates the instruments from a ``MeterProvider`` (the global one
+by default, which ``configure_telemetry`` points at OTLP) and offers one method per thing a service observes;
+the module-level functions record through a default instance on the global provider. Instruments obtained
+before the provider is installed forward to it once it is (the API's proxy meter), so importing this module
+early costs nothing and loses nothing.
+
+Prometheus names. Metrics travel over OTLP to Prometheus' OTLP receiver, which translates names the way the
+OpenTelemetry/Prometheus compatibility spec says and :func:`prometheus_name` reproduces: dots become
+underscores, the unit is appended as a word unless the name already ends with it (``s`` → ``_seconds``,
+``By`` → ``_bytes``; annotations such as ``{record}`` are dropped), monotonic counters get ``_total``, and a
+histogram is queried through ``_bucket``, ``_sum`` and ``_count``. Attribute keys become labels the same way
+(``rpc.method`` → ``rpc_method``). So ``oncelog.produce.records`` is ``oncelog_produce_records_total`` and
+``oncelog.rpc.server.duration`` is ``oncelog_rpc_server_duration_seconds_bucket``. Dashboards query only names
+from :func:`prometheus_series`, which ``tests/deploy/test_dashboards.py`` enforces.
+
+Attribute values stay bounded: topic and partition (as Kafka's per-partition JMX metrics), an isolation
+level, a transaction result, an RPC method. Never a transactional id or producer id; those belong on spans.
+"""
+
+from __future__ import annotations
+
+import enum
+import functools
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from opentelemetry import metrics
+from opentelemetry.metrics import Meter, MeterProvider
+
+METER_NAME = "oncelog"
+
+# Bucket boundaries in seconds: OTel's default boundaries (0..10000) assume milliseconds and would put every
+# oncelog call into the first two buckets.
+LATENCY_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+
+
+class InstrumentKind(enum.Enum):
+    """The OpenTelemetry instrument a metric is recorded with."""
+
+    COUNTER = "counter"
+    """Monotonic sum; a Prometheus counter (``_total``)."""
+    UP_DOWN_COUNTER = "up_down_counter"
+    """Non-monotonic sum; a Prometheus gauge."""
+    GAUGE = "gauge"
+    """Last value set; a Prometheus gauge."""
+    HISTOGRAM = "histogram"
+    """Explicit-bucket histogram; Prometheus ``_bucket``/``_sum``/``_count``."""
+
+
+@dataclass(frozen=True)
+class MetricDefinition:
+    """One metric: its OTel identity, what it means, which attributes it carries and who records it.
+
+    Attributes:
+        name: OTel instrument name, ``oncelog.<area>.<what>``.
+        kind: instrument kind.
+        unit: UCUM unit (``s``, ``By``) or an annotation (``{record}``).
+        description: one sentence, exported as the metric's help text.
+        attributes: attribute keys every data point carries.
+        recorded_by: the services (kebab-case) or library that record it.
+        buckets: histogram bucket boundaries, in ``unit``.
+    """
+
+    name: str
+    kind: InstrumentKind
+    unit: str
+    description: str
+    attributes: tuple[str, ...] = ()
+    recorded_by: tuple[str, ...] = ()
+    buckets: tuple[float, ...] | None = None
+
+    @property
+    def prometheus_name(self) -> str:
+        """The base name Prometheus stores this metric under (see the module docstring)."""
+        return prometheus_name(self.name, self.unit, self.kind)
+
+    @property
+    def prometheus_series(self) -> tuple[str, ...]:
+        """Every series name a query may use for this metric."""
+        base = self.prometheus_name
+        if self.kind is InstrumentKind.HISTOGRAM:
+            return (f"{base}_bucket", f"{base}_sum", f"{base}_count")
+        return (base,)
+
+    @property
+    def prometheus_labels(self) -> tuple[str, ...]:
+        """The attribute keys as Prometheus label names."""
+        return tuple(prometheus_label(a) for a in self.attributes)
+
+
+PRODUCE_RECORDS = MetricDefinition(
+    "oncelog.produce.records",
+    InstrumentKind.COUNTER,
+    "{record}",
+    "Records appended to a partition by Produce (duplicates of an idempotent retry are not counted).",
+    ("topic", "partition"),
+    ("partition-storage",),
+)
+PRODUCE_BYTES = MetricDefinition(
+    "oncelog.produce.bytes",
+    InstrumentKind.COUNTER,
+    "By",
+    "Record batch bytes appended to a partition by Produce.",
+    ("topic", "partition"),
+    ("partition-storage",),
+)
+FETCH_RECORDS = MetricDefinition(
+    "oncelog.fetch.records",
+    InstrumentKind.COUNTER,
+    "{record}",
+    "Records returned by Fetch, by isolation level (read_committed stops at the last stable offset).",
+    ("topic", "partition", "isolation"),
+    ("partition-storage",),
+)
+FETCH_BYTES = MetricDefinition(
+    "oncelog.fetch.bytes",
+    InstrumentKind.COUNTER,
+    "By",
+    "Record batch bytes returned by Fetch, by isolation level.",
+    ("topic", "partition", "isolation"),
+    ("partition-storage",),
+)
+PARTITION_LSO_LAG = MetricDefinition(
+    "oncelog.partition.lso_lag",
+    InstrumentKind.GAUGE,
+    "{offset}",
+    "High watermark minus last stable offset of a partition led by this node: records that read_committed"
+    " consumers cannot see yet because an open transaction precedes them.",
+    ("topic", "partition"),
+    ("partition-storage",),
+)
+TRANSACTIONS_OPEN = MetricDefinition(
+    "oncelog.transactions.open",
+    InstrumentKind.GAUGE,
+    "{transaction}",
+    "Transactions of a coordinator shard that are ongoing or preparing (not yet complete); a coordinator"
+    " sets 0 for a shard it gives up.",
+    ("shard",),
+    ("txn-coordinator",),
+)
+TRANSACTIONS_COMPLETED = MetricDefinition(
+    "oncelog.transactions.completed",
+    InstrumentKind.COUNTER,
+    "{transaction}",
+    "Transactions that reached COMPLETE_COMMIT or COMPLETE_ABORT, by result (commit or abort).",
+    ("result",),
+    ("txn-coordinator",),
+)
+TXN_MARKER_DURATION = MetricDefinition(
+    "oncelog.txn.marker.duration",
+    InstrumentKind.HISTOGRAM,
+    "s",
+    "Time from a PREPARE_COMMIT/PREPARE_ABORT becoming durable until every partition and group has its"
+    " marker: how long the transaction holds back the last stable offset after EndTxn.",
+    ("result",),
+    ("txn-coordinator",),
+    LATENCY_BUCKETS_S,
+)
+PID_BLOCK_REMAINING = MetricDefinition(
+    "oncelog.pid.block.remaining",
+    InstrumentKind.GAUGE,
+    "{producer_id}",
+    "Producer ids left in the block this coordinator fetched from the pid-allocator before it needs a new one.",
+    (),
+    ("txn-coordinator",),
+)
+RPC_SERVER_DURATION = MetricDefinition(
+    "oncelog.rpc.server.duration",
+    InstrumentKind.HISTOGRAM,
+    "s",
+    "Duration of gRPC calls served, from the first byte received to the status sent, by method and status.",
+    ("rpc.system", "rpc.service", "rpc.method", "rpc.grpc.status_code"),
+    ("every service (oncelog.rpc.interceptors)",),
+    LATENCY_BUCKETS_S,
+)
+
+CATALOG: tuple[MetricDefinition, ...] = (
+    PRODUCE_RECORDS,
+    PRODUCE_BYTES,
+    FETCH_RECORDS,
+    FETCH_BYTES,
+    PARTITION_LSO_LAG,
+    TRANSACTIONS_OPEN,
+    TRANSACTIONS_COMPLETED,
+    TXN_MARKER_DURATION,
+    PID_BLOCK_REMAINING,
+    RPC_SERVER_DURATION,
+)
+"""Every metric oncelog emits."""
+
+# UCUM units with a Prometheus word, from the OTel/Prometheus compatibility spec (only those oncelog uses or
+# is likely to: seconds for durations, bytes for sizes).
+_UNIT_WORDS = {"s": "seconds", "ms": "milliseconds", "By": "bytes", "KiBy": "kibibytes", "MiBy": "mebibytes"}
+
+
+def prometheus_label(attribute: str) -> str:
+    """The Prometheus label name of an OTel attribute key (``rpc.method`` → ``rpc_method``)."""
+    return re.sub(r"_+", "_", re.sub(r"[^a-zA-Z0-9_]", "_", attribute))
+
+
+def prometheus_name(name: str, unit: str, kind: InstrumentKind) -> str:
+    """The Prometheus metric name of an OTel instrument, as Prometheus' OTLP receiver builds it.
+
+    Example: ``prometheus_name("oncelog.txn.marker.duration", "s", HISTOGRAM)`` is
+    ``oncelog_txn_marker_duration_seconds``.
+    """
+    base = re.sub(r"_+", "_", re.sub(r"[^a-zA-Z0-9_:]", "_", name)).strip("_")
+    words = base.split("_")
+    unit_word = _UNIT_WORDS.get(re.sub(r"\{[^}]*\}", "", unit).strip(), "")
+    if unit == "1" and kind in (InstrumentKind.GAUGE, InstrumentKind.UP_DOWN_COUNTER):
+        unit_word = "ratio"
+    if unit_word and unit_word not in words:
+        words.append(unit_word)
+    if kind is InstrumentKind.COUNTER and words[-1] != "total":
+        words.append("total")
+    return "_".join(words)
+
+
+def _create(meter: Meter, definition: MetricDefinition) -> Any:
+    kind, args = definition.kind, (definition.name, definition.unit, definition.description)
+    if kind is InstrumentKind.COUNTER:
+        return meter.create_counter(*args)
+    if kind is InstrumentKind.UP_DOWN_COUNTER:
+        return meter.create_up_down_counter(*args)
+    if kind is InstrumentKind.GAUGE:
+        return meter.create_gauge(*args)
+    return meter.create_histogram(*args, explicit_bucket_boundaries_advisory=definition.buckets)
+
+
+class OncelogMetrics:
+    """The catalog's instruments from one meter provider, with one typed method per observation.
+
+    Services call these methods (or the module-level functions, which use the global provider); tests pass a
+    provider with an in-memory reader.
+    """
+
+    def __init__(self, meter_provider: MeterProvider | None = None) -> None:
+        meter = metrics.get_meter(METER_NAME, meter_provider=meter_provider)
+        self._instruments: dict[str, Any] = {d.name: _create(meter, d) for d in CATALOG}
+
+    def instrument(self, definition: MetricDefinition) -> Any:
+        """The OTel instrument of a catalog entry, for recordings no helper covers."""
+        return self._instruments[definition.name]
+
+    def record_produce(self, topic: str, partition: int, records: int, size_bytes: int) -> None:
+        """Count one appended batch (not a deduplicated retry)."""
+        attributes = {"topic": topic, "partition": partition}
+        self._instruments[PRODUCE_RECORDS.name].add(records, attributes)
+        self._instruments[PRODUCE_BYTES.name].add(size_bytes, attributes)
+
+    def record_fetch(self, topic: str, partition: int, isolation: str, records: int, size_bytes: int) -> None:
+        """Count what one Fetch returned for one partition; ``isolation`` is read_committed or read_uncommitted."""
+        attributes = {"topic": topic, "partition": partition, "isolation": isolation}
+        self._instruments[FETCH_RECORDS.name].add(records, attributes)
+        self._instruments[FETCH_BYTES.name].add(size_bytes, attributes)
+
+    def set_lso_lag(self, topic: str, partition: int, lag: int) -> None:
+        """Report high watermark minus last stable offset of a partition this node leads."""
+        self._instruments[PARTITION_LSO_LAG.name].set(lag, {"topic": topic, "partition": partition})
+
+    def set_transactions_open(self, shard: int, count: int) -> None:
+        """Report the open (ongoing or preparing) transactions of one coordinator shard; 0 when unloaded."""
+        self._instruments[TRANSACTIONS_OPEN.name].set(count, {"shard": shard})
+
+    def record_transaction_completed(self, result: str) -> None:
+        """Count a transaction that completed; ``result`` is ``commit`` or ``abort``."""
+        self._instruments[TRANSACTIONS_COMPLETED.name].add(1, {"result": result})
+
+    def record_marker_duration(self, result: str, seconds: float) -> None:
+        """Record the time from a durable PREPARE_* until every marker of the transaction is written."""
+        self._instruments[TXN_MARKER_DURATION.name].record(seconds, {"result": result})
+
+    def set_pid_block_remaining(self, remaining: int) -> None:
+        """Report the producer ids left in the current block."""
+        self._instruments[PID_BLOCK_REMAINING.name].set(remaining)
+
+    def record_rpc_server_duration(self, full_method: str, status_code: int, seconds: float) -> None:
+        """Record one served call; ``full_method`` is ``/package.Service/Method``."""
+        service, _, method = full_method.lstrip("/").partition("/")
+        attributes: Mapping[str, str | int] = {
+            "rpc.system": "grpc",
+            "rpc.service": service,
+            "rpc.method": method,
+            "rpc.grpc.status_code": status_code,
+        }
+        self._instruments[RPC_SERVER_DURATION.name].record(seconds, attributes)
+
+
+@functools.cache
+def default_metrics() -> OncelogMetrics:
+    """The instance on the global meter provider (real once ``configure_telemetry`` installed one)."""
+    return OncelogMetrics()
+
+
+def record_produce(topic: str, partition: int, records: int, size_bytes: int) -> None:
+    """:meth:`OncelogMetrics.record_produce` on the global provider."""
+    default_metrics().record_produce(topic, partition, records, size_bytes)
+
+
+def record_fetch(topic: str, partition: int, isolation: str, records: int, size_bytes: int) -> None:
+    """:meth:`OncelogMetrics.record_fetch` on the global provider."""
+    default_metrics().record_fetch(topic, partition, isolation, records, size_bytes)
+
+
+def set_lso_lag(topic: str, partition: int, lag: int) -> None:
+    """:meth:`OncelogMetrics.set_lso_lag` on the global provider."""
+    default_metrics().set_lso_lag(topic, partition, lag)
+
+
+def set_transactions_open(shard: int, count: int) -> None:
+    """:meth:`OncelogMetrics.set_transactions_open` on the global provider."""
+    default_metrics().set_transactions_open(shard, count)
+
+
+def record_transaction_completed(result: str) -> None:
+    """:meth:`OncelogMetrics.record_transaction_completed` on the global provider."""
+    default_metrics().record_transaction_completed(result)
+
+
+def record_marker_duration(result: str, seconds: float) -> None:
+    """:meth:`OncelogMetrics.record_marker_duration` on the global provider."""
+    default_metrics().record_marker_duration(result, seconds)
+
+
+def set_pid_block_remaining(remaining: int) -> None:
+    """:meth:`OncelogMetrics.set_pid_block_remaining` on the global provider."""
+    default_metrics().set_pid_block_remaining(remaining)
+
+
+__all__ = [
+    "CATALOG",
+    "FETCH_BYTES",
+    "FETCH_RECORDS",
+    "LATENCY_BUCKETS_S",
+    "PARTITION_LSO_LAG",
+    "PID_BLOCK_REMAINING",
+    "PRODUCE_BYTES",
+    "PRODUCE_RECORDS",
+    "RPC_SERVER_DURATION",
+    "TRANSACTIONS_COMPLETED",
+    "TRANSACTIONS_OPEN",
+    "TXN_MARKER_DURATION",
+    "InstrumentKind",
+    "MetricDefinition",
+    "OncelogMetrics",
+    "default_metrics",
+    "prometheus_label",
+    "prometheus_name",
+    "record_fetch",
+    "record_marker_duration",
+    "record_produce",
+    "record_transaction_completed",
+    "set_lso_lag",
+    "set_pid_block_remaining",
+    "set_transactions_open",
+]
