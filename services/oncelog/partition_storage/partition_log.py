@@ -879,6 +879,11 @@ class FlushCoordinator:
             if self._inflight is None:
                 self._start()
             assert self._inflight is not None
+            if self._inflight.done():
+                # finished, but its _finished callback has not run yet: awaiting a done future does not
+                # yield, so without this the loop would spin forever and the callback would never run
+                await asyncio.sleep(0)
+                continue
             with contextlib.suppress(Exception):
                 # the outcome is read from _completed/_failure, set by _finished before waiters resume
                 await asyncio.shield(self._inflight)

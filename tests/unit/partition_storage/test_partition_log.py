@@ -808,3 +808,23 @@ async def test_cancelled_waiter_does_not_cancel_the_shared_fsync() -> None:
     # flush 1 ran to completion despite the cancellation (else the patient waiter would have failed)
     assert done == [1, 1]
     assert flusher.flush_count == 2
+
+
+@pytest.mark.timeout(20)
+async def test_sync_yields_when_the_flush_is_done_but_its_callback_has_not_run() -> None:
+    """Regression: awaiting an already-done flush future never yields, so sync() must not spin on it."""
+    import functools
+
+    from oncelog.partition_storage.partition_log import FlushCoordinator
+
+    flushes: list[int] = []
+    coordinator = FlushCoordinator(lambda: flushes.append(1))
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[object] = loop.create_future()
+    coordinator._started += 1
+    coordinator._inflight = done
+    done.add_done_callback(functools.partial(coordinator._finished, coordinator._started))
+    done.set_result(None)  # done now; its callback is only scheduled
+    # awaited directly (not as a task) so sync() runs before the scheduled callback, as in the engine
+    await coordinator.sync()
+    assert flushes == [1], "the write before sync() needs a flush that started after it"

@@ -1,0 +1,871 @@
+"""PartitionEngine: one partition's log, producer state and aborted-transaction index behind one lock.
+
+This is the partition half of Kafka's ``UnifiedLog`` + ``ReplicaManager`` for a single-replica partition
+(DESIGN §4): it validates client batches (ref §4.2), assigns offsets, appends, writes transaction markers
+(ref §3.3), tracks the high watermark and the last stable offset (ref §4.3), answers fetches with the
+aborted transactions a read_committed reader must drop (ref §4.4, §4.5), and rebuilds all of it on open from
+the newest producer-state snapshot plus a replay of the log tail (ref §4.6).
+
+Concurrency model
+-----------------
+Everything runs on the event loop of the process, and the :class:`PartitionLog` methods other than
+``flush`` are only ever called from the loop thread, which is the single thread the log requires:
+
+* **Writes** (data appends, markers, retention, close) hold the engine's ``asyncio.Lock``. The critical
+  section itself is synchronous: duplicate check, producer-state validation, one ``writev`` into the page
+  cache, transaction-index entries and the producer-state commit run without yielding, so a request's
+  validation can never go stale and appends to one partition are strictly ordered. The lock exists for the
+  few steps that must wait while excluding writers (close, and waiting for a snapshot to become durable).
+* **Durability** is awaited *after* the lock is released. Each write registers the offset it needs durable;
+  one pump task per engine runs one fsync at a time in a flush thread (:class:`FlushCoordinator`), and each
+  fsync covers every write made before it started, so all appends that arrived during an fsync share the
+  next one (group commit). Producer state is committed right after the write, before the fsync, so the next
+  request already sees this one's sequences; the acknowledgement waits for the fsync. With ``flush=async``
+  topics nothing waits.
+* **Reads** (fetch, list offsets, describe) take no lock: they are synchronous on the loop, so they see
+  either all or none of an append. They never return data above the high watermark.
+* **High watermark.** With one replica, HW is the end of the fsynced log (``flush=sync``) or the log end
+  (``flush=async``). Whenever HW or the LSO may have moved, the current :meth:`PartitionEngine.changed`
+  event is set and replaced, which wakes long-polling fetches.
+
+If a write or an fsync fails half way, the page cache and the producer state may disagree with the disk, so
+the engine goes offline for good (every call raises ``StorageUnavailable``) and the process must be
+restarted to recover the partition from its files: the behaviour of Kafka's offline log directory.
+
+Snapshot invariant: a producer-state snapshot at offset S is written only after everything below S (batches
+and ``.txnindex`` entries) is durable. Recovery therefore trusts the index entries of markers below S and
+rebuilds every entry at or above S by replaying the log from S through the producer state.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import heapq
+import itertools
+import logging
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Executor
+from dataclasses import dataclass
+from pathlib import Path
+
+from oncelog.errors import (
+    CorruptMessage,
+    InvalidRecord,
+    InvalidRequest,
+    MessageTooLarge,
+    OffsetOutOfRange,
+    OncelogError,
+    StorageUnavailable,
+)
+from oncelog.partition_storage.partition_log import FlushCoordinator, PartitionLog
+from oncelog.partition_storage.producer_state import (
+    AppendOrigin,
+    BatchMetadata,
+    ProducerAppendInfo,
+    ProducerDescription,
+    ProducerStateManager,
+)
+from oncelog.partition_storage.txn_index import AbortedTxn, TransactionIndex, collect_aborted_txns
+from oncelog.records import BatchHeader, ControlType, build_control_batch, iter_batches, read_control_record
+from oncelog.records import validate_batch as _validate_batch
+
+__all__ = [
+    "AppendResult",
+    "EngineConfig",
+    "FetchResult",
+    "IsolationLevel",
+    "OffsetSpec",
+    "PartitionEngine",
+    "PendingAppend",
+    "TxnMarkerSpec",
+]
+
+log = logging.getLogger(__name__)
+
+
+class IsolationLevel(enum.Enum):
+    """What a reader may see: up to the high watermark, or up to the last stable offset (ref §4.5)."""
+
+    READ_UNCOMMITTED = "read_uncommitted"
+    READ_COMMITTED = "read_committed"
+
+
+class OffsetSpec(enum.Enum):
+    """Which offset :meth:`PartitionEngine.list_offset` resolves."""
+
+    EARLIEST = "earliest"
+    LATEST = "latest"
+    TIMESTAMP = "timestamp"
+
+
+@dataclass(frozen=True, slots=True)
+class EngineConfig:
+    """Settings of one partition: the topic's configs plus the node's storage settings.
+
+    Attributes:
+        segment_bytes, segment_ms: roll the active segment past this size or age.
+        retention_bytes, retention_ms: delete old segments beyond these (-1: no limit).
+        max_message_bytes: largest batch accepted (Kafka's ``max.message.bytes``, checked per batch).
+        flush_sync: fsync before acknowledging (the topic's ``flush=sync``); ``False`` acknowledges after the
+            write and lets the periodic flush make it durable.
+        index_interval_bytes: bytes between sparse offset index entries.
+        producer_id_expiration_ms: idle time after which a producer without an open transaction is forgotten.
+        validate_records: also decompress and parse every record of a client batch (Kafka's
+            ``LogValidator``); off, only the header and the CRC32C are checked, which proves the producer's
+            bytes arrived intact but leaves record framing to the reader.
+        strict_marker_epoch: the coordinator bumps the producer epoch when it ends a transaction (KIP-890,
+            DESIGN §5), so a marker must carry an epoch above its data's (ref §3.3, TV2 rule).
+    """
+
+    segment_bytes: int = 128 * 1024 * 1024
+    segment_ms: int = 7 * 24 * 3600 * 1000
+    retention_bytes: int = -1
+    retention_ms: int = 7 * 24 * 3600 * 1000
+    max_message_bytes: int = 1_048_588
+    flush_sync: bool = True
+    index_interval_bytes: int = 4096
+    producer_id_expiration_ms: int = 24 * 3600 * 1000
+    validate_records: bool = False
+    strict_marker_epoch: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class AppendResult:
+    """Outcome of a data append.
+
+    Attributes:
+        base_offset: offset of the first record of the request (of the original write for a duplicate).
+        last_offset: offset of the last record of the request.
+        log_start_offset: the partition's log start offset after the append.
+        duplicate: every batch had been written before; nothing was appended (ref §4.2 rule 1).
+    """
+
+    base_offset: int
+    last_offset: int
+    log_start_offset: int
+    duplicate: bool
+
+
+@dataclass(frozen=True, slots=True)
+class TxnMarkerSpec:
+    """One COMMIT/ABORT marker for this partition (one entry of WriteTxnMarkers, ref §3.1)."""
+
+    producer_id: int
+    producer_epoch: int
+    coordinator_epoch: int
+    result: ControlType
+
+
+@dataclass(frozen=True, slots=True)
+class FetchResult:
+    """What one partition returns to a fetch.
+
+    Attributes:
+        records: whole batches as stored, control batches included; empty when nothing is readable.
+        next_offset: offset right after the returned batches (the fetch offset if none).
+        high_watermark, last_stable_offset, log_start_offset: the partition's offsets at the read.
+        aborted_transactions: read_committed only: aborted transactions overlapping the returned range.
+    """
+
+    records: bytes
+    next_offset: int
+    high_watermark: int
+    last_stable_offset: int
+    log_start_offset: int
+    aborted_transactions: tuple[AbortedTxn, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class _ClientBatch:
+    header: BatchHeader
+    data: memoryview
+
+
+class PendingAppend:
+    """A write that is in the log and in the producer state but maybe not yet durable.
+
+    Returned by :meth:`PartitionEngine.write` so a caller can start the next write to the partition (keeping
+    request order) while this one waits for its fsync; :meth:`wait` returns once the write is acknowledged.
+    """
+
+    __slots__ = ("_durable_offset", "_engine", "result")
+
+    def __init__(self, engine: PartitionEngine, result: AppendResult, durable_offset: int) -> None:
+        self._engine = engine
+        self._durable_offset = durable_offset
+        self.result = result
+
+    @property
+    def acknowledged(self) -> bool:
+        """True once the batches are below the high watermark (at once for ``flush=async`` topics)."""
+        return self._engine.high_watermark >= self._durable_offset
+
+    async def wait(self) -> AppendResult:
+        """Wait until the written (or, for a duplicate, the original) batches are below the high watermark.
+
+        Raises:
+            StorageUnavailable: the fsync failed (``definite=False``) or the partition went offline.
+        """
+        await self._engine._await_high_watermark(self._durable_offset)
+        return self.result
+
+
+class PartitionEngine:
+    """One partition's storage engine; see the module docstring for the concurrency model.
+
+    Create it with :meth:`open`, which runs recovery. ``leader_epoch`` is the partition's current leader
+    epoch from the catalog, stamped into every batch written (as Kafka's ``partitionLeaderEpoch``).
+    """
+
+    def __init__(
+        self,
+        log_: PartitionLog,
+        producers: ProducerStateManager,
+        txn_indexes: dict[int, TransactionIndex],
+        config: EngineConfig,
+        *,
+        clock: Callable[[], int],
+        flush_executor: Executor | None = None,
+        leader_epoch: int = 0,
+    ) -> None:
+        """Use :meth:`open`; this constructor takes already recovered parts."""
+        self._log = log_
+        self._producers = producers
+        self._txn_indexes = txn_indexes
+        self.config = config
+        self._clock = clock
+        self.leader_epoch = leader_epoch
+        self._lock = asyncio.Lock()
+        self._flusher = FlushCoordinator(log_.flush, executor=flush_executor)
+        self._durability_waiters: list[tuple[int, int, asyncio.Future[None]]] = []
+        self._waiter_ids = itertools.count()
+        self._pump: asyncio.Task[None] | None = None
+        # recovery flushed everything it kept, so the whole log is durable
+        self._high_watermark = log_.log_end_offset
+        self._producers.on_high_watermark_update(self._high_watermark)
+        self._changed = asyncio.Event()
+        self._snapshot_tasks: set[asyncio.Task[None]] = set()
+        self._snapshot_lock = asyncio.Lock()
+        self._failure: BaseException | None = None
+        self._closed = False
+
+    # ---------------------------------------------------------------------------------------------- opening
+
+    @classmethod
+    async def open(
+        cls,
+        directory: str | Path,
+        config: EngineConfig,
+        *,
+        clock: Callable[[], int],
+        flush_executor: Executor | None = None,
+        leader_epoch: int = 0,
+    ) -> PartitionEngine:
+        """Open (creating if needed) and recover the partition stored in ``directory``.
+
+        The file work (segment recovery, snapshot load, replay, index rebuild) runs in a worker thread.
+
+        Raises:
+            StorageUnavailable: the directory is held by another engine or cannot be read.
+            InvalidConfig: a setting is out of range.
+        """
+        log_, producers, indexes = await asyncio.to_thread(_recover, Path(directory), config, clock)
+        return cls(
+            log_, producers, indexes, config, clock=clock, flush_executor=flush_executor, leader_epoch=leader_epoch
+        )
+
+    # -------------------------------------------------------------------------------------------- offsets
+
+    @property
+    def directory(self) -> Path:
+        """The partition's directory."""
+        return self._log.directory
+
+    @property
+    def log_start_offset(self) -> int:
+        """First offset still stored."""
+        return self._log.log_start_offset
+
+    @property
+    def log_end_offset(self) -> int:
+        """Offset the next record gets (may be above the high watermark until the fsync)."""
+        return self._log.log_end_offset
+
+    @property
+    def high_watermark(self) -> int:
+        """Offset after the last acknowledged-durable record; read_uncommitted reads stop here."""
+        return self._high_watermark
+
+    @property
+    def last_stable_offset(self) -> int:
+        """First offset of the earliest undecided transaction, or the high watermark (ref §4.3)."""
+        lso = self._producers.last_stable_offset(self._high_watermark)
+        # a transaction whose start was deleted by retention must not pin the LSO below the log start
+        return max(lso, min(self._log.log_start_offset, self._high_watermark))
+
+    @property
+    def flush_count(self) -> int:
+        """fsyncs started by group commit so far (appends per fsync = appends / this)."""
+        return self._flusher.flush_count
+
+    @property
+    def online(self) -> bool:
+        """False once closed or after a write or fsync failure."""
+        return not self._closed and self._failure is None
+
+    def changed(self) -> asyncio.Event:
+        """An event set the next time the high watermark or the LSO may have moved (or the engine closes).
+
+        Take the event *before* checking the offsets, then wait on it: no change can be missed.
+        """
+        return self._changed
+
+    def _notify(self) -> None:
+        event, self._changed = self._changed, asyncio.Event()
+        event.set()
+
+    # --------------------------------------------------------------------------------------------- append
+
+    async def append(self, records: bytes | memoryview) -> AppendResult:
+        """Validate and append one or more client batches, then wait until they are acknowledged.
+
+        Equivalent to ``await (await self.write(records)).wait()``.
+        """
+        pending = await self.write(records)
+        return await pending.wait()
+
+    async def write(self, records: bytes | memoryview) -> PendingAppend:
+        """Validate and write client batches to the log and the producer state; durability is awaited later.
+
+        Leading batches that repeat one of their producer's last 5 batches are not written again: their
+        original offsets are answered (ref §4.2 rule 1). The rest is validated batch by batch against the
+        producer state; any failure rejects the whole request and nothing is appended.
+
+        Raises:
+            CorruptMessage: truncated or trailing bytes, a bad header, or a CRC32C mismatch.
+            InvalidRecord: an empty request, a control batch (only the coordinator writes markers), or a
+                batch whose content is inconsistent.
+            MessageTooLarge: a batch exceeds ``max_message_bytes``.
+            InvalidProducerEpoch, OutOfOrderSequence, InvalidTxnState: producer-state validation (ref §4.2).
+            StorageUnavailable: the partition is offline or closed, or the write failed.
+        """
+        self._check_online()
+        batches = self._parse_client_batches(records)
+        async with self._lock:
+            self._check_online()
+            return self._write_locked(batches)
+
+    def _parse_client_batches(self, records: bytes | memoryview) -> list[_ClientBatch]:
+        config = self.config
+        batches: list[_ClientBatch] = []
+        for header, view in iter_batches(records):
+            if header.size_in_bytes > config.max_message_bytes:
+                raise MessageTooLarge(
+                    f"batch at offset delta {len(batches)} is {header.size_in_bytes} bytes; the topic's "
+                    f"max_message_bytes is {config.max_message_bytes}"
+                )
+            header = _validate_batch(view, check_records=config.validate_records)
+            if header.is_control:
+                raise InvalidRecord("control batches are written by the transaction coordinator, not by producers")
+            batches.append(_ClientBatch(header, view))
+        if not batches:
+            raise InvalidRecord("the request carries no record batch for this partition")
+        return batches
+
+    def _write_locked(self, batches: list[_ClientBatch]) -> PendingAppend:
+        producers = self._producers
+        duplicates: list[BatchMetadata] = []
+        for batch in batches:
+            header = batch.header
+            if not header.has_producer_id:
+                break
+            original = producers.check_duplicate(
+                header.producer_id, header.producer_epoch, header.base_sequence, header.last_sequence
+            )
+            if original is None:
+                break
+            duplicates.append(original)
+        fresh = batches[len(duplicates) :]
+        if not fresh:
+            result = AppendResult(duplicates[0].first_offset, duplicates[-1].last_offset, self.log_start_offset, True)
+            return PendingAppend(self, result, duplicates[-1].last_offset + 1)
+
+        info = producers.prepare_append(AppendOrigin.CLIENT)
+        offset = self._log.log_end_offset
+        for batch in fresh:
+            header = batch.header
+            last = offset + header.last_offset_delta
+            if header.has_producer_id:
+                info.append_data_batch(
+                    header.producer_id,
+                    header.producer_epoch,
+                    header.base_sequence,
+                    header.last_sequence,
+                    offset,
+                    last,
+                    header.max_timestamp,
+                    header.is_transactional,
+                )
+            offset = last + 1
+        ranges = self._append_to_log([batch.data for batch in fresh], info)
+        first = duplicates[0].first_offset if duplicates else ranges[0][0]
+        result = AppendResult(first, ranges[-1][1], self.log_start_offset, False)
+        return PendingAppend(self, result, ranges[-1][1] + 1)
+
+    def _append_to_log(self, batches: Sequence[bytes | memoryview], info: ProducerAppendInfo) -> list[tuple[int, int]]:
+        """Write, index aborted transactions, commit the producer state; snapshot if the log rolled.
+
+        Called with the lock held and without yielding, so ``info`` cannot go stale.
+        """
+        log_ = self._log
+        expected = log_.log_end_offset
+        active_before = log_.active_segment_base
+        try:
+            ranges = log_.append(batches, partition_leader_epoch=self.leader_epoch)  # type: ignore[arg-type]
+        except StorageUnavailable as err:
+            if not err.definite:
+                self._fail(err)
+            raise
+        if ranges[0][0] != expected:  # pragma: no cover - guarded by the lock and the synchronous section
+            self._fail(AssertionError(f"log assigned offset {ranges[0][0]}, producer state expected {expected}"))
+            raise StorageUnavailable("offset assignment diverged from the producer state", definite=False)
+        if log_.active_segment_base != active_before and self._producers.map_end_offset == expected:
+            # the state not yet committed is exactly the state at the new segment's base (ref §4.6)
+            self._schedule_snapshot(log_.active_segment_base, self._producers.snapshot())
+        try:
+            for txn in info.aborted_txns:
+                self._index_aborted(txn)
+        except (StorageUnavailable, ValueError) as err:
+            self._fail(err)
+            raise StorageUnavailable(f"cannot index aborted transaction: {err}", definite=False) from err
+        self._producers.commit(info)
+        self._producers.update_map_end_offset(log_.log_end_offset)
+        if not self.config.flush_sync:
+            self._advance_high_watermark(log_.log_end_offset)
+        return ranges
+
+    def _index_aborted(self, txn: AbortedTxn) -> None:
+        base = self._log.segment_base_for(txn.last_offset)
+        index = self._txn_indexes.get(base)
+        if index is None:
+            index = self._txn_indexes[base] = TransactionIndex(base)
+        self._log.append_txn_index_entry(base, index.append(txn))
+
+    # -------------------------------------------------------------------------------------------- markers
+
+    async def write_markers(self, markers: Sequence[TxnMarkerSpec]) -> list[OncelogError | None]:
+        """Write COMMIT/ABORT markers for this partition and wait until they are durable (ref §3.3).
+
+        All markers that pass validation go into one append (one control batch each) and share one fsync.
+        A marker that repeats one already applied is acknowledged without being written again. Each marker
+        gets its own outcome: ``None`` for success, else the error (``InvalidProducerEpoch``,
+        ``TransactionCoordinatorFenced``); a failure of one never affects the others.
+
+        Raises:
+            StorageUnavailable: the partition is offline, or the write or its fsync failed; no outcome is
+                known for any marker.
+        """
+        self._check_online()
+        outcomes: list[OncelogError | None] = [None] * len(markers)
+        async with self._lock:
+            self._check_online()
+            producers = self._producers
+            info = producers.prepare_append(AppendOrigin.COORDINATOR)
+            now = self._clock()
+            offset = self._log.log_end_offset
+            batches: list[bytes] = []
+            for i, marker in enumerate(markers):
+                if self._marker_is_repeat(info, marker):
+                    continue
+                try:
+                    batch = build_control_batch(
+                        ControlType(marker.result),
+                        producer_id=marker.producer_id,
+                        producer_epoch=marker.producer_epoch,
+                        coordinator_epoch=marker.coordinator_epoch,
+                        base_offset=offset,
+                        timestamp=now,
+                    )
+                except ValueError as err:
+                    outcomes[i] = InvalidRequest(f"marker of producer {marker.producer_id} is malformed: {err}")
+                    continue
+                try:
+                    info.append_marker(
+                        marker.producer_id,
+                        marker.producer_epoch,
+                        int(marker.result),  # type: ignore[arg-type]
+                        marker.coordinator_epoch,
+                        offset,
+                        now,
+                        strict_epoch=self.config.strict_marker_epoch,
+                    )
+                except OncelogError as err:
+                    outcomes[i] = err
+                    continue
+                batches.append(batch)
+                offset += 1
+            if batches:
+                self._append_to_log(batches, info)
+            # a repeated marker is acknowledged once whatever applied it first is durable
+            durable_offset = self._log.log_end_offset
+        await self._await_high_watermark(durable_offset)
+        return outcomes
+
+    def _marker_is_repeat(self, info: ProducerAppendInfo, marker: TxnMarkerSpec) -> bool:
+        entry = info.staged_entry(marker.producer_id) or self._producers.last_entry(marker.producer_id)
+        return (
+            entry is not None
+            and entry.current_txn_first_offset is None
+            and entry.producer_epoch == marker.producer_epoch
+            and entry.coordinator_epoch == marker.coordinator_epoch
+        )
+
+    # ----------------------------------------------------------------------------------------- durability
+
+    async def _await_high_watermark(self, offset: int) -> None:
+        """Return once the high watermark is at or above ``offset`` (fsyncing through group commit)."""
+        self._check_online()
+        if self._high_watermark >= offset:
+            return
+        await self._await_durable(offset)
+        self._advance_high_watermark(self._log.recovery_point)
+
+    async def _await_durable(self, offset: int) -> None:
+        """Return once everything below ``offset`` is fsynced, whatever the topic's flush setting."""
+        if self._log.recovery_point >= offset:
+            return
+        self._check_online()
+        waiter = asyncio.get_running_loop().create_future()
+        heapq.heappush(self._durability_waiters, (offset, next(self._waiter_ids), waiter))
+        if self._pump is None:
+            self._pump = asyncio.get_running_loop().create_task(self._pump_fsyncs())
+        await waiter
+
+    async def _pump_fsyncs(self) -> None:
+        """Group commit: one fsync at a time, each covering every write made before it started.
+
+        The only caller of ``FlushCoordinator.sync``: while an fsync runs, new writes queue up as waiters and
+        the next fsync covers them all; waiters are released in offset order as the durable offset passes
+        them. (A single caller also keeps ``sync`` from ever being entered while a finished flush's
+        bookkeeping is still pending.)
+        """
+        waiters = self._durability_waiters
+        try:
+            while waiters:
+                await self._flusher.sync()
+                durable = self._log.recovery_point
+                if self.config.flush_sync:
+                    self._advance_high_watermark(durable)
+                while waiters and waiters[0][0] <= durable:
+                    waiter = heapq.heappop(waiters)[2]
+                    if not waiter.done():
+                        waiter.set_result(None)
+        except Exception as err:
+            if not self._closed:
+                self._fail(err)
+            failure = StorageUnavailable(f"{self._log.directory.name}: fsync failed: {err}", definite=False)
+            while waiters:
+                waiter = heapq.heappop(waiters)[2]
+                if not waiter.done():
+                    waiter.set_exception(failure)
+        finally:
+            self._pump = None
+
+    def _advance_high_watermark(self, offset: int) -> None:
+        if offset > self._high_watermark:
+            self._high_watermark = offset
+            self._producers.on_high_watermark_update(offset)
+            self._notify()
+
+    async def flush(self) -> None:
+        """Make everything written so far durable (the periodic flush of ``flush=async`` topics)."""
+        self._check_online()
+        await self._await_durable(self._log.log_end_offset)
+
+    async def checkpoint(self) -> None:
+        """Persist the recovery point, bounding the rescan after a crash (Kafka does it every 60 s)."""
+        self._check_online()
+        await asyncio.to_thread(self._log.checkpoint_recovery_point)
+
+    def _check_online(self) -> None:
+        if self._failure is not None:
+            raise StorageUnavailable(
+                f"partition {self._log.directory.name} is offline after an I/O failure: {self._failure}; "
+                f"restart the storage node to recover it",
+                definite=False,
+            )
+        if self._closed:
+            raise StorageUnavailable(f"partition {self._log.directory.name} is closed", definite=True)
+
+    def _fail(self, err: BaseException) -> None:
+        if self._failure is None:
+            self._failure = err
+            log.error("partition %s is offline: %s", self._log.directory, err)
+            self._notify()
+
+    # ---------------------------------------------------------------------------------------------- reads
+
+    def read(self, offset: int, max_bytes: int, isolation: IsolationLevel) -> FetchResult:
+        """Whole batches from the one holding ``offset``, up to the high watermark or the LSO (ref §4.5).
+
+        At most ``max_bytes`` unless the first batch alone is larger (it is returned whole). For
+        read_committed the aborted transactions overlapping ``[offset, next_offset)`` are listed so the
+        reader drops their data; control batches are returned like data and filtered by the reader.
+
+        Raises:
+            OffsetOutOfRange: ``offset`` is below the log start or above the log end.
+            InvalidRequest: ``max_bytes`` is negative.
+            StorageUnavailable: the partition is offline or closed.
+        """
+        self._check_online()
+        if max_bytes < 0:
+            raise InvalidRequest(f"max_bytes must be >= 0, got {max_bytes}")
+        start, end = self._log.log_start_offset, self._log.log_end_offset
+        if not start <= offset <= end:
+            raise OffsetOutOfRange(f"fetch offset {offset} is outside [{start}, {end}] of {self._log.directory.name}")
+        high_watermark, lso = self._high_watermark, self.last_stable_offset
+        committed = isolation is IsolationLevel.READ_COMMITTED
+        data, next_offset = self._log.read(offset, max_bytes, lso if committed else high_watermark)
+        aborted: tuple[AbortedTxn, ...] = ()
+        if committed and data:
+            aborted = tuple(collect_aborted_txns(self._indexes_from(offset), offset, next_offset))
+        return FetchResult(data, next_offset, high_watermark, lso, start, aborted)
+
+    def _indexes_from(self, offset: int) -> Iterator[TransactionIndex]:
+        first = self._log.segment_base_for(offset)
+        for base in self._log.segment_bases:
+            if base >= first and (index := self._txn_indexes.get(base)) is not None:
+                yield index
+
+    def list_offset(self, spec: OffsetSpec, isolation: IsolationLevel, timestamp_ms: int = -1) -> tuple[int, int]:
+        """``(offset, timestamp)`` for ListOffsets; ``(-1, -1)`` when no readable record has that timestamp.
+
+        EARLIEST is the log start, LATEST the high watermark (read_uncommitted) or the LSO (read_committed),
+        and TIMESTAMP the first record with a timestamp at or after ``timestamp_ms`` below that bound
+        (read_committed cannot find undecided data, ref §4.3).
+
+        Raises:
+            InvalidRequest: a negative timestamp for TIMESTAMP.
+            StorageUnavailable: the partition is offline or closed.
+        """
+        self._check_online()
+        bound = self.last_stable_offset if isolation is IsolationLevel.READ_COMMITTED else self._high_watermark
+        if spec is OffsetSpec.EARLIEST:
+            return self._log.log_start_offset, -1
+        if spec is OffsetSpec.LATEST:
+            return bound, -1
+        if timestamp_ms < 0:
+            raise InvalidRequest(f"timestamp_ms must be >= 0 for a timestamp lookup, got {timestamp_ms}")
+        found = self._log.offset_for_timestamp(timestamp_ms)
+        if found is None or found.offset >= bound:
+            return -1, -1
+        return found.offset, found.timestamp
+
+    def describe_producers(self) -> list[ProducerDescription]:
+        """Every producer with state on the partition (DescribeProducers, KIP-664)."""
+        self._check_online()
+        return self._producers.describe_producers()
+
+    # ------------------------------------------------------------------------------------------ maintenance
+
+    async def expire_producers(self) -> list[int]:
+        """Forget producers idle past ``producer_id_expiration_ms`` without an open transaction (ref §4.7)."""
+        self._check_online()
+        async with self._lock:
+            return self._producers.remove_expired_producers()
+
+    async def enforce_retention(self) -> list[int]:
+        """Delete whole segments beyond the topic's retention; returns their base offsets."""
+        self._check_online()
+        async with self._lock:
+            deleted = self._log.enforce_retention()
+            for base in deleted:
+                self._txn_indexes.pop(base, None)
+        if deleted:
+            self._notify()
+        return deleted
+
+    def _schedule_snapshot(self, offset: int, data: bytes) -> None:
+        task = asyncio.get_running_loop().create_task(self._write_snapshot_when_durable(offset, data))
+        self._snapshot_tasks.add(task)
+        task.add_done_callback(self._snapshot_tasks.discard)
+
+    async def _write_snapshot_when_durable(self, offset: int, data: bytes) -> None:
+        """Store a roll snapshot once everything below it is durable (the snapshot invariant)."""
+        try:
+            await self._await_durable(offset)
+            async with self._snapshot_lock:
+                if self.online and offset >= self._log.log_start_offset:
+                    await asyncio.to_thread(self._log.write_snapshot, offset, data)
+        except Exception as err:
+            # a missing snapshot only lengthens the next recovery's replay
+            log.warning("snapshot at %d of %s not written: %s", offset, self._log.directory, err)
+
+    async def close(self) -> None:
+        """Flush, write a snapshot at the log end, close the files; idempotent (ref §4.6)."""
+        async with self._lock:
+            if self._closed:
+                return
+            if self._snapshot_tasks:
+                await asyncio.gather(*self._snapshot_tasks, return_exceptions=True)
+            try:
+                if self._failure is None:
+                    await asyncio.to_thread(self._log.flush)
+                    self._producers.update_map_end_offset(self._log.log_end_offset)
+                    data = self._producers.snapshot()
+                    async with self._snapshot_lock:
+                        await asyncio.to_thread(self._log.write_snapshot, self._log.log_end_offset, data)
+            except Exception as err:
+                log.error("closing %s without a snapshot: %s", self._log.directory, err)
+            finally:
+                self._closed = True
+                await asyncio.to_thread(self._log.close)
+                self._notify()
+
+    def __repr__(self) -> str:
+        return (
+            f"PartitionEngine({self._log.directory.name}, start={self.log_start_offset}, hw={self._high_watermark}, "
+            f"lso={self.last_stable_offset}, end={self.log_end_offset})"
+        )
+
+
+# ---------------------------------------------------------------------------------------------------- recovery
+
+
+def _recover(
+    directory: Path, config: EngineConfig, clock: Callable[[], int]
+) -> tuple[PartitionLog, ProducerStateManager, dict[int, TransactionIndex]]:
+    """Open the log and rebuild producer state and aborted-transaction indexes (ref §4.6); blocking.
+
+    1. :class:`PartitionLog` truncates a torn or CRC-failing tail and flushes what it keeps.
+    2. The newest readable snapshot gives the producer state at its offset S (an unreadable one is deleted and
+       the previous one tried; with none, S is the log start).
+    3. Index entries of markers below S are trusted (the snapshot invariant); entries at or above S are cut.
+    4. The log is replayed from S with origin REPLICATION (never rejects); every ABORT marker of a
+       transaction with data yields its index entry again, with the LSO of that moment.
+    5. Index files that changed are replaced atomically.
+    """
+    log_ = PartitionLog(
+        directory,
+        segment_bytes=config.segment_bytes,
+        segment_ms=config.segment_ms,
+        retention_bytes=config.retention_bytes,
+        retention_ms=config.retention_ms,
+        index_interval_bytes=config.index_interval_bytes,
+        clock=clock,
+    )
+    try:
+        producers = _load_snapshot(log_, config, clock)
+        start = max(producers.map_end_offset, log_.log_start_offset)
+        files = {base: log_.read_txn_index(base) for base in log_.segment_bases}
+        indexes = _trusted_indexes(files, start)
+        if indexes is None:
+            # an index below the replay start is unreadable: only a replay from the log start rebuilds it
+            producers = _empty_state(config, clock)
+            start = log_.log_start_offset
+            indexes = {}
+        _replay(log_, producers, indexes, start)
+        producers.update_map_end_offset(log_.log_end_offset)
+        for base, content in files.items():
+            index = indexes.get(base)
+            rebuilt = index.to_bytes() if index is not None else b""
+            if rebuilt != content:
+                log_.replace_txn_index(base, rebuilt)
+        if log_.recovery.truncated_bytes or start < log_.log_end_offset:
+            log.info(
+                "recovered %s: replayed [%d, %d), %d open transaction(s), %d producer(s)",
+                directory,
+                start,
+                log_.log_end_offset,
+                len(producers.ongoing_txns()),
+                len(producers.active_producers),
+            )
+        return log_, producers, indexes
+    except BaseException:
+        log_.close()
+        raise
+
+
+def _empty_state(config: EngineConfig, clock: Callable[[], int]) -> ProducerStateManager:
+    return ProducerStateManager(producer_id_expiration_ms=config.producer_id_expiration_ms, clock=clock)
+
+
+def _load_snapshot(log_: PartitionLog, config: EngineConfig, clock: Callable[[], int]) -> ProducerStateManager:
+    while (latest := log_.latest_snapshot()) is not None:
+        offset, data = latest
+        try:
+            producers = ProducerStateManager.from_snapshot(
+                data, producer_id_expiration_ms=config.producer_id_expiration_ms, clock=clock
+            )
+            if producers.map_end_offset != offset:
+                raise CorruptMessage(f"snapshot file {offset} holds state at offset {producers.map_end_offset}")
+            return producers
+        except CorruptMessage as err:
+            log.warning("deleting unreadable producer snapshot %d of %s: %s", offset, log_.directory, err)
+            log_.delete_snapshot(offset)
+    return _empty_state(config, clock)
+
+
+def _trusted_indexes(files: dict[int, bytes], start: int) -> dict[int, TransactionIndex] | None:
+    """Decode every segment's index file, cut to the entries whose marker lies below ``start``.
+
+    Returns ``None`` if a file that holds trusted entries is unreadable.
+    """
+    indexes = {}
+    for base, data in files.items():
+        try:
+            index = TransactionIndex.from_bytes(base, data)
+        except CorruptMessage as err:
+            log.warning("transaction index of segment %d is unreadable: %s", base, err)
+            if base < start:
+                return None
+            index = TransactionIndex(base)
+        index.truncate_to(start)
+        if len(index):
+            indexes[base] = index
+    return indexes
+
+
+def _replay(
+    log_: PartitionLog, producers: ProducerStateManager, indexes: dict[int, TransactionIndex], start: int
+) -> None:
+    """Feed every batch from ``start`` to the log end through the producer state, re-indexing aborts."""
+    if start >= log_.log_end_offset:
+        return
+    for header, batch in log_.batches_from(start):
+        if header.base_offset < start or not header.has_producer_id:
+            continue
+        info = producers.prepare_append(AppendOrigin.REPLICATION)
+        if header.is_control:
+            try:
+                control_type, coordinator_epoch = read_control_record(batch)
+            except (CorruptMessage, InvalidRecord) as err:
+                log.warning("skipping unreadable marker at offset %d of %s: %s", header.base_offset, log_, err)
+                continue
+            info.append_marker(
+                header.producer_id,
+                header.producer_epoch,
+                int(control_type),  # type: ignore[arg-type]
+                coordinator_epoch,
+                header.base_offset,
+                header.max_timestamp,
+            )
+            for txn in info.aborted_txns:
+                base = log_.segment_base_for(txn.last_offset)
+                index = indexes.get(base)
+                if index is None:
+                    index = indexes[base] = TransactionIndex(base)
+                index.append(txn)
+        else:
+            info.append_data_batch(
+                header.producer_id,
+                header.producer_epoch,
+                header.base_sequence,
+                header.last_sequence,
+                header.base_offset,
+                header.last_offset,
+                header.max_timestamp,
+                header.is_transactional,
+            )
+        producers.commit(info)

@@ -1,0 +1,632 @@
+"""PartitionManager: which partitions this storage node leads, and their engines (Kafka's ``ReplicaManager``).
+
+Leadership comes from the cluster catalog (DESIGN §2): ``describe_topics`` gives every partition's leader
+node and leader epoch, ``list_nodes`` the live nodes' addresses. The manager keeps a copy, refreshed every
+``metadata_refresh_interval_ms`` and on demand when a request names a partition it does not know, a leader
+epoch newer than its own, or a partition another node leads. Such a request waits for a refresh that started
+after it arrived, so a topic created (or a leader moved) before the request was sent is always seen; refreshes
+are single-flight, so a burst of such requests shares one catalog read.
+
+* A request for a partition this node leads gets its :class:`PartitionEngine`, opened lazily under
+  ``<data_dir>/<topic>-<partition>/`` (recovery runs in a worker thread; concurrent first requests share
+  one open).
+* Another leader: ``NOT_LEADER`` with ``leader`` (address, when the leader is live), ``leader_node_id`` and
+  ``leader_epoch`` in the error metadata. A leader epoch below the catalog's: ``FENCED_LEADER_EPOCH``; above
+  it even after a refresh: ``UNKNOWN_LEADER_EPOCH``. Unknown topic or partition:
+  ``UNKNOWN_TOPIC_OR_PARTITION``.
+* A partition whose leadership moved away is closed (its files stay). A deleted topic's partitions are
+  closed and their directories removed. Each partition directory records the topic id it was created for
+  (``partition.metadata``, as Kafka's KIP-516), so a topic deleted and re-created under the same name never
+  sees the old incarnation's data, even if the deletion happened while this node was down.
+* ``<data_dir>/meta.properties`` binds the directory to one cluster id and node id (Kafka's
+  ``meta.properties``); starting against another catalog is refused rather than deleting "unknown" topics.
+* :meth:`PartitionManager.fetch` reads many partitions under one response budget and long-polls on the
+  engines' change events (Kafka's ``fetchMessages`` + ``DelayedFetch``); :meth:`PartitionManager.write_markers`
+  fans one WriteTxnMarkers request out to the partitions, one append per partition.
+* Background loops run producer-id expiry, retention, the periodic flush of ``flush=async`` topics and the
+  recovery-point checkpoint over every open engine.
+
+Concurrency: all state lives on the event loop; catalog reads and directory removal run in worker threads.
+Refreshes are single-flight, and so is the opening of each partition.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import shutil
+from collections.abc import Awaitable, Callable, Sequence
+from concurrent.futures import Executor
+from dataclasses import dataclass
+from pathlib import Path
+
+from oncelog.catalog.store import CatalogStore, TopicRecord
+from oncelog.catalog.topics import TopicConfig
+from oncelog.errors import (
+    FencedLeaderEpoch,
+    InvalidConfig,
+    InvalidRequest,
+    NotLeader,
+    OncelogError,
+    StorageUnavailable,
+    UnknownLeaderEpoch,
+    UnknownServerError,
+    UnknownTopicOrPartition,
+)
+from oncelog.partition_storage.engine import (
+    EngineConfig,
+    FetchResult,
+    IsolationLevel,
+    PartitionEngine,
+    PendingAppend,
+    TxnMarkerSpec,
+)
+from oncelog.partition_storage.segment import write_file_atomically
+
+__all__ = [
+    "META_PROPERTIES",
+    "PARTITION_METADATA",
+    "FetchSpec",
+    "PartitionAssignment",
+    "PartitionManager",
+    "StorageNodeConfig",
+]
+
+log = logging.getLogger(__name__)
+
+META_PROPERTIES = "meta.properties"
+PARTITION_METADATA = "partition.metadata"
+_NO_EPOCH_CHECK = -1
+
+
+@dataclass(frozen=True, slots=True)
+class StorageNodeConfig:
+    """Node-wide storage settings (the topic's own settings come from the catalog).
+
+    Attributes:
+        data_dir: root of the partition directories.
+        index_interval_bytes, producer_id_expiration_ms, validate_records, strict_marker_epoch: passed to
+            every :class:`EngineConfig`.
+        metadata_refresh_interval_ms: period of the catalog refresh.
+        producer_id_expiration_check_interval_ms, retention_check_interval_ms, flush_interval_ms,
+            checkpoint_interval_ms: periods of the maintenance loops.
+        partition_fetch_bytes: a partition's fetch budget when the request leaves it 0 (Kafka's
+            ``max.partition.fetch.bytes``).
+        fetch_max_bytes: the largest fetch response; also the default when the request leaves it 0.
+        fetch_max_wait_ms: the longest a fetch long-polls, whatever the request asks.
+    """
+
+    data_dir: Path
+    index_interval_bytes: int = 4096
+    producer_id_expiration_ms: int = 24 * 3600 * 1000
+    validate_records: bool = False
+    strict_marker_epoch: bool = True
+    metadata_refresh_interval_ms: int = 2_000
+    producer_id_expiration_check_interval_ms: int = 600_000
+    retention_check_interval_ms: int = 300_000
+    flush_interval_ms: int = 1_000
+    checkpoint_interval_ms: int = 60_000
+    partition_fetch_bytes: int = 1024 * 1024
+    fetch_max_bytes: int = 50 * 1024 * 1024
+    fetch_max_wait_ms: int = 30_000
+
+    def engine_config(self, topic: TopicConfig) -> EngineConfig:
+        """The engine settings of a partition of a topic with ``topic`` configs."""
+        return EngineConfig(
+            segment_bytes=topic.segment_bytes,
+            segment_ms=topic.segment_ms,
+            retention_bytes=topic.retention_bytes,
+            retention_ms=topic.retention_ms,
+            max_message_bytes=topic.max_message_bytes,
+            flush_sync=topic.flush != "async",
+            index_interval_bytes=self.index_interval_bytes,
+            producer_id_expiration_ms=self.producer_id_expiration_ms,
+            validate_records=self.validate_records,
+            strict_marker_epoch=self.strict_marker_epoch,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionAssignment:
+    """One partition as the catalog describes it."""
+
+    topic: str
+    partition: int
+    topic_id: str
+    leader_node_id: str
+    leader_epoch: int
+    config: TopicConfig
+
+
+@dataclass(frozen=True, slots=True)
+class FetchSpec:
+    """One partition of a fetch: where to read from and how much (0 bytes: the node's default)."""
+
+    topic: str
+    partition: int
+    offset: int
+    max_bytes: int = 0
+    leader_epoch: int = _NO_EPOCH_CHECK
+
+
+_Key = tuple[str, int]
+
+
+class PartitionManager:
+    """The engines of the partitions this node leads; see the module docstring.
+
+    Args:
+        catalog: the cluster catalog (synchronous; called from worker threads).
+        node_id: this node's id, as partitions name their leader.
+        config: node-wide storage settings.
+        clock: milliseconds since the epoch.
+        flush_executor: where group-commit fsyncs run (the loop's default executor if ``None``).
+    """
+
+    def __init__(
+        self,
+        catalog: CatalogStore,
+        node_id: str,
+        config: StorageNodeConfig,
+        *,
+        clock: Callable[[], int],
+        flush_executor: Executor | None = None,
+    ) -> None:
+        self._catalog = catalog
+        self._node_id = node_id
+        self._config = config
+        self._clock = clock
+        self._flush_executor = flush_executor
+        self._assignments: dict[_Key, PartitionAssignment] = {}
+        self._topic_ids: dict[str, str] = {}
+        self._addresses: dict[str, str] = {}
+        # loop.time() at which the newest successful refresh started; -inf before the first one
+        self._fresh_since = float("-inf")
+        self._refreshing: asyncio.Task[None] | None = None
+        self._engines: dict[_Key, PartitionEngine] = {}
+        self._engine_topic_ids: dict[_Key, str] = {}
+        self._opening: dict[_Key, asyncio.Task[PartitionEngine]] = {}
+        self._loops: list[asyncio.Task[None]] = []
+        self._stopping = False
+
+    @property
+    def node_id(self) -> str:
+        """This node's id."""
+        return self._node_id
+
+    def engines(self) -> dict[_Key, PartitionEngine]:
+        """The open engines by (topic, partition)."""
+        return dict(self._engines)
+
+    # ------------------------------------------------------------------------------------------ lifecycle
+
+    async def start(self) -> None:
+        """Check ``meta.properties``, load the catalog, start the background loops.
+
+        Raises:
+            InvalidConfig: the data directory belongs to another cluster or node.
+        """
+        cluster = await asyncio.to_thread(self._catalog.cluster_info)
+        await asyncio.to_thread(_check_meta_properties, self._config.data_dir, cluster.cluster_id, self._node_id)
+        try:
+            await self.refresh()
+        except OncelogError as err:
+            log.warning("first catalog refresh failed (%s); serving requests will retry it", err)
+        config = self._config
+        self._loops = [
+            self._every(config.metadata_refresh_interval_ms, "metadata refresh", self.refresh),
+            self._every(config.producer_id_expiration_check_interval_ms, "producer expiry", self._expire_producers),
+            self._every(config.retention_check_interval_ms, "retention", self._enforce_retention),
+            self._every(config.flush_interval_ms, "async flush", self._flush_async_topics),
+            self._every(config.checkpoint_interval_ms, "recovery checkpoint", self._checkpoint),
+        ]
+
+    async def stop(self) -> None:
+        """Stop the loops and close every engine (each flushes and writes a producer-state snapshot)."""
+        self._stopping = True
+        for task in self._loops:
+            task.cancel()
+        for task in self._loops:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._loops = []
+        if self._refreshing is not None:
+            await asyncio.gather(self._refreshing, return_exceptions=True)
+        if self._opening:
+            await asyncio.gather(*self._opening.values(), return_exceptions=True)
+        engines, self._engines = list(self._engines.values()), {}
+        await asyncio.gather(*(engine.close() for engine in engines), return_exceptions=True)
+
+    def _every(self, interval_ms: int, what: str, action: Callable[[], Awaitable[object]]) -> asyncio.Task[None]:
+        async def loop() -> None:
+            while True:
+                await asyncio.sleep(interval_ms / 1000)
+                try:
+                    await action()
+                except OncelogError as err:
+                    log.warning("%s failed (%s); retrying in %d ms", what, err, interval_ms)
+                except Exception:
+                    log.exception("%s failed; retrying in %d ms", what, interval_ms)
+
+        return asyncio.get_running_loop().create_task(loop(), name=f"partition-storage {what}")
+
+    # ------------------------------------------------------------------------------------------- leadership
+
+    async def leader_engine(self, topic: str, partition: int, leader_epoch: int = _NO_EPOCH_CHECK) -> PartitionEngine:
+        """The engine of a partition this node leads, checking the client's leader epoch (-1: no check).
+
+        Raises:
+            InvalidRequest: a leader epoch below -1.
+            UnknownTopicOrPartition, NotLeader, FencedLeaderEpoch, UnknownLeaderEpoch: see the module docstring.
+            StorageUnavailable: the catalog cannot be read, or the partition cannot be opened.
+        """
+        if leader_epoch < _NO_EPOCH_CHECK:
+            raise InvalidRequest(f"leader_epoch must be -1 (no check) or >= 0, got {leader_epoch}")
+        arrived = asyncio.get_running_loop().time()
+        assignment = await self._leader_assignment(topic, partition, arrived)
+        if leader_epoch != _NO_EPOCH_CHECK and leader_epoch != assignment.leader_epoch:
+            if leader_epoch > assignment.leader_epoch:
+                await self._refresh_since(arrived)
+                assignment = await self._leader_assignment(topic, partition, arrived)
+            if leader_epoch < assignment.leader_epoch:
+                raise FencedLeaderEpoch(
+                    f"leader epoch {leader_epoch} of {topic}-{partition} is stale; the current one is "
+                    f"{assignment.leader_epoch}: refresh metadata",
+                    metadata={"leader_epoch": str(assignment.leader_epoch)},
+                )
+            if leader_epoch > assignment.leader_epoch:
+                raise UnknownLeaderEpoch(
+                    f"leader epoch {leader_epoch} of {topic}-{partition} is newer than this node's "
+                    f"{assignment.leader_epoch}; retry shortly",
+                    metadata={"leader_epoch": str(assignment.leader_epoch)},
+                )
+        return await self._engine(assignment)
+
+    async def _leader_assignment(self, topic: str, partition: int, arrived: float) -> PartitionAssignment:
+        key = (topic, partition)
+        assignment = self._assignments.get(key)
+        if assignment is None or assignment.leader_node_id != self._node_id:
+            await self._refresh_since(arrived)
+            assignment = self._assignments.get(key)
+        if assignment is None:
+            if self._fresh_since == float("-inf"):
+                raise StorageUnavailable("the catalog could not be read yet; retry", definite=True)
+            raise UnknownTopicOrPartition(f"{topic}-{partition} does not exist; check the topic and partition count")
+        if assignment.leader_node_id != self._node_id:
+            metadata = {"leader_node_id": assignment.leader_node_id, "leader_epoch": str(assignment.leader_epoch)}
+            address = self._addresses.get(assignment.leader_node_id)
+            if address:
+                metadata["leader"] = address
+            raise NotLeader(
+                f"{topic}-{partition} is led by {assignment.leader_node_id} ({address or 'not live'}), "
+                f"not {self._node_id}: refresh metadata and send it there",
+                metadata=metadata,
+            )
+        return assignment
+
+    async def _engine(self, assignment: PartitionAssignment) -> PartitionEngine:
+        key = (assignment.topic, assignment.partition)
+        engine = self._engines.get(key)
+        if engine is not None and self._engine_topic_ids.get(key) == assignment.topic_id:
+            engine.leader_epoch = assignment.leader_epoch
+            return engine
+        if self._stopping:
+            raise StorageUnavailable("the storage node is shutting down; retry on the new leader", definite=True)
+        opening = self._opening.get(key)
+        if opening is None:
+            opening = asyncio.get_running_loop().create_task(self._open(assignment))
+            self._opening[key] = opening
+            opening.add_done_callback(lambda _: self._opening.pop(key, None))
+        return await asyncio.shield(opening)
+
+    async def _open(self, assignment: PartitionAssignment) -> PartitionEngine:
+        key = (assignment.topic, assignment.partition)
+        stale = self._engines.pop(key, None)
+        if stale is not None:
+            await self._retire(key, stale, delete=True)
+        directory = self.partition_dir(assignment.topic, assignment.partition)
+        await asyncio.to_thread(_prepare_directory, directory, assignment.topic_id)
+        engine = await PartitionEngine.open(
+            directory,
+            self._config.engine_config(assignment.config),
+            clock=self._clock,
+            flush_executor=self._flush_executor,
+            leader_epoch=assignment.leader_epoch,
+        )
+        if self._stopping:
+            await engine.close()
+            raise StorageUnavailable("the storage node is shutting down; retry on the new leader", definite=True)
+        self._engines[key] = engine
+        self._engine_topic_ids[key] = assignment.topic_id
+        log.info(
+            "opened %s-%d at leader epoch %d: %r",
+            assignment.topic,
+            assignment.partition,
+            assignment.leader_epoch,
+            engine,
+        )
+        return engine
+
+    def partition_dir(self, topic: str, partition: int) -> Path:
+        """Directory of a partition's files."""
+        return self._config.data_dir / f"{topic}-{partition}"
+
+    # ------------------------------------------------------------------------------------- request fan-out
+
+    async def write(self, topic: str, partition: int, leader_epoch: int, records: bytes) -> PendingAppend:
+        """Write client batches to a partition this node leads; await the result's ``wait()`` to acknowledge.
+
+        Raises:
+            OncelogError: leadership (see :meth:`leader_engine`) or :meth:`PartitionEngine.write` errors.
+        """
+        engine = await self.leader_engine(topic, partition, leader_epoch)
+        return await engine.write(records)
+
+    async def write_markers(
+        self, markers: Sequence[tuple[TxnMarkerSpec, Sequence[tuple[str, int]]]]
+    ) -> list[list[OncelogError | None]]:
+        """Apply each marker to its partitions; one append and one fsync per partition (ref §3.3).
+
+        Returns:
+            Per marker, per partition (in the order given): ``None`` for success, else the error.
+        """
+        by_partition: dict[_Key, list[tuple[int, int]]] = {}
+        for m, (_, partitions) in enumerate(markers):
+            for p, key in enumerate(partitions):
+                by_partition.setdefault(key, []).append((m, p))
+        outcomes: list[list[OncelogError | None]] = [[None] * len(partitions) for _, partitions in markers]
+
+        async def apply(key: _Key, slots: list[tuple[int, int]]) -> None:
+            try:
+                engine = await self.leader_engine(*key)
+                results: Sequence[OncelogError | None] = await engine.write_markers([markers[m][0] for m, _ in slots])
+            except OncelogError as err:
+                results = [err] * len(slots)
+            except Exception as err:
+                log.exception("markers for %s-%d failed", *key)
+                results = [UnknownServerError(f"markers for {key[0]}-{key[1]} failed: {err}")] * len(slots)
+            for (m, p), result in zip(slots, results, strict=True):
+                outcomes[m][p] = result
+
+        await asyncio.gather(*(apply(key, slots) for key, slots in by_partition.items()))
+        return outcomes
+
+    async def fetch(
+        self,
+        specs: Sequence[FetchSpec],
+        isolation: IsolationLevel,
+        *,
+        max_wait_ms: int = 0,
+        min_bytes: int = 0,
+        max_bytes: int = 0,
+    ) -> list[FetchResult | OncelogError]:
+        """Read several partitions, long-polling until ``min_bytes`` are readable or ``max_wait_ms`` passed.
+
+        Like Kafka's ``fetchMessages``: the answer is immediate when ``max_wait_ms`` or ``min_bytes`` is 0,
+        when enough bytes are readable, or when a partition has an error. Otherwise it waits on the
+        partitions' change events (high watermark or LSO moved) and reads again. The response holds at most
+        ``max_bytes`` (0: the node's ``fetch_max_bytes``), except that the first partition with data always
+        returns its first batch whole (KIP-74); a later partition whose first batch does not fit returns
+        nothing this time.
+
+        Raises:
+            InvalidRequest: a negative wait, min_bytes or max_bytes.
+        """
+        if max_wait_ms < 0 or min_bytes < 0 or max_bytes < 0:
+            raise InvalidRequest(
+                f"max_wait_ms, min_bytes and max_bytes must be >= 0, got {max_wait_ms}, {min_bytes}, {max_bytes}"
+            )
+        budget = min(max_bytes or self._config.fetch_max_bytes, self._config.fetch_max_bytes)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + min(max_wait_ms, self._config.fetch_max_wait_ms) / 1000
+        while True:
+            events: list[asyncio.Event] = []
+            results = await self._read_once(specs, isolation, budget, events)
+            readable = sum(len(r.records) for r in results if isinstance(r, FetchResult))
+            failed = any(isinstance(r, OncelogError) for r in results)
+            remaining = deadline - loop.time()
+            if failed or readable >= min_bytes or remaining <= 0 or not events:
+                return results
+            await _wait_any(events, remaining)
+
+    async def _read_once(
+        self, specs: Sequence[FetchSpec], isolation: IsolationLevel, budget: int, events: list[asyncio.Event]
+    ) -> list[FetchResult | OncelogError]:
+        results: list[FetchResult | OncelogError] = []
+        first_with_data = True
+        for spec in specs:
+            try:
+                if spec.max_bytes < 0:
+                    raise InvalidRequest(f"max_bytes of {spec.topic}-{spec.partition} must be >= 0")
+                engine = await self.leader_engine(spec.topic, spec.partition, spec.leader_epoch)
+                events.append(engine.changed())
+                limit = min(spec.max_bytes or self._config.partition_fetch_bytes, max(budget, 0))
+                result = engine.read(spec.offset, limit, isolation)
+                if result.records and not first_with_data and len(result.records) > budget:
+                    result = FetchResult(
+                        b"", spec.offset, result.high_watermark, result.last_stable_offset, result.log_start_offset, ()
+                    )
+                if result.records:
+                    first_with_data = False
+                    budget -= len(result.records)
+                results.append(result)
+            except OncelogError as err:
+                results.append(err)
+        return results
+
+    # ---------------------------------------------------------------------------------------------- catalog
+
+    async def refresh(self) -> None:
+        """Reload leadership from the catalog and apply it to the open engines.
+
+        Single-flight: a call while a refresh runs waits for that one.
+
+        Raises:
+            StorageUnavailable: the catalog cannot be read (the previous view is kept).
+        """
+        if self._refreshing is None:
+            task = asyncio.get_running_loop().create_task(self._refresh())
+            task.add_done_callback(self._refresh_done)
+            self._refreshing = task
+        await asyncio.shield(self._refreshing)
+
+    def _refresh_done(self, task: asyncio.Task[None]) -> None:
+        self._refreshing = None
+        if not task.cancelled():
+            task.exception()  # retrieved by the awaiting callers; avoid "never retrieved" noise
+
+    async def _refresh_since(self, arrived: float) -> None:
+        """Wait for a refresh that started at or after ``arrived``; on a catalog error keep the old view."""
+        with contextlib.suppress(OncelogError):
+            while self._fresh_since < arrived:
+                await self.refresh()
+
+    async def _refresh(self) -> None:
+        started = asyncio.get_running_loop().time()
+        topics, addresses = await asyncio.to_thread(self._read_catalog)
+        assignments = {}
+        for topic in topics:
+            for p in topic.partitions:
+                assignments[(topic.name, p.partition)] = PartitionAssignment(
+                    topic.name, p.partition, topic.topic_id, p.leader_node_id, p.leader_epoch, topic.config
+                )
+        self._assignments = assignments
+        self._topic_ids = {topic.name: topic.topic_id for topic in topics}
+        self._addresses = addresses
+        self._fresh_since = max(self._fresh_since, started)
+        await self._reconcile()
+
+    def _read_catalog(self) -> tuple[list[TopicRecord], dict[str, str]]:
+        topics = self._catalog.describe_topics()
+        nodes = self._catalog.list_nodes(self._clock())
+        return topics, {node.node_id: node.address for node in nodes}
+
+    async def _reconcile(self) -> None:
+        """Close engines this node no longer leads; remove partitions of deleted topics."""
+        for key, engine in list(self._engines.items()):
+            assignment = self._assignments.get(key)
+            if assignment is None or assignment.topic_id != self._engine_topic_ids.get(key):
+                self._engines.pop(key, None)
+                log.info("%s-%d was deleted from the catalog; removing its data", *key)
+                await self._retire(key, engine, delete=True)
+            elif assignment.leader_node_id != self._node_id:
+                self._engines.pop(key, None)
+                log.info("%s-%d is now led by %s; closing it here", *key, assignment.leader_node_id)
+                await self._retire(key, engine, delete=False)
+            else:
+                engine.leader_epoch = assignment.leader_epoch
+        busy = {self.partition_dir(*key) for key in (*self._engines, *self._opening)}
+        strays = await asyncio.to_thread(_stray_directories, self._config.data_dir, self._topic_ids, busy)
+        for directory in strays:
+            log.info("removing %s: its topic no longer exists", directory)
+            await asyncio.to_thread(shutil.rmtree, directory, True)
+
+    async def _retire(self, key: _Key, engine: PartitionEngine, *, delete: bool) -> None:
+        self._engine_topic_ids.pop(key, None)
+        await engine.close()
+        if delete:
+            await asyncio.to_thread(shutil.rmtree, engine.directory, True)
+
+    # ------------------------------------------------------------------------------------------ maintenance
+
+    async def _each_online(self, action: Callable[[PartitionEngine], Awaitable[object]], what: str) -> None:
+        for key, engine in list(self._engines.items()):
+            if not engine.online:
+                continue
+            try:
+                await action(engine)
+            except Exception:
+                log.exception("%s of %s-%d failed", what, *key)
+
+    async def _expire_producers(self) -> None:
+        await self._each_online(PartitionEngine.expire_producers, "producer expiry")
+
+    async def _enforce_retention(self) -> None:
+        await self._each_online(PartitionEngine.enforce_retention, "retention")
+
+    async def _flush_async_topics(self) -> None:
+        async def flush(engine: PartitionEngine) -> None:
+            if not engine.config.flush_sync:
+                await engine.flush()
+
+        await self._each_online(flush, "flush")
+
+    async def _checkpoint(self) -> None:
+        await self._each_online(PartitionEngine.checkpoint, "recovery-point checkpoint")
+
+
+async def _wait_any(events: Sequence[asyncio.Event], timeout: float) -> None:
+    waiters = [asyncio.ensure_future(event.wait()) for event in events]
+    try:
+        await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiter in waiters:
+            waiter.cancel()
+
+
+# -------------------------------------------------------------------------------------------------- directories
+
+
+def _read_properties(path: Path) -> dict[str, str]:
+    properties = {}
+    for line in path.read_text("utf-8").splitlines():
+        name, sep, value = line.partition(":")
+        if sep:
+            properties[name.strip()] = value.strip()
+    return properties
+
+
+def _check_meta_properties(data_dir: Path, cluster_id: str, node_id: str) -> None:
+    """Bind ``data_dir`` to one cluster and node on first start; refuse another one later."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    path = data_dir / META_PROPERTIES
+    if not path.exists():
+        write_file_atomically(path, f"version: 0\ncluster_id: {cluster_id}\nnode_id: {node_id}\n".encode())
+        return
+    found = _read_properties(path)
+    if found.get("cluster_id") != cluster_id or found.get("node_id") != node_id:
+        raise InvalidConfig(
+            f"{data_dir} belongs to cluster {found.get('cluster_id')!r} node {found.get('node_id')!r}, but this "
+            f"process is node {node_id!r} of cluster {cluster_id!r}; point it at its own data directory"
+        )
+
+
+def _prepare_directory(directory: Path, topic_id: str) -> None:
+    """Create the partition directory for ``topic_id``, wiping one left by an earlier topic of the same name."""
+    metadata = directory / PARTITION_METADATA
+    if metadata.exists():
+        try:
+            found = _read_properties(metadata).get("topic_id")
+        except (OSError, UnicodeDecodeError):
+            found = None
+        if found == topic_id:
+            return
+        log.warning("%s holds topic id %s, not %s: removing the old topic's data", directory, found, topic_id)
+        shutil.rmtree(directory)
+    elif directory.exists() and any(directory.iterdir()):
+        # data written before the directory was bound to a topic id is of unknown origin
+        raise StorageUnavailable(f"{directory} exists without {PARTITION_METADATA}; move it away", definite=True)
+    directory.mkdir(parents=True, exist_ok=True)
+    write_file_atomically(metadata, f"version: 0\ntopic_id: {topic_id}\n".encode())
+
+
+def _stray_directories(data_dir: Path, topic_ids: dict[str, str], busy: set[Path]) -> list[Path]:
+    """Partition directories whose topic is gone from the catalog, or was re-created with a new id."""
+    strays: list[Path] = []
+    if not data_dir.is_dir():
+        return strays
+    for directory in data_dir.iterdir():
+        metadata = directory / PARTITION_METADATA
+        if directory in busy or not metadata.is_file():
+            continue
+        topic, sep, partition = directory.name.rpartition("-")
+        if not sep or not partition.isdigit():
+            continue
+        try:
+            found = _read_properties(metadata).get("topic_id")
+        except (OSError, UnicodeDecodeError):
+            continue
+        if topic_ids.get(topic) != found:
+            strays.append(directory)
+    return strays
