@@ -32,7 +32,7 @@ class InitProducerIdRequest(_message.Message):
     TRANSACTION_TIMEOUT_MS_FIELD_NUMBER: _builtins.int
     PRODUCER_FIELD_NUMBER: _builtins.int
     transactional_id: _builtins.str
-    """transactional_id is the user's stable id; required."""
+    """transactional_id is the user's stable id; empty asks for a fresh producer id for an idempotent-only producer."""
     transaction_timeout_ms: _builtins.int
     """transaction_timeout_ms bounds how long a transaction may stay open before the coordinator aborts it."""
     @_builtins.property
