@@ -384,9 +384,7 @@ def test_init_producer_id_new_and_bump(client: TxnClient) -> None:
     assert (described.state, described.producer_id, described.producer_epoch) == (pb.TRANSACTION_STATE_EMPTY, pid, 2)
 
 
-def test_commit_writes_markers_to_every_participant_then_complete_commit(
-    client: TxnClient, dest: Destinations
-) -> None:
+def test_commit_writes_markers_to_every_participant_then_complete_commit(client: TxnClient, dest: Destinations) -> None:
     tid = "commit-all"
     producer = client.init(tid)
     client.add_partitions(tid, producer, 0, 1, 2, 3)
@@ -581,15 +579,24 @@ def test_list_describe_and_abort_hanging_transaction(client: TxnClient, dest: De
     assert err.reason is Reason.TRANSACTIONAL_ID_NOT_FOUND and "never-seen" in err.message
 
 
+def test_init_producer_id_without_transactional_id_gives_a_fresh_producer_id(client: TxnClient) -> None:
+    """An idempotent-only producer (Kafka's null transactional.id) gets a new producer id at epoch 0, no state."""
+    stub = pb.TransactionCoordinatorServiceStub(client.channel(client.cluster.addresses("txn-coordinator")[0]))
+    before = {t.producer_id for t in stub.ListTransactions(pb.ListTransactionsRequest()).transactions}
+    identities = [
+        stub.InitProducerId(pb.InitProducerIdRequest(transactional_id="", transaction_timeout_ms=0)).producer
+        for _ in range(3)
+    ]
+    pids = [identity.producer_id for identity in identities]
+    assert [identity.producer_epoch for identity in identities] == [0, 0, 0]
+    assert len(set(pids)) == 3 and min(pids) >= 0, "each call allocates a producer id never handed out before"
+    after = {t.producer_id for t in stub.ListTransactions(pb.ListTransactionsRequest()).transactions}
+    assert not set(pids) & (after | before), "no transactional state is kept for an idempotent producer"
+
+
 @pytest.mark.parametrize(
     ("call", "code", "reason", "fragment"),
     [
-        (
-            lambda s: s.InitProducerId(pb.InitProducerIdRequest(transactional_id="", transaction_timeout_ms=1000)),
-            grpc.StatusCode.INVALID_ARGUMENT,
-            Reason.INVALID_REQUEST,
-            "must not be empty",
-        ),
         (
             lambda s: s.InitProducerId(pb.InitProducerIdRequest(transactional_id="x" * 1025, transaction_timeout_ms=1)),
             grpc.StatusCode.INVALID_ARGUMENT,
@@ -637,8 +644,15 @@ def test_list_describe_and_abort_hanging_transaction(client: TxnClient, dest: De
             "unknown transaction state",
         ),
     ],
-    ids=["empty-id", "oversize-id", "zero-timeout", "negative-timeout", "timeout-above-max", "no-result",
-         "no-producer", "unspecified-state"],
+    ids=[
+        "oversize-id",
+        "zero-timeout",
+        "negative-timeout",
+        "timeout-above-max",
+        "no-result",
+        "no-producer",
+        "unspecified-state",
+    ],
 )
 def test_bad_input_is_rejected_and_the_server_stays_up(client: TxnClient, call, code, reason, fragment) -> None:
     stub = client.stub("bad-t")

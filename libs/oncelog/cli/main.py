@@ -10,6 +10,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from oncelog.cli.commands import consume, groups_app, produce, producers_app, topics_app, transactions_app
 from oncelog.testing import SERVICES, ClusterStartError, LocalCluster
 
 app = typer.Typer(
@@ -31,8 +32,11 @@ def dev(
     data_dir: Path = typer.Option(Path(".oncelog"), "--data-dir", help="catalog, segments, logs and cluster.json"),
     storage_nodes: int = typer.Option(1, "--storage-nodes", min=1, max=16, help="partition-storage processes"),
     port_base: int = typer.Option(
-        7100, "--port-base", min=0, max=65000, help="pid-allocator on +1, txn-coordinator +2, group-offsets +3, "
-        "storage node i on +10+i; 0 picks free ports"
+        7100,
+        "--port-base",
+        min=0,
+        max=65000,
+        help="pid-allocator on +1, txn-coordinator +2, group-offsets +3, storage node i on +10+i; 0 picks free ports",
     ),
     host: str = typer.Option("127.0.0.1", "--host", help="interface to bind"),
 ) -> None:
@@ -77,6 +81,14 @@ def dev(
     with console.status("draining…"):
         codes = cluster.stop()
     console.print(f"stopped: {codes}")
+
+
+app.add_typer(topics_app, name="topics")
+app.command("produce")(produce)
+app.command("consume")(consume)
+app.add_typer(transactions_app, name="transactions")
+app.add_typer(producers_app, name="producers")
+app.add_typer(groups_app, name="groups")
 
 
 def main() -> None:

@@ -1,1 +1,71 @@
-"""Typed clients over the generated stubs."""
+"""oncelog's Python client: ``Producer``, ``Consumer`` and ``AdminClient`` with Kafka's names and semantics.
+
+Import from here::
+
+    from oncelog.client import AdminClient, Consumer, NewTopic, Producer, TopicPartition
+
+(``oncelog`` itself is a namespace package shared by the services, so the public path is
+``oncelog.client``.) Without a ``bootstrap`` argument every client reads ``.oncelog/cluster.json``, which
+``oncelog dev`` writes. Every exception the library raises is an :class:`~oncelog.errors.OncelogError`;
+:class:`ProducerFencedError` and the other :class:`FatalError` kinds end a producer,
+:class:`AbortableError` ends a transaction, :class:`RetriableError` ran out of retry time (see
+:mod:`oncelog.client.errors`).
+"""
+
+from oncelog.client.admin import (
+    AdminClient,
+    NewTopic,
+    ProducerStateDescription,
+    TransactionDescription,
+    TransactionListing,
+)
+from oncelog.client.consumer import Consumer
+from oncelog.client.errors import (
+    AbortableError,
+    BufferExhaustedError,
+    FatalError,
+    IllegalStateError,
+    InvalidProducerEpochError,
+    ProducerFencedError,
+    RetriableError,
+)
+from oncelog.client.metadata import ClusterDescription, NodeInfo, PartitionInfo, TopicInfo
+from oncelog.client.producer import Producer, TransactionState
+from oncelog.client.records import (
+    ConsumerGroupMetadata,
+    ConsumerRecord,
+    OffsetAndMetadata,
+    RecordMetadata,
+    TopicPartition,
+)
+from oncelog.client.transport import BootstrapError
+from oncelog.errors import OncelogError
+
+__all__ = [
+    "AbortableError",
+    "AdminClient",
+    "BootstrapError",
+    "BufferExhaustedError",
+    "ClusterDescription",
+    "Consumer",
+    "ConsumerGroupMetadata",
+    "ConsumerRecord",
+    "FatalError",
+    "IllegalStateError",
+    "InvalidProducerEpochError",
+    "NewTopic",
+    "NodeInfo",
+    "OffsetAndMetadata",
+    "OncelogError",
+    "PartitionInfo",
+    "Producer",
+    "ProducerFencedError",
+    "ProducerStateDescription",
+    "RecordMetadata",
+    "RetriableError",
+    "TopicInfo",
+    "TopicPartition",
+    "TransactionDescription",
+    "TransactionListing",
+    "TransactionState",
+]

@@ -5,6 +5,10 @@ never waits on the network while ids are left. Only when both blocks are exhaust
 for the fetch in flight, bounded by ``wait_timeout_s``; past that it raises COORDINATOR_LOAD_IN_PROGRESS
 (Kafka's answer too) so the caller retries instead of hanging. A retriable fetch failure is retried after a
 backoff; a fatal one (a stale requester epoch) is raised to the caller waiting for an id.
+
+The ids left without a network call (current plus prefetched block) are reported as
+``oncelog.pid.block.remaining`` whenever they change, so a dashboard shows a source running dry before callers
+start to wait.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import grpc
 from oncelog.api.pid import v1 as pb
 from oncelog.errors import CoordinatorLoadInProgress, OncelogError
 from oncelog.rpc.errors import from_rpc_error
+from oncelog.telemetry.metrics import OncelogMetrics, default_metrics
 
 log = logging.getLogger("oncelog.client.pid_allocator")
 
@@ -32,6 +37,7 @@ class ProducerIdSource:
         prefetch_ratio: fraction of the current block used before the next one is fetched.
         wait_timeout_s: how long ``next_id`` may wait when no id is left at all.
         retry_backoff_s: pause after a failed fetch before trying again.
+        metrics: where the ids left are reported; the process-wide instruments by default.
     """
 
     def __init__(
@@ -41,6 +47,7 @@ class ProducerIdSource:
         prefetch_ratio: float = 0.9,
         wait_timeout_s: float = 5.0,
         retry_backoff_s: float = 0.05,
+        metrics: OncelogMetrics | None = None,
     ) -> None:
         if not 0 < prefetch_ratio <= 1:
             raise ValueError("prefetch_ratio must be in (0, 1]")
@@ -54,6 +61,7 @@ class ProducerIdSource:
         self._inflight: asyncio.Task[None] | None = None
         self._last_error: BaseException | None = None
         self.blocks_fetched = 0
+        self._metrics = default_metrics() if metrics is None else metrics
 
     @property
     def remaining(self) -> int:
@@ -71,6 +79,7 @@ class ProducerIdSource:
             if self._current is not None and self._next_id <= self._current[1]:
                 pid = self._next_id
                 self._next_id += 1
+                self._metrics.set_pid_block_remaining(self.remaining)
                 self._maybe_prefetch()
                 return pid
             if self._prefetched is not None:
@@ -120,6 +129,7 @@ class ProducerIdSource:
                 continue
             self.blocks_fetched += 1
             self._prefetched = block
+            self._metrics.set_pid_block_remaining(self.remaining)
             return
 
     async def close(self) -> None:

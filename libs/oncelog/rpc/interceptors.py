@@ -6,6 +6,10 @@ an :class:`~oncelog.errors.OncelogError` escaping the servicer becomes a precise
 UNKNOWN_SERVER_ERROR and is logged, and the server keeps serving. Every served call (health and reflection
 excepted) is timed into ``oncelog.rpc.server.duration`` with its method and status code. Client side, each
 call runs inside a CLIENT span and carries the active context in its metadata, so one user action is one trace.
+
+Spans of a request that names a transactional id (InitProducerId, AddPartitionsToTxn, EndTxn, Produce,
+TxnOffsetCommit...) carry it as ``oncelog.transactional_id`` on both sides, so a transaction's calls can be
+found in Tempo by that attribute. It is a span attribute only, never a metric label (unbounded cardinality).
 """
 
 from __future__ import annotations
@@ -40,6 +44,17 @@ def _split_method(full_method: str) -> tuple[str, str]:
 def _rpc_attributes(full_method: str) -> dict[str, str]:
     service, method = _split_method(full_method)
     return {"rpc.system": "grpc", "rpc.service": service, "rpc.method": method}
+
+
+TRANSACTIONAL_ID_ATTRIBUTE = "oncelog.transactional_id"
+"""Span attribute naming the transaction a call belongs to (what Tempo is searched by)."""
+
+
+def _annotate(span: trace.Span, request: Any) -> None:
+    """Put the request's transactional id on ``span`` (a request stream or a message without one adds nothing)."""
+    transactional_id = getattr(request, "transactional_id", None)
+    if isinstance(transactional_id, str) and transactional_id:
+        span.set_attribute(TRANSACTIONAL_ID_ATTRIBUTE, transactional_id)
 
 
 class _MetadataGetter(Getter[Sequence[tuple[str, Any]]]):
@@ -125,6 +140,7 @@ class ServerInterceptor(aio.ServerInterceptor):
             started = time.perf_counter()
             outcome = [grpc.StatusCode.UNKNOWN]
             span, token = self._start_span(method, metadata)
+            _annotate(span, request_or_iterator)
             try:
                 with trace.use_span(span, end_on_exit=True, record_exception=False, set_status_on_exception=False):
                     try:
@@ -154,6 +170,7 @@ class ServerInterceptor(aio.ServerInterceptor):
             started = time.perf_counter()
             outcome = [grpc.StatusCode.UNKNOWN]
             span, token = self._start_span(method, metadata)
+            _annotate(span, request_or_iterator)
             try:
                 with trace.use_span(span, end_on_exit=True, record_exception=False, set_status_on_exception=False):
                     try:
@@ -234,6 +251,7 @@ class AioClientInterceptor(
 
     async def _call(self, continuation: Any, details: Any, request: Any) -> Any:
         span = self._span(details.method)
+        _annotate(span, request)
         with trace.use_span(span, end_on_exit=False):
             call = await continuation(_with_metadata(details, _inject(details.metadata)), request)
 
@@ -293,6 +311,7 @@ class SyncClientInterceptor(
 
     def _call(self, continuation: Any, details: grpc.ClientCallDetails, request: Any) -> Any:
         span = self._span(details.method)
+        _annotate(span, request)
         with trace.use_span(span, end_on_exit=False):
             response = continuation(_SyncDetails(details, _inject(details.metadata)), request)
         if hasattr(response, "add_done_callback"):

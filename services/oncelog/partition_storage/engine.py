@@ -139,12 +139,16 @@ class AppendResult:
         last_offset: offset of the last record of the request.
         log_start_offset: the partition's log start offset after the append.
         duplicate: every batch had been written before; nothing was appended (ref §4.2 rule 1).
+        appended_records, appended_bytes: records and batch bytes this request added to the log (leading
+            duplicates excluded), what produce throughput counts.
     """
 
     base_offset: int
     last_offset: int
     log_start_offset: int
     duplicate: bool
+    appended_records: int = 0
+    appended_bytes: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -410,7 +414,14 @@ class PartitionEngine:
             offset = last + 1
         ranges = self._append_to_log([batch.data for batch in fresh], info)
         first = duplicates[0].first_offset if duplicates else ranges[0][0]
-        result = AppendResult(first, ranges[-1][1], self.log_start_offset, False)
+        result = AppendResult(
+            first,
+            ranges[-1][1],
+            self.log_start_offset,
+            False,
+            appended_records=sum(batch.header.record_count for batch in fresh),
+            appended_bytes=sum(len(batch.data) for batch in fresh),
+        )
         return PendingAppend(self, result, ranges[-1][1] + 1)
 
     def _append_to_log(self, batches: Sequence[bytes | memoryview], info: ProducerAppendInfo) -> list[tuple[int, int]]:

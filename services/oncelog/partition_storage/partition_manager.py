@@ -25,6 +25,9 @@ are single-flight, so a burst of such requests shares one catalog read.
   fans one WriteTxnMarkers request out to the partitions, one append per partition.
 * Background loops run producer-id expiry, retention, the periodic flush of ``flush=async`` topics and the
   recovery-point checkpoint over every open engine.
+* Metrics (DESIGN §9): records and bytes appended by produce (retried duplicates excluded) and returned by
+  fetch, per partition; and each led partition's LSO lag (high watermark minus last stable offset), updated
+  whenever the engine signals that either moved and reset to 0 when the partition is closed here.
 
 Concurrency: all state lives on the event loop; catalog reads and directory removal run in worker threads.
 Refreshes are single-flight, and so is the opening of each partition.
@@ -63,6 +66,8 @@ from oncelog.partition_storage.engine import (
     TxnMarkerSpec,
 )
 from oncelog.partition_storage.segment import write_file_atomically
+from oncelog.records import iter_batches
+from oncelog.telemetry.metrics import OncelogMetrics, default_metrics
 
 __all__ = [
     "META_PROPERTIES",
@@ -162,6 +167,7 @@ class PartitionManager:
         config: node-wide storage settings.
         clock: milliseconds since the epoch.
         flush_executor: where group-commit fsyncs run (the loop's default executor if ``None``).
+        metrics: where produce, fetch and LSO-lag measurements go; the process-wide instruments by default.
     """
 
     def __init__(
@@ -172,7 +178,9 @@ class PartitionManager:
         *,
         clock: Callable[[], int],
         flush_executor: Executor | None = None,
+        metrics: OncelogMetrics | None = None,
     ) -> None:
+        self._metrics = default_metrics() if metrics is None else metrics
         self._catalog = catalog
         self._node_id = node_id
         self._config = config
@@ -187,6 +195,7 @@ class PartitionManager:
         self._engines: dict[_Key, PartitionEngine] = {}
         self._engine_topic_ids: dict[_Key, str] = {}
         self._opening: dict[_Key, asyncio.Task[PartitionEngine]] = {}
+        self._lag_reporters: dict[_Key, tuple[PartitionEngine, asyncio.Task[None]]] = {}
         self._loops: list[asyncio.Task[None]] = []
         self._stopping = False
 
@@ -237,6 +246,8 @@ class PartitionManager:
             await asyncio.gather(*self._opening.values(), return_exceptions=True)
         engines, self._engines = list(self._engines.values()), {}
         await asyncio.gather(*(engine.close() for engine in engines), return_exceptions=True)
+        for key, (engine, _) in list(self._lag_reporters.items()):
+            self._stop_lag_reporter(key, engine)
 
     def _every(self, interval_ms: int, what: str, action: Callable[[], Awaitable[object]]) -> asyncio.Task[None]:
         async def loop() -> None:
@@ -339,6 +350,10 @@ class PartitionManager:
             raise StorageUnavailable("the storage node is shutting down; retry on the new leader", definite=True)
         self._engines[key] = engine
         self._engine_topic_ids[key] = assignment.topic_id
+        reporter = asyncio.get_running_loop().create_task(
+            self._report_lso_lag(key, engine), name=f"lso-lag {assignment.topic}-{assignment.partition}"
+        )
+        self._lag_reporters[key] = (engine, reporter)
         log.info(
             "opened %s-%d at leader epoch %d: %r",
             assignment.topic,
@@ -361,7 +376,12 @@ class PartitionManager:
             OncelogError: leadership (see :meth:`leader_engine`) or :meth:`PartitionEngine.write` errors.
         """
         engine = await self.leader_engine(topic, partition, leader_epoch)
-        return await engine.write(records)
+        pending = await engine.write(records)
+        if pending.result.appended_records:
+            self._metrics.record_produce(
+                topic, partition, pending.result.appended_records, pending.result.appended_bytes
+            )
+        return pending
 
     async def write_markers(
         self, markers: Sequence[tuple[TxnMarkerSpec, Sequence[tuple[str, int]]]]
@@ -427,8 +447,18 @@ class PartitionManager:
             failed = any(isinstance(r, OncelogError) for r in results)
             remaining = deadline - loop.time()
             if failed or readable >= min_bytes or remaining <= 0 or not events:
+                self._record_fetch(specs, results, isolation)
                 return results
             await _wait_any(events, remaining)
+
+    def _record_fetch(
+        self, specs: Sequence[FetchSpec], results: Sequence[FetchResult | OncelogError], isolation: IsolationLevel
+    ) -> None:
+        for spec, result in zip(specs, results, strict=True):
+            if isinstance(result, FetchResult) and result.records:
+                # headers only: the records section stays compressed and unparsed; markers are no records to a reader
+                records = sum(h.record_count for h, _ in iter_batches(result.records) if not h.is_control)
+                self._metrics.record_fetch(spec.topic, spec.partition, isolation.value, records, len(result.records))
 
     async def _read_once(
         self, specs: Sequence[FetchSpec], isolation: IsolationLevel, budget: int, events: list[asyncio.Event]
@@ -525,8 +555,27 @@ class PartitionManager:
     async def _retire(self, key: _Key, engine: PartitionEngine, *, delete: bool) -> None:
         self._engine_topic_ids.pop(key, None)
         await engine.close()
+        self._stop_lag_reporter(key, engine)
         if delete:
             await asyncio.to_thread(shutil.rmtree, engine.directory, True)
+
+    # ----------------------------------------------------------------------------------------------- metrics
+
+    async def _report_lso_lag(self, key: _Key, engine: PartitionEngine) -> None:
+        """Report the partition's LSO lag each time the engine says HW or LSO may have moved, until it closes."""
+        topic, partition = key
+        while engine.online:
+            changed = engine.changed()  # taken before reading, so no move between the read and the wait is missed
+            self._metrics.set_lso_lag(topic, partition, engine.high_watermark - engine.last_stable_offset)
+            await changed.wait()
+
+    def _stop_lag_reporter(self, key: _Key, engine: PartitionEngine) -> None:
+        entry = self._lag_reporters.get(key)
+        if entry is not None and entry[0] is engine:  # not the reporter of an engine reopened meanwhile
+            del self._lag_reporters[key]
+            entry[1].cancel()
+            # the partition's lag is reported by its new leader now; a stale value here would be counted twice
+            self._metrics.set_lso_lag(*key, 0)
 
     # ------------------------------------------------------------------------------------------ maintenance
 

@@ -32,6 +32,10 @@ Choices where Kafka leaves room or where this coordinator differs (documented fo
   letting it claim the bumped epoch is not implemented (ref §5.2).
 * Transactional ids map to shards through the injected ``shard_for`` (the cluster-wide mapping that
   FindCoordinator uses); each loaded shard has one coordinator epoch.
+
+Metrics: ``oncelog.transactions.open`` per shard is kept as a running count, changed only where a durable
+transition is applied to the cache (step 3) and reset on load and unload; ``oncelog.transactions.completed``
+counts each Complete* write by result.
 """
 
 from __future__ import annotations
@@ -56,6 +60,7 @@ from oncelog.errors import (
     ProducerFenced,
     TransactionalIdNotFound,
 )
+from oncelog.telemetry.metrics import OncelogMetrics, default_metrics
 
 from .metadata import (
     LAST_USABLE_EPOCH,
@@ -193,6 +198,8 @@ class _Shard:
     coordinator_epoch: int
     loading: bool = True
     txns: dict[str, TransactionMetadata] = field(default_factory=dict)
+    open_transactions: int = 0
+    """Cached ids whose state has an open transaction (Ongoing or Prepare*)."""
 
 
 @dataclass(eq=False, slots=True)
@@ -233,6 +240,7 @@ class TransactionCoordinator:
         clock: milliseconds since the epoch.
         shard_for: maps a transactional id to its shard (must match FindCoordinator).
         max_transaction_timeout_ms: upper bound for a producer's transaction timeout.
+        metrics: where open and completed transactions are reported; the process-wide instruments by default.
     """
 
     def __init__(
@@ -244,7 +252,9 @@ class TransactionCoordinator:
         clock: Clock,
         shard_for: Callable[[str], int],
         max_transaction_timeout_ms: int = DEFAULT_MAX_TRANSACTION_TIMEOUT_MS,
+        metrics: OncelogMetrics | None = None,
     ) -> None:
+        self._metrics = default_metrics() if metrics is None else metrics
         self._store = store
         self._producer_ids = producer_ids
         self._markers = markers
@@ -291,6 +301,8 @@ class TransactionCoordinator:
             return []
         for transactional_id, row in rows:
             self._replay_row(entry, transactional_id, row)
+        entry.open_transactions = sum(1 for md in entry.txns.values() if md.state.has_open_transaction)
+        self._metrics.set_transactions_open(shard, entry.open_transactions)
         entry.loading = False
         resumed = [md for md in entry.txns.values() if md.state.is_prepare]
         for md in resumed:
@@ -315,6 +327,8 @@ class TransactionCoordinator:
         if coordinator_epoch is not None and entry.coordinator_epoch > coordinator_epoch:
             return
         del self._shards[shard]
+        # the next owner reports the shard; a stale value here would count its transactions twice
+        self._metrics.set_transactions_open(shard, 0)
 
     # ------------------------------------------------------------------------------ InitProducerId
 
@@ -586,6 +600,7 @@ class TransactionCoordinator:
                 raise ConcurrentTransactions(f"transactional id {transactional_id!r} has a transition in flight")
             transition = md.prepare_complete(self._clock())
         await self._persist(entry, md, transition)
+        self._metrics.record_transaction_completed(result.value.lower())
 
     def _send_markers(self, entry: _Shard, md: TransactionMetadata) -> None:
         result = TransactionResult.COMMIT if md.state is TransactionState.PREPARE_COMMIT else TransactionResult.ABORT
@@ -834,7 +849,11 @@ class TransactionCoordinator:
             raise
         if self._shards.get(entry.shard) is not entry or entry.txns.get(md.transactional_id) is not md:
             raise NotCoordinator(f"shard {entry.shard} changed owner while writing {md.transactional_id!r}")
+        was_open = md.state.has_open_transaction
         md.complete_transition(transition)
+        if md.state.has_open_transaction != was_open:
+            entry.open_transactions += 1 if md.state.has_open_transaction else -1
+            self._metrics.set_transactions_open(entry.shard, entry.open_transactions)
 
     @staticmethod
     def _forget_if_unpersisted(entry: _Shard, md: TransactionMetadata) -> None:

@@ -19,7 +19,11 @@ does:
 * once every participant acknowledged, ``on_complete`` writes Complete*; it is retried until it
   succeeds, and abandoned on NOT_COORDINATOR (the next owner resumes the transaction on load);
 * each request is traced as a child of the EndTxn that decided its first transaction, with links to the
-  others it carries, so one commit reads as one trace (DESIGN §9).
+  others it carries, and the Complete* write runs in the trace of the EndTxn too, so one commit reads as one
+  trace (DESIGN §9);
+* the time from enqueueing (right after Prepare* became durable, or after a shard load resumed the
+  transaction) until the last participant acknowledged is recorded as ``oncelog.txn.marker.duration``: how
+  long the transaction holds back the last stable offset of its partitions.
 
 Destinations come from :class:`CatalogMarkerDestinations` and requests go through
 :class:`GrpcMarkerTransport`; both are ports, so the manager is tested without a network.
@@ -52,6 +56,7 @@ from oncelog.errors import (
     UnknownTopicOrPartition,
 )
 from oncelog.rpc import ChannelFactory, from_error_info, from_rpc_error
+from oncelog.telemetry.metrics import OncelogMetrics, default_metrics
 
 from .coordinator import MarkerCompletion
 from .metadata import TopicPartition
@@ -169,6 +174,8 @@ class _Job:
     pending_groups: set[str]
     trace_context: otel_context.Context
     """The EndTxn (or load, or sweep) the markers belong to, so their fan-out joins its trace."""
+    enqueued_at: float
+    """Event-loop time of :meth:`TransactionMarkerChannelManager.enqueue`."""
     dropped: bool = False
 
     @property
@@ -198,6 +205,7 @@ class TransactionMarkerChannelManager:
             markers are retried only while it is.
         retry_backoff_ms: first pause before a failed participant or completion is retried.
         retry_backoff_max_ms: the pause doubles up to this value.
+        metrics: where marker durations are recorded; the process-wide instruments by default.
     """
 
     def __init__(
@@ -209,8 +217,10 @@ class TransactionMarkerChannelManager:
         is_current: Callable[[int, int], bool],
         retry_backoff_ms: int = 100,
         retry_backoff_max_ms: int = 1_000,
+        metrics: OncelogMetrics | None = None,
     ) -> None:
         self._resolver = resolver
+        self._metrics = default_metrics() if metrics is None else metrics
         self._transport = transport
         self._shard_for = shard_for
         self._is_current = is_current
@@ -259,6 +269,7 @@ class TransactionMarkerChannelManager:
             pending_partitions=set(partitions),
             pending_groups=set(groups),
             trace_context=otel_context.get_current(),
+            enqueued_at=asyncio.get_running_loop().time(),
         )
         self._jobs[transactional_id] = job
         if job.acknowledged:
@@ -393,7 +404,11 @@ class TransactionMarkerChannelManager:
                     "txn-markers",
                     context=jobs[0].trace_context,
                     links=links,
-                    attributes={"oncelog.destination": destination.node_id, "oncelog.markers": len(entries)},
+                    attributes={
+                        "oncelog.destination": destination.node_id,
+                        "oncelog.markers": len(entries),
+                        "oncelog.transactional_ids": [entry.transactional_id for entry in entries],
+                    },
                 ):
                     outcomes = await self._transport.write_markers(destination, entries)
                 if len(outcomes) != len(entries):
@@ -445,6 +460,9 @@ class TransactionMarkerChannelManager:
         if item.group is not None:
             job.pending_groups.discard(item.group)
         if job.acknowledged:
+            self._metrics.record_marker_duration(
+                job.result.value.lower(), asyncio.get_running_loop().time() - job.enqueued_at
+            )
             self._start_completion(job)
 
     def _fail(self, item: _Item, error: OncelogError, destination: MarkerDestination) -> None:
@@ -493,6 +511,8 @@ class TransactionMarkerChannelManager:
     async def _complete(self, job: _Job) -> None:
         """Write Complete* through the coordinator; retried until it is durable or the shard moved."""
         delay = self._backoff_s
+        # the task has its own context copy, so attaching here makes the write a span of the EndTxn's trace
+        token = otel_context.attach(job.trace_context)
         try:
             while not job.dropped and self._is_current(job.shard, job.coordinator_epoch):
                 try:
@@ -506,6 +526,7 @@ class TransactionMarkerChannelManager:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, self._backoff_max_s)
         finally:
+            otel_context.detach(token)
             if self._jobs.get(job.transactional_id) is job:
                 del self._jobs[job.transactional_id]
 

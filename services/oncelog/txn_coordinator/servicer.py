@@ -95,6 +95,9 @@ class TransactionCoordinatorServicer(pb.TransactionCoordinatorServiceServicer):
         self, request: pb.InitProducerIdRequest, context: object
     ) -> pb.InitProducerIdResponse:
         _check_transactional_id(request.transactional_id)
+        # An empty id is Kafka's null transactional.id: an idempotent-only producer asking for a fresh
+        # producer id at epoch 0. No state is kept for it, so any coordinator replica may answer.
+        transactional_id = request.transactional_id or None
         expected_pid = expected_epoch = None
         if request.HasField("producer"):
             if request.producer.producer_id >= 0:
@@ -102,7 +105,7 @@ class TransactionCoordinatorServicer(pb.TransactionCoordinatorServiceServicer):
             if request.producer.producer_epoch >= 0:
                 expected_epoch = request.producer.producer_epoch
         identity = await self._coordinator.init_producer_id(
-            request.transactional_id, request.transaction_timeout_ms, expected_pid, expected_epoch
+            transactional_id, request.transaction_timeout_ms, expected_pid, expected_epoch
         )
         return pb.InitProducerIdResponse(producer=_identity_pb(identity))
 

@@ -18,6 +18,11 @@ is the row ``txn_shard_epochs(shard, coordinator_epoch)``:
 
 Group commit: writes issued while a SQL transaction is running are queued and written together in the
 next one (each with its own epoch check and outcome), so concurrent transactions share one commit.
+
+Tracing (DESIGN §9): every write is an ``oncelog.txn.persist`` span in its caller's trace (the EndTxn that
+prepares a commit, the marker completion that writes Complete*), with the transactional id, the state written
+and the fencing tokens as attributes. The SQL transaction that carries it is an ``oncelog.txn.sql_transaction``
+span under the first write it carries, linked to the others, as a shared group commit belongs to several traces.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
+from opentelemetry import trace
 from sqlalchemy.engine import Connection, Engine
 
 from oncelog.errors import NotCoordinator, OncelogError, StorageUnavailable
@@ -83,6 +89,8 @@ class _Write:
     transition: TxnTransition
     coordinator_epoch: int
     done: asyncio.Future[None]
+    span: trace.Span
+    """The caller's ``oncelog.txn.persist`` span."""
 
 
 class TransactionStateManager:
@@ -93,6 +101,7 @@ class TransactionStateManager:
         shard_for: the cluster-wide transactional id -> shard mapping (as FindCoordinator uses it).
         on_fenced: called with ``(shard, coordinator_epoch)`` when a write finds the shard claimed by a
             newer coordinator, so this process stops serving it at once instead of at its next lease renewal.
+        tracer_provider: provider of the write spans; the global one by default.
     """
 
     def __init__(
@@ -101,8 +110,10 @@ class TransactionStateManager:
         shard_for: Callable[[str], int],
         *,
         on_fenced: Callable[[int, int], None] | None = None,
+        tracer_provider: trace.TracerProvider | None = None,
     ) -> None:
         self.engine = engine
+        self._tracer = trace.get_tracer(__name__, tracer_provider=tracer_provider)
         self._shard_for = shard_for
         self._on_fenced = on_fenced
         self._takeover_epochs: dict[int, int] = {}
@@ -187,17 +198,29 @@ class TransactionStateManager:
             NotCoordinator: the table was claimed at another coordinator epoch; nothing was written.
             StorageUnavailable: the database failed; the row may or may not have been written.
         """
-        write = _Write(
-            transactional_id,
-            self._shard_for(transactional_id),
-            transition,
-            expected_coordinator_epoch,
-            asyncio.get_running_loop().create_future(),
-        )
-        self._queue.append(write)
-        if self._writer is None or self._writer.done():
-            self._writer = asyncio.create_task(self._drain(), name="txn-state-writer")
-        await write.done
+        shard = self._shard_for(transactional_id)
+        attributes: dict[str, str | int] = {
+            "oncelog.transactional_id": transactional_id,
+            "oncelog.txn.state": transition.state.name,
+            "oncelog.producer_id": transition.producer_id,
+            "oncelog.producer_epoch": transition.producer_epoch,
+            "oncelog.txn.shard": shard,
+            "oncelog.coordinator_epoch": expected_coordinator_epoch,
+            "db.system": self.engine.dialect.name,
+        }
+        with self._tracer.start_as_current_span("oncelog.txn.persist", attributes=attributes) as span:
+            write = _Write(
+                transactional_id,
+                shard,
+                transition,
+                expected_coordinator_epoch,
+                asyncio.get_running_loop().create_future(),
+                span,
+            )
+            self._queue.append(write)
+            if self._writer is None or self._writer.done():
+                self._writer = asyncio.create_task(self._drain(), name="txn-state-writer")
+            await write.done
 
     async def _drain(self) -> None:
         """Write queued rows, as many per SQL transaction as have accumulated while the last one ran."""
@@ -230,6 +253,19 @@ class TransactionStateManager:
                     log.exception("fencing listener failed for shard %d", shard)
 
     def _write_batch(self, batch: Sequence[_Write]) -> list[OncelogError | None]:
+        with self._tracer.start_as_current_span(
+            "oncelog.txn.sql_transaction",
+            context=trace.set_span_in_context(batch[0].span),
+            links=[trace.Link(write.span.get_span_context()) for write in batch[1:]],
+            attributes={
+                "db.system": self.engine.dialect.name,
+                "db.collection.name": transactions.name,
+                "oncelog.txn.writes": len(batch),
+            },
+        ):
+            return self._write_batch_in_transaction(batch)
+
+    def _write_batch_in_transaction(self, batch: Sequence[_Write]) -> list[OncelogError | None]:
         with _transaction(self.engine) as conn:
             # Lock the epoch rows in shard order so two writers can never wait on each other in a cycle.
             owned: dict[tuple[int, int], bool] = {}

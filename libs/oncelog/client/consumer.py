@@ -1,0 +1,783 @@
+"""The consumer: read_committed by default, positions and committed offsets (Kafka's ``KafkaConsumer``).
+
+``poll()`` keeps one Fetch in flight per storage node for the assigned partitions that have no data
+buffered (Kafka's ``Fetcher``), returns as soon as one answers with records, and leaves the others running
+for the next poll. Each partition's answer goes through :class:`~oncelog.client.fetch_filter.CompletedFetch`,
+which drops control records and, at read_committed, the data of aborted transactions; the server already
+stops at the last stable offset, so open transactions stay invisible (DESIGN §1.4, ref §4.5).
+
+Positions: a newly assigned partition starts at the group's committed offset (fetched with
+``require_stable``, so it waits while a transactional commit for it is pending, KIP-447) or, without one,
+at ``auto_offset_reset``. ``commit()`` stores positions outside any transaction; inside a
+consume-transform-produce loop pass the positions to ``Producer.send_offsets_to_transaction`` instead and
+call :meth:`Consumer.rewind_to_committed` after an abort, which puts every position back to the first input
+offset of the aborted transaction (DESIGN §1.8).
+
+Group membership is not implemented yet: ``subscribe()`` assigns every partition of the topics to this one
+consumer, so run one consumer per group (cooperative rebalancing is a later issue). A consumer is not
+thread-safe: call it from one thread, as with Kafka.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TypeVar
+
+import grpc
+
+from oncelog.api.cluster import v1 as cluster_pb
+from oncelog.api.common import v1 as common_pb
+from oncelog.api.offsets import v1 as offsets_pb
+from oncelog.api.storage import v1 as storage_pb
+from oncelog.client.errors import Action, IllegalStateError, Refresh, RetriableError, classify
+from oncelog.client.fetch_filter import AbortedTransaction, CompletedFetch, IsolationLevel
+from oncelog.client.metadata import ClusterMetadata
+from oncelog.client.records import ConsumerGroupMetadata, ConsumerRecord, OffsetAndMetadata, TopicPartition
+from oncelog.client.transport import Backoff, Channels, Deadline, IoThread, call, resolve_bootstrap
+from oncelog.errors import OffsetOutOfRange, OncelogError, Reason, UnknownTopicOrPartition
+from oncelog.rpc.errors import from_error_info
+
+__all__ = ["Consumer"]
+
+log = logging.getLogger("oncelog.client.consumer")
+
+T = TypeVar("T")
+
+_GROUP = cluster_pb.COORDINATOR_TYPE_GROUP
+_RESETS = ("earliest", "latest", "none")
+_ISOLATION_PB = {
+    IsolationLevel.READ_COMMITTED: storage_pb.ISOLATION_LEVEL_READ_COMMITTED,
+    IsolationLevel.READ_UNCOMMITTED: storage_pb.ISOLATION_LEVEL_READ_UNCOMMITTED,
+}
+_COMMITTED = "committed"
+
+
+@dataclass(slots=True)
+class _PartitionState:
+    """What the consumer knows about one assigned partition."""
+
+    position: int | None = None
+    reset: str | None = None
+    """How to find the position when it is None: "committed", "earliest" or "latest"."""
+    leader_epoch: int | None = None
+    """Leader epoch of the last record returned, committed with the offset."""
+    buffered: CompletedFetch | None = None
+    error: OncelogError | None = None
+    """A non-retriable fetch error, raised by the next poll."""
+    last_stable_offset: int = -1
+    high_watermark: int = -1
+
+
+class Consumer:
+    """Read records from oncelog topics; read_committed by default.
+
+    Example:
+        >>> from oncelog.client import Consumer
+        >>> consumer = Consumer(group_id="billing")           # bootstrap from .oncelog/cluster.json
+        >>> consumer.subscribe(["orders"])
+        >>> for record in consumer.poll(timeout_ms=1000):
+        ...     print(record.offset, record.value)
+        >>> consumer.commit()
+        >>> consumer.close()
+
+    Args:
+        bootstrap: any cluster address(es); None reads ``.oncelog/cluster.json``.
+        group_id: the consumer group whose committed offsets the consumer starts from and commits to.
+        isolation_level: ``"read_committed"`` (only committed transactional data) or ``"read_uncommitted"``.
+        auto_offset_reset: where a partition without a committed offset (or whose position left the
+            log) starts: ``"earliest"``, ``"latest"`` or ``"none"`` (raise).
+        enable_auto_commit: commit positions every ``auto_commit_interval_ms`` from ``poll()`` and on
+            close. Leave it off in a consume-transform-produce loop.
+        auto_commit_interval_ms: period of the automatic commit.
+        max_poll_records: most records one ``poll()`` returns.
+        fetch_min_bytes: a fetch waits until this much data is available or ``fetch_max_wait_ms`` passed.
+        fetch_max_wait_ms: longest wait of one fetch on the server.
+        fetch_max_bytes: largest answer of one fetch.
+        max_partition_fetch_bytes: largest data returned per partition and fetch (at least one batch).
+        request_timeout_ms: deadline of one request.
+        default_api_timeout_ms: bound of blocking calls without a timeout (``position``, ``committed``, ...).
+        retry_backoff_ms: pause before retrying a failed request.
+        check_crcs: verify each batch's CRC32C.
+        client_id: a name for logs and thread names.
+        credentials: TLS channel credentials; None for plaintext.
+    """
+
+    def __init__(
+        self,
+        bootstrap: str | Sequence[str] | None = None,
+        *,
+        group_id: str | None = None,
+        isolation_level: str = "read_committed",
+        auto_offset_reset: str = "earliest",
+        enable_auto_commit: bool = False,
+        auto_commit_interval_ms: int = 5_000,
+        max_poll_records: int = 500,
+        fetch_min_bytes: int = 1,
+        fetch_max_wait_ms: int = 500,
+        fetch_max_bytes: int = 50 * 1024 * 1024,
+        max_partition_fetch_bytes: int = 1024 * 1024,
+        request_timeout_ms: int = 30_000,
+        default_api_timeout_ms: int = 60_000,
+        retry_backoff_ms: int = 100,
+        check_crcs: bool = True,
+        client_id: str | None = None,
+        credentials: grpc.ChannelCredentials | None = None,
+    ) -> None:
+        problems = []
+        try:
+            self._isolation = IsolationLevel(isolation_level)
+        except ValueError:
+            problems.append(f"isolation_level={isolation_level!r}; use 'read_committed' or 'read_uncommitted'")
+        if auto_offset_reset not in _RESETS:
+            problems.append(f"auto_offset_reset={auto_offset_reset!r}; use 'earliest', 'latest' or 'none'")
+        if group_id is not None and not group_id:
+            problems.append("group_id must not be empty; pass None to consume without a group")
+        if enable_auto_commit and not group_id:
+            problems.append("enable_auto_commit needs a group_id")
+        if max_poll_records < 1 or fetch_max_wait_ms < 0 or fetch_min_bytes < 0:
+            problems.append("max_poll_records must be >= 1, fetch_max_wait_ms and fetch_min_bytes >= 0")
+        if problems:
+            raise ValueError("invalid consumer configuration: " + "; ".join(problems))
+        self._group_id = group_id
+        self._auto_offset_reset = auto_offset_reset
+        self._auto_commit = enable_auto_commit
+        self._auto_commit_interval_s = auto_commit_interval_ms / 1000
+        self._next_auto_commit = time.monotonic() + self._auto_commit_interval_s
+        self._max_poll_records = max_poll_records
+        self._fetch_min_bytes = fetch_min_bytes
+        self._fetch_max_wait_ms = fetch_max_wait_ms
+        self._fetch_max_bytes = fetch_max_bytes
+        self._partition_fetch_bytes = max_partition_fetch_bytes
+        self._request_timeout_s = request_timeout_ms / 1000
+        self._default_timeout_s = default_api_timeout_ms / 1000
+        self._retry_backoff_ms = retry_backoff_ms
+        self._check_crcs = check_crcs
+        self._client_id = client_id or f"consumer-{uuid.uuid4().hex[:8]}"
+        self._assignment: dict[TopicPartition, _PartitionState] = {}
+        self._subscription: tuple[str, ...] | None = None
+        self._fetches: dict[str, asyncio.Task[None]] = {}
+        self._refresh_task: asyncio.Task[None] | None = None
+        self._node_backoff_until: dict[str, float] = {}
+        self._closed = False
+        bootstrap_addresses = resolve_bootstrap(bootstrap)
+        self._io = IoThread(f"oncelog-{self._client_id}")
+        self._channels = Channels(credentials=credentials)
+        self._metadata = ClusterMetadata(
+            self._channels,
+            bootstrap_addresses,
+            request_timeout_s=self._request_timeout_s,
+            retry_backoff_ms=retry_backoff_ms,
+        )
+
+    # -------------------------------------------------------------------------------- helpers
+
+    def _ensure_open(self) -> None:
+        if self._closed:
+            raise IllegalStateError("the consumer is closed; create a new Consumer")
+
+    def _deadline(self, timeout: float | None) -> Deadline:
+        return Deadline(self._default_timeout_s if timeout is None else timeout)
+
+    def _run(self, coro: Awaitable[T]) -> T:
+        return self._io.run(coro)  # type: ignore[arg-type]
+
+    def _require_group(self, what: str) -> str:
+        if not self._group_id:
+            raise IllegalStateError(f"{what} needs a consumer group: pass group_id=... to Consumer()")
+        return self._group_id
+
+    def _state(self, tp: TopicPartition) -> _PartitionState:
+        state = self._assignment.get(TopicPartition(*tp))
+        if state is None:
+            raise IllegalStateError(f"{tp} is not assigned to this consumer; assign() or subscribe() first")
+        return state
+
+    def _initial_reset(self) -> str:
+        return _COMMITTED if self._group_id else self._auto_offset_reset
+
+    # -------------------------------------------------------------------------------- assignment
+
+    def assign(self, partitions: Iterable[TopicPartition | tuple[str, int]]) -> None:
+        """Read exactly these partitions (manual assignment); replaces any earlier assignment or subscription.
+
+        Raises:
+            UnknownTopicOrPartition: a topic or partition does not exist.
+        """
+        self._ensure_open()
+        wanted = [TopicPartition(*tp) for tp in partitions]
+        for topic in sorted({tp.topic for tp in wanted}):
+            info = self._run(self._metadata.topic(topic))
+            for tp in wanted:
+                if tp.topic == topic and not 0 <= tp.partition < len(info.partitions):
+                    raise UnknownTopicOrPartition(
+                        f"{tp} does not exist: topic {topic!r} has {len(info.partitions)} partition(s)"
+                    )
+        self._subscription = None
+        self._set_assignment(wanted)
+
+    def subscribe(self, topics: Iterable[str]) -> None:
+        """Read every partition of ``topics``, starting from the group's committed offsets.
+
+        There is no group membership yet: this consumer takes every partition, so run one consumer per
+        group (cooperative rebalancing is a later issue). Partitions added to a topic later are picked up
+        when its metadata is refreshed.
+
+        Raises:
+            IllegalStateError: the consumer has no group_id.
+            UnknownTopicOrPartition: a topic does not exist.
+        """
+        self._ensure_open()
+        self._require_group("subscribe()")
+        names = tuple(dict.fromkeys(topics))
+        if not names:
+            raise ValueError("subscribe() needs at least one topic; use unsubscribe() to stop reading")
+        partitions: list[TopicPartition] = []
+        for topic in names:
+            info = self._run(self._metadata.topic(topic))
+            partitions.extend(p.topic_partition for p in info.partitions)
+        self._subscription = names
+        self._set_assignment(partitions)
+
+    def unsubscribe(self) -> None:
+        """Stop reading every partition."""
+        self._subscription = None
+        self._set_assignment([])
+
+    def assignment(self) -> set[TopicPartition]:
+        """The partitions this consumer reads."""
+        return set(self._assignment)
+
+    def subscription(self) -> set[str]:
+        """The subscribed topics (empty with a manual assignment)."""
+        return set(self._subscription or ())
+
+    def _set_assignment(self, partitions: Iterable[TopicPartition]) -> None:
+        old = self._assignment
+        self._assignment = {tp: old.get(tp) or _PartitionState(reset=self._initial_reset()) for tp in partitions}
+
+    # -------------------------------------------------------------------------------- positions
+
+    def seek(self, partition: TopicPartition | tuple[str, int], offset: int) -> None:
+        """Read ``partition`` from ``offset`` on the next poll."""
+        if offset < 0:
+            raise ValueError(f"offset must be >= 0, got {offset}")
+        state = self._state(TopicPartition(*partition))
+        state.position, state.reset, state.buffered, state.error = offset, None, None, None
+
+    def seek_to_beginning(self, partitions: Iterable[TopicPartition] | None = None) -> None:
+        """Read from the log start of ``partitions`` (default all assigned), evaluated lazily."""
+        self._seek_lazily(partitions, "earliest")
+
+    def seek_to_end(self, partitions: Iterable[TopicPartition] | None = None) -> None:
+        """Read from the end of ``partitions`` (the last stable offset at read_committed), evaluated lazily."""
+        self._seek_lazily(partitions, "latest")
+
+    def _seek_lazily(self, partitions: Iterable[TopicPartition] | None, reset: str) -> None:
+        for tp in self._assignment if partitions is None else [TopicPartition(*p) for p in partitions]:
+            state = self._state(tp)
+            state.position, state.reset, state.buffered, state.error = None, reset, None, None
+
+    def position(self, partition: TopicPartition | tuple[str, int], timeout: float | None = None) -> int:
+        """The offset of the next record ``poll()`` returns for ``partition``, resolving it if needed.
+
+        Raises:
+            RetriableError: the position could not be resolved within ``timeout``.
+        """
+        self._ensure_open()
+        tp = TopicPartition(*partition)
+        state = self._state(tp)
+        if state.position is None:
+            self._run(self._resolve_positions([tp], self._deadline(timeout), strict=True))
+        assert state.position is not None
+        return state.position
+
+    def rewind_to_committed(
+        self, partitions: Iterable[TopicPartition] | None = None, timeout: float | None = None
+    ) -> dict[TopicPartition, int]:
+        """Put positions back to the group's committed offsets (after an aborted transaction, DESIGN §1.8).
+
+        In a consume-transform-produce loop the committed offset of each input partition is the first
+        input offset of the transaction that was aborted, so the records it read are read again. The
+        committed offsets are fetched with ``require_stable``: the call waits until the abort has
+        removed the transaction's pending offsets. Partitions without a committed offset start at
+        ``auto_offset_reset``. Buffered records are dropped.
+
+        Returns:
+            The new position of each partition.
+
+        Raises:
+            IllegalStateError: the consumer has no group_id.
+            RetriableError: the offsets could not be fetched within ``timeout``.
+        """
+        self._ensure_open()
+        self._require_group("rewind_to_committed()")
+        targets = list(self._assignment) if partitions is None else [TopicPartition(*p) for p in partitions]
+        for tp in targets:
+            state = self._state(tp)
+            state.position, state.reset, state.buffered, state.error = None, _COMMITTED, None, None
+        self._run(self._resolve_positions(targets, self._deadline(timeout), strict=True))
+        return {tp: self._assignment[tp].position for tp in targets}  # type: ignore[misc]
+
+    async def _resolve_positions(
+        self, partitions: Sequence[TopicPartition], deadline: Deadline, *, strict: bool
+    ) -> None:
+        """Give every partition in ``partitions`` without a position one, from committed offsets or the reset.
+
+        With ``strict`` a failure or the deadline raises; otherwise partitions left unresolved are tried
+        again by the next poll.
+        """
+        backoff = Backoff(self._retry_backoff_ms, 1_000)
+        while True:
+            todo = [tp for tp in partitions if tp in self._assignment and self._assignment[tp].position is None]
+            if not todo:
+                return
+            try:
+                committed_needed = [tp for tp in todo if self._assignment[tp].reset == _COMMITTED]
+                if committed_needed:
+                    committed = await self._fetch_committed(committed_needed, deadline)
+                    for tp in committed_needed:
+                        state = self._assignment.get(tp)
+                        if state is None or state.position is not None or state.reset != _COMMITTED:
+                            continue
+                        found = committed.get(tp)
+                        if found is not None:
+                            state.position, state.reset = found.offset, None
+                            state.leader_epoch = found.leader_epoch
+                        else:
+                            state.reset = self._auto_offset_reset
+                by_reset: dict[str, list[TopicPartition]] = {}
+                for tp in todo:
+                    state = self._assignment.get(tp)
+                    if state is not None and state.position is None and state.reset in ("earliest", "latest"):
+                        by_reset.setdefault(state.reset, []).append(tp)
+                    elif state is not None and state.position is None and state.reset == "none":
+                        raise OffsetOutOfRange(
+                            f"{tp} has no committed offset and auto_offset_reset='none'; seek() to an offset first"
+                        )
+                for reset, tps in by_reset.items():
+                    offsets = await self._list_offsets(tps, reset, deadline)
+                    for tp, offset in offsets.items():
+                        state = self._assignment.get(tp)
+                        if state is not None and state.position is None and state.reset == reset:
+                            state.position, state.reset = offset, None
+                continue
+            except OncelogError as err:
+                if not err.retriable:
+                    raise
+                if deadline.expired:
+                    if strict:
+                        raise RetriableError(
+                            f"could not resolve the position of {', '.join(map(str, todo))}: {err.message}", cause=err
+                        ) from err
+                    return
+                log.debug("position lookup failed (%s); retrying", err)
+                await asyncio.sleep(deadline.cap(backoff.next_s()))
+
+    async def _list_offsets(
+        self, partitions: Sequence[TopicPartition], reset: str, deadline: Deadline
+    ) -> dict[TopicPartition, int]:
+        spec = storage_pb.OFFSET_SPEC_EARLIEST if reset == "earliest" else storage_pb.OFFSET_SPEC_LATEST
+        found: dict[TopicPartition, int] = {}
+        by_leader: dict[str, list[TopicPartition]] = {}
+        for tp in partitions:
+            leader = await self._metadata.wait_for_leader(tp, deadline)
+            by_leader.setdefault(leader.leader_address, []).append(tp)
+        for address, tps in by_leader.items():
+            request = storage_pb.ListOffsetsRequest(
+                partitions=[
+                    storage_pb.ListOffsetsPartition(
+                        topic_partition=common_pb.TopicPartition(topic=tp.topic, partition=tp.partition), spec=spec
+                    )
+                    for tp in tps
+                ],
+                isolation_level=_ISOLATION_PB[self._isolation],
+            )
+            try:
+                response = await call(
+                    self._channels.storage(address).ListOffsets,
+                    request,
+                    timeout_s=deadline.cap(self._request_timeout_s),
+                )
+            except OncelogError as err:
+                self._metadata.note_failure({tp.topic for tp in tps}, err)
+                raise
+            for result in response.results:
+                tp = TopicPartition(result.topic_partition.topic, result.topic_partition.partition)
+                if result.HasField("error"):
+                    failure = from_error_info(result.error)
+                    self._metadata.note_failure([tp.topic], failure)
+                    raise failure
+                found[tp] = result.offset
+        return found
+
+    # -------------------------------------------------------------------------------- group offsets
+
+    async def _group_call(
+        self, rpc: Callable[[offsets_pb.GroupOffsetsServiceStub], Awaitable[T]], deadline: Deadline
+    ) -> T:
+        group = self._require_group("this call")
+        backoff = Backoff(self._retry_backoff_ms, 1_000)
+        while True:
+            try:
+                address = await self._metadata.find_coordinator(group, _GROUP)
+                return await rpc(self._channels.offsets(address))
+            except OncelogError as err:
+                disposition = classify(err, source="group")
+                if disposition.action is not Action.RETRY:
+                    raise
+                if disposition.refresh is not Refresh.NONE or err.reason is Reason.NOT_COORDINATOR:
+                    self._metadata.invalidate_coordinator(group, _GROUP)
+                if deadline.expired:
+                    raise RetriableError(f"group {group!r}: {err.message}", cause=err) from err
+                await asyncio.sleep(deadline.cap(backoff.next_s()))
+
+    async def _fetch_committed(
+        self, partitions: Sequence[TopicPartition], deadline: Deadline
+    ) -> dict[TopicPartition, OffsetAndMetadata | None]:
+        group = self._require_group("committed()")
+        request = offsets_pb.FetchOffsetsRequest(
+            group_id=group,
+            partitions=[common_pb.TopicPartition(topic=tp.topic, partition=tp.partition) for tp in partitions],
+            require_stable=True,
+        )
+        response = await self._group_call(
+            lambda stub: call(stub.FetchOffsets, request, timeout_s=deadline.cap(self._request_timeout_s)), deadline
+        )
+        found: dict[TopicPartition, OffsetAndMetadata | None] = dict.fromkeys(partitions)
+        for item in response.offsets:
+            tp = TopicPartition(item.topic_partition.topic, item.topic_partition.partition)
+            if item.offset >= 0:
+                found[tp] = OffsetAndMetadata(
+                    item.offset, item.metadata, None if item.leader_epoch < 0 else item.leader_epoch
+                )
+        return found
+
+    def committed(
+        self, partitions: Iterable[TopicPartition] | None = None, timeout: float | None = None
+    ) -> dict[TopicPartition, OffsetAndMetadata | None]:
+        """The group's committed offsets (None where nothing is committed).
+
+        Waits while a transactional commit for a partition is pending (``require_stable``, KIP-447).
+
+        Raises:
+            IllegalStateError: the consumer has no group_id.
+            RetriableError: no stable answer within ``timeout``.
+        """
+        self._ensure_open()
+        self._require_group("committed()")
+        targets = list(self._assignment) if partitions is None else [TopicPartition(*p) for p in partitions]
+        return self._run(self._fetch_committed(targets, self._deadline(timeout)))
+
+    def commit(
+        self, offsets: Mapping[TopicPartition, OffsetAndMetadata | int] | None = None, timeout: float | None = None
+    ) -> None:
+        """Commit ``offsets`` (default: the position of every assigned partition) outside any transaction.
+
+        Raises:
+            IllegalStateError: the consumer has no group_id.
+            RetriableError: the commit did not complete within ``timeout``.
+        """
+        self._ensure_open()
+        group = self._require_group("commit()")
+        if offsets is None:
+            offsets = {
+                tp: OffsetAndMetadata(state.position, leader_epoch=state.leader_epoch)
+                for tp, state in self._assignment.items()
+                if state.position is not None
+            }
+        normalized = {
+            TopicPartition(*tp): om if isinstance(om, OffsetAndMetadata) else OffsetAndMetadata(int(om))
+            for tp, om in offsets.items()
+        }
+        if not normalized:
+            return
+        request = offsets_pb.CommitOffsetsRequest(
+            group_id=group,
+            offsets=[
+                common_pb.PartitionOffset(
+                    topic_partition=common_pb.TopicPartition(topic=tp.topic, partition=tp.partition),
+                    offset=om.offset,
+                    leader_epoch=-1 if om.leader_epoch is None else om.leader_epoch,
+                    metadata=om.metadata,
+                )
+                for tp, om in sorted(normalized.items())
+            ],
+        )
+        deadline = self._deadline(timeout)
+        self._run(
+            self._group_call(
+                lambda stub: call(stub.CommitOffsets, request, timeout_s=deadline.cap(self._request_timeout_s)),
+                deadline,
+            )
+        )
+
+    def group_metadata(self) -> ConsumerGroupMetadata:
+        """The group identity to pass to ``Producer.send_offsets_to_transaction`` (KIP-447).
+
+        Raises:
+            IllegalStateError: the consumer has no group_id.
+        """
+        return ConsumerGroupMetadata(self._require_group("group_metadata()"))
+
+    # -------------------------------------------------------------------------------- offsets lookup
+
+    def beginning_offsets(
+        self, partitions: Iterable[TopicPartition], timeout: float | None = None
+    ) -> dict[TopicPartition, int]:
+        """The first offset still stored in each partition."""
+        self._ensure_open()
+        return self._run(
+            self._list_offsets([TopicPartition(*p) for p in partitions], "earliest", self._deadline(timeout))
+        )
+
+    def end_offsets(
+        self, partitions: Iterable[TopicPartition], timeout: float | None = None
+    ) -> dict[TopicPartition, int]:
+        """The end of each partition for this consumer: the last stable offset at read_committed, else the
+        high watermark. A read_committed consumer that read everything has exactly this position."""
+        self._ensure_open()
+        return self._run(
+            self._list_offsets([TopicPartition(*p) for p in partitions], "latest", self._deadline(timeout))
+        )
+
+    def partitions_for(self, topic: str) -> list[TopicPartition]:
+        """The partitions of ``topic``.
+
+        Raises:
+            UnknownTopicOrPartition: the topic does not exist.
+        """
+        self._ensure_open()
+        info = self._run(self._metadata.topic(topic))
+        return [p.topic_partition for p in info.partitions]
+
+    # -------------------------------------------------------------------------------- poll
+
+    def poll(self, timeout_ms: int = 1000, max_records: int | None = None) -> list[ConsumerRecord]:
+        """Return the next records of the assigned partitions, waiting up to ``timeout_ms`` for some.
+
+        Records of one partition come in offset order. At read_committed, records of open
+        transactions are held back until they commit, and those of aborted transactions and the
+        control records never appear.
+
+        Args:
+            timeout_ms: the longest wait when no record is available.
+            max_records: at most this many records (default ``max_poll_records``).
+
+        Raises:
+            OffsetOutOfRange: a position left the log and ``auto_offset_reset`` is ``"none"``.
+            CorruptMessage: a fetched batch is damaged (the next poll fetches it again).
+            IllegalStateError: nothing is assigned.
+        """
+        self._ensure_open()
+        if not self._assignment:
+            raise IllegalStateError("poll() needs partitions: call assign() or subscribe() first")
+        limit = max_records or self._max_poll_records
+        if self._auto_commit and time.monotonic() >= self._next_auto_commit:
+            self._maybe_auto_commit()
+        return self._run(self._poll(Deadline(max(timeout_ms, 0) / 1000), limit))
+
+    def _maybe_auto_commit(self) -> None:
+        self._next_auto_commit = time.monotonic() + self._auto_commit_interval_s
+        try:
+            self.commit(timeout=self._request_timeout_s)
+        except OncelogError as err:
+            log.warning("automatic offset commit failed: %s", err)
+
+    async def _poll(self, deadline: Deadline, limit: int) -> list[ConsumerRecord]:
+        if self._subscription:
+            await self._refresh_subscription()
+        while True:
+            records = self._drain_buffered(limit)
+            if records:
+                return records
+            unresolved = [tp for tp, s in self._assignment.items() if s.position is None]
+            if unresolved:
+                await self._resolve_positions(unresolved, deadline, strict=False)
+            self._send_fetches(deadline)
+            pending = [task for task in self._fetches.values() if not task.done()]
+            remaining = deadline.remaining()
+            if remaining is not None and remaining <= 0:
+                return self._drain_buffered(limit)
+            if pending:
+                await asyncio.wait(pending, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
+            else:
+                await asyncio.sleep(deadline.cap(self._retry_backoff_ms / 1000))
+            self._reap_fetches()
+
+    async def _refresh_subscription(self) -> None:
+        assert self._subscription is not None
+        for topic in self._subscription:
+            if not self._metadata.needs_update(topic):
+                continue
+            try:
+                info = await self._metadata.topic(topic)
+            except OncelogError as err:
+                log.debug("metadata refresh of %s failed: %s", topic, err)
+                continue
+            for p in info.partitions:
+                self._assignment.setdefault(p.topic_partition, _PartitionState(reset=self._initial_reset()))
+
+    def _drain_buffered(self, limit: int) -> list[ConsumerRecord]:
+        out: list[ConsumerRecord] = []
+        for state in self._assignment.values():
+            if state.error is not None:
+                if out:
+                    return out
+                err, state.error = state.error, None
+                raise err
+            fetch = state.buffered
+            if fetch is None:
+                continue
+            try:
+                records = fetch.fetch_records(limit - len(out))
+            except OncelogError:
+                state.buffered = None  # the damaged batch is fetched again from the position
+                if out:
+                    return out
+                raise
+            if records:
+                state.leader_epoch = records[-1].leader_epoch
+            state.position = fetch.next_fetch_offset
+            if fetch.is_consumed:
+                state.buffered = None
+            out.extend(records)
+            if len(out) >= limit:
+                break
+        return out
+
+    def _send_fetches(self, deadline: Deadline) -> None:
+        now = time.monotonic()
+        by_leader: dict[str, list[tuple[TopicPartition, int, int]]] = {}
+        for tp, state in self._assignment.items():
+            if state.position is None or state.buffered is not None or state.error is not None:
+                continue
+            leader = self._metadata.cached_leader(tp)
+            if leader is None or self._metadata.needs_update(tp.topic):
+                self._metadata.request_update(tp.topic)
+                if self._refresh_task is None or self._refresh_task.done():
+                    self._refresh_task = asyncio.get_running_loop().create_task(self._metadata.refresh_stale())
+                if leader is None:
+                    continue
+            address = leader.leader_address
+            task = self._fetches.get(address)
+            if (task is not None and not task.done()) or self._node_backoff_until.get(address, 0) > now:
+                continue
+            by_leader.setdefault(address, []).append((tp, state.position, leader.leader_epoch))
+        for address, parts in by_leader.items():
+            self._fetches[address] = asyncio.get_running_loop().create_task(self._fetch(address, parts, deadline))
+
+    def _reap_fetches(self) -> None:
+        for key in [k for k, task in self._fetches.items() if task.done()]:
+            task = self._fetches.pop(key)
+            if not task.cancelled() and task.exception() is not None:
+                log.debug("fetch task failed: %r", task.exception())
+
+    async def _fetch(self, address: str, parts: list[tuple[TopicPartition, int, int]], deadline: Deadline) -> None:
+        wait_ms = self._fetch_max_wait_ms
+        left = deadline.remaining()
+        if left is not None:
+            # a short poll still sends a useful fetch, it just does not long-poll
+            wait_ms = max(0, min(wait_ms, int(left * 1000)))
+        request = storage_pb.FetchRequest(
+            partitions=[
+                storage_pb.FetchPartition(
+                    topic_partition=common_pb.TopicPartition(topic=tp.topic, partition=tp.partition),
+                    fetch_offset=offset,
+                    max_bytes=self._partition_fetch_bytes,
+                    leader_epoch=epoch,
+                )
+                for tp, offset, epoch in parts
+            ],
+            isolation_level=_ISOLATION_PB[self._isolation],
+            max_wait_ms=wait_ms,
+            min_bytes=self._fetch_min_bytes,
+            max_bytes=self._fetch_max_bytes,
+        )
+        try:
+            response = await call(
+                self._channels.storage(address).Fetch, request, timeout_s=self._request_timeout_s + wait_ms / 1000
+            )
+        except OncelogError as err:
+            log.debug("fetch from %s failed: %s", address, err)
+            self._node_backoff_until[address] = time.monotonic() + self._retry_backoff_ms / 1000
+            for tp, _, _ in parts:
+                self._metadata.request_update(tp.topic)
+            return
+        self._node_backoff_until.pop(address, None)
+        requested = {tp: offset for tp, offset, _ in parts}
+        for result in response.results:
+            tp = TopicPartition(result.topic_partition.topic, result.topic_partition.partition)
+            state = self._assignment.get(tp)
+            if state is None or state.position != requested.get(tp) or state.buffered is not None:
+                continue  # reassigned or seeked while the fetch was in flight
+            if result.HasField("error"):
+                self._on_fetch_error(tp, state, from_error_info(result.error))
+                continue
+            state.high_watermark = result.high_watermark
+            state.last_stable_offset = result.last_stable_offset
+            if result.records:
+                state.buffered = CompletedFetch(
+                    tp,
+                    result.records,
+                    fetch_offset=requested[tp],
+                    isolation_level=self._isolation,
+                    aborted_transactions=[
+                        AbortedTransaction(a.producer_id, a.first_offset) for a in result.aborted_transactions
+                    ],
+                    check_crcs=self._check_crcs,
+                )
+
+    def _on_fetch_error(self, tp: TopicPartition, state: _PartitionState, err: OncelogError) -> None:
+        disposition = classify(err, source="fetch")
+        if disposition.action is Action.RESET_POSITION:
+            if self._auto_offset_reset == "none":
+                state.error = err
+                return
+            log.info("%s: position %s is out of range; resetting to %s", tp, state.position, self._auto_offset_reset)
+            state.position, state.reset = None, self._auto_offset_reset
+            return
+        if disposition.refresh is Refresh.METADATA or err.reason is Reason.UNKNOWN_TOPIC_OR_PARTITION:
+            self._metadata.request_update(tp.topic)
+        if disposition.action is not Action.RETRY:
+            state.error = err
+
+    # -------------------------------------------------------------------------------- close
+
+    def close(self, timeout: float | None = None) -> None:
+        """Commit positions if auto-commit is on, then release the connections. Idempotent."""
+        if self._closed:
+            return
+        try:
+            if self._auto_commit and self._group_id:
+                self.commit(timeout=timeout)
+        except OncelogError as err:
+            log.warning("final offset commit failed: %s", err)
+        finally:
+            self._closed = True
+
+            async def shutdown() -> None:
+                tasks = [*self._fetches.values(), *([self._refresh_task] if self._refresh_task else [])]
+                for task in tasks:
+                    task.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
+                await self._channels.close()
+
+            try:
+                self._io.submit(shutdown()).result(timeout=5)
+            except Exception:
+                pass
+            self._io.close()
+
+    def __enter__(self) -> Consumer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Consumer({self._client_id}, group_id={self._group_id!r}, isolation={self._isolation.value})"

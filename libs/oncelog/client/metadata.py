@@ -1,0 +1,387 @@
+"""The client's view of the cluster: topics, partition leaders and coordinators (Kafka's ``Metadata``).
+
+:class:`ClusterMetadata` caches what ClusterService answers — each topic's partitions with their leader
+address and leader epoch, and the owner of each transactional id's or group's coordinator shard — and
+asks again when an answer goes stale: a partition reports NOT_LEADER, a fenced leader epoch or an unknown
+partition, a connection breaks, or a coordinator says NOT_COORDINATOR. Any process of the cluster
+answers ClusterService, so a question goes to the bootstrap addresses first and then to any node seen in
+an answer, moving on while one is unreachable.
+
+Cached reads (:meth:`ClusterMetadata.cached_topic`) are safe from any thread: each topic's entry is an
+immutable value replaced whole. Everything that calls the network runs on the client's I/O loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+from oncelog.api.cluster import v1 as cluster_pb
+from oncelog.client.errors import Refresh, classify
+from oncelog.client.records import TopicPartition
+from oncelog.client.transport import Backoff, BootstrapError, Channels, Deadline, call
+from oncelog.errors import NotLeader, OncelogError, Reason, UnknownTopicOrPartition
+
+__all__ = [
+    "ClusterDescription",
+    "ClusterMetadata",
+    "NodeInfo",
+    "PartitionInfo",
+    "TopicInfo",
+]
+
+T = TypeVar("T")
+
+_ROLE_NAMES = {
+    cluster_pb.SERVICE_ROLE_PID_ALLOCATOR: "pid-allocator",
+    cluster_pb.SERVICE_ROLE_TXN_COORDINATOR: "txn-coordinator",
+    cluster_pb.SERVICE_ROLE_PARTITION_STORAGE: "partition-storage",
+    cluster_pb.SERVICE_ROLE_GROUP_OFFSETS: "group-offsets",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionInfo:
+    """One partition's leadership (Kafka's ``PartitionInfo``).
+
+    Attributes:
+        topic: the topic.
+        partition: the partition index.
+        leader_node_id: the partition-storage node leading it.
+        leader_address: host:port of the leader, empty while the leader is not live.
+        leader_epoch: increases on every leadership change; produce and fetch carry it for fencing.
+        replicas: node ids holding a copy, leader first.
+    """
+
+    topic: str
+    partition: int
+    leader_node_id: str
+    leader_address: str
+    leader_epoch: int
+    replicas: tuple[str, ...] = ()
+
+    @property
+    def topic_partition(self) -> TopicPartition:
+        """The partition as a :class:`TopicPartition`."""
+        return TopicPartition(self.topic, self.partition)
+
+
+@dataclass(frozen=True, slots=True)
+class TopicInfo:
+    """One topic as the catalog describes it.
+
+    Attributes:
+        name: the topic name.
+        topic_id: a UUID fixed at creation (a re-created topic is another topic).
+        partitions: the partitions in index order.
+        configs: the topic's settings as strings (``flush``, ``max_message_bytes``, ...).
+    """
+
+    name: str
+    topic_id: str
+    partitions: tuple[PartitionInfo, ...]
+    configs: Mapping[str, str] = field(default_factory=dict)
+
+    def available_partitions(self) -> list[int]:
+        """Partitions whose leader is live right now."""
+        return [p.partition for p in self.partitions if p.leader_address]
+
+
+@dataclass(frozen=True, slots=True)
+class NodeInfo:
+    """One registered process of the cluster.
+
+    Attributes:
+        node_id: the node's stable id.
+        role: ``pid-allocator``, ``txn-coordinator``, ``partition-storage`` or ``group-offsets``.
+        address: host:port where it serves gRPC.
+        node_epoch: grows each time the node registers again.
+        lease_expires_at_ms: when its registration lapses unless renewed (Unix ms).
+    """
+
+    node_id: str
+    role: str
+    address: str
+    node_epoch: int
+    lease_expires_at_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterDescription:
+    """Answer of DescribeCluster.
+
+    Attributes:
+        cluster_id: fixed at cluster creation.
+        nodes: the live nodes (all registered ones when asked to include expired).
+        txn_coordinator_shards: the fixed number of transaction coordinator shards.
+        group_offsets_shards: the fixed number of group offsets shards.
+    """
+
+    cluster_id: str
+    nodes: tuple[NodeInfo, ...]
+    txn_coordinator_shards: int
+    group_offsets_shards: int
+
+    def addresses(self, role: str) -> list[str]:
+        """Addresses of the nodes of one role."""
+        return [n.address for n in self.nodes if n.role == role and n.address]
+
+
+def topic_info(topic: cluster_pb.TopicMetadata) -> TopicInfo:
+    """Convert a wire ``TopicMetadata``."""
+    return TopicInfo(
+        name=topic.name,
+        topic_id=topic.topic_id,
+        partitions=tuple(
+            PartitionInfo(
+                topic=topic.name,
+                partition=p.partition,
+                leader_node_id=p.leader_node_id,
+                leader_address=p.leader_address,
+                leader_epoch=p.leader_epoch,
+                replicas=tuple(p.replica_node_ids),
+            )
+            for p in sorted(topic.partitions, key=lambda p: p.partition)
+        ),
+        configs=dict(topic.configs),
+    )
+
+
+class ClusterMetadata:
+    """Cache of topics, leaders and coordinators, refreshed from ClusterService on demand.
+
+    Args:
+        channels: the client's channels.
+        bootstrap: addresses tried first for ClusterService calls.
+        request_timeout_s: deadline of one call.
+        retry_backoff_ms: first pause before asking again after a failure.
+        retry_backoff_max_ms: the pause doubles up to this.
+        metadata_max_age_ms: a cached topic older than this is refreshed when next used (Kafka's
+            ``metadata.max.age.ms``).
+    """
+
+    def __init__(
+        self,
+        channels: Channels,
+        bootstrap: Sequence[str],
+        *,
+        request_timeout_s: float = 30.0,
+        retry_backoff_ms: int = 100,
+        retry_backoff_max_ms: int = 1_000,
+        metadata_max_age_ms: int = 300_000,
+    ) -> None:
+        self._channels = channels
+        self._bootstrap = tuple(bootstrap)
+        self._known_addresses: dict[str, None] = {}
+        self._request_timeout_s = request_timeout_s
+        self._retry_backoff_ms = retry_backoff_ms
+        self._retry_backoff_max_ms = retry_backoff_max_ms
+        self._max_age_s = metadata_max_age_ms / 1000
+        self._topics: dict[str, tuple[TopicInfo, float]] = {}
+        self._stale: set[str] = set()
+        self._refreshing: dict[str, asyncio.Task[TopicInfo]] = {}
+        self._coordinators: dict[tuple[cluster_pb.CoordinatorType.ValueType, str], str] = {}
+
+    # ---------------------------------------------------------------------------------------- cluster calls
+
+    async def cluster_call(self, rpc: Callable[[cluster_pb.ClusterServiceStub], Awaitable[T]]) -> T:
+        """Make a ClusterService call on the first address that answers.
+
+        A network failure moves on to the next bootstrap or known address; any other error is the
+        server's answer and is raised.
+
+        Raises:
+            BootstrapError: no address answered (retriable).
+            OncelogError: the server's answer.
+        """
+        last: OncelogError | None = None
+        for address in self._addresses():
+            try:
+                return await rpc(self._channels.cluster(address))
+            except OncelogError as err:
+                if err.reason not in (Reason.NETWORK_EXCEPTION, Reason.REQUEST_TIMED_OUT):
+                    raise
+                last = err
+        raise BootstrapError(
+            f"no oncelog server answered at {', '.join(self._addresses())} (last error: {last}); check that the "
+            "cluster runs (`oncelog dev`) and that bootstrap names one of its addresses",
+            retriable=True,
+        )
+
+    def _addresses(self) -> list[str]:
+        return list(dict.fromkeys([*self._bootstrap, *self._known_addresses]))
+
+    def _learn(self, addresses: Iterable[str]) -> None:
+        for address in addresses:
+            if address and len(self._known_addresses) < 64:
+                self._known_addresses.setdefault(address)
+
+    async def describe_cluster(self, *, include_expired: bool = False) -> ClusterDescription:
+        """DescribeCluster, on any address."""
+        response = await self.cluster_call(
+            lambda stub: call(
+                stub.DescribeCluster,
+                cluster_pb.DescribeClusterRequest(include_expired=include_expired),
+                timeout_s=self._request_timeout_s,
+            )
+        )
+        nodes = tuple(
+            NodeInfo(
+                node_id=n.node_id,
+                role=_ROLE_NAMES.get(n.role, "unknown"),
+                address=n.address,
+                node_epoch=n.node_epoch,
+                lease_expires_at_ms=n.lease_expires_at_ms,
+            )
+            for n in response.nodes
+        )
+        self._learn(n.address for n in nodes)
+        return ClusterDescription(
+            cluster_id=response.cluster_id,
+            nodes=nodes,
+            txn_coordinator_shards=response.txn_coordinator_shards,
+            group_offsets_shards=response.group_offsets_shards,
+        )
+
+    # ---------------------------------------------------------------------------------------- topics
+
+    def cached_topic(self, name: str) -> TopicInfo | None:
+        """The cached topic, or None when never fetched; safe from any thread."""
+        entry = self._topics.get(name)
+        return None if entry is None else entry[0]
+
+    def cached_leader(self, tp: TopicPartition) -> PartitionInfo | None:
+        """The cached leader of ``tp`` when it is known and live; None asks for a refresh."""
+        topic = self.cached_topic(tp.topic)
+        if topic is None or not 0 <= tp.partition < len(topic.partitions):
+            return None
+        info = topic.partitions[tp.partition]
+        return info if info.leader_address else None
+
+    def request_update(self, topic: str) -> None:
+        """Mark ``topic`` stale: the next :meth:`topic` call asks the cluster again."""
+        self._stale.add(topic)
+
+    def note_failure(self, topics: Iterable[str], err: OncelogError) -> None:
+        """Mark ``topics`` stale when ``err`` from a partition's leader means the leader may have moved."""
+        if classify(err, source="fetch").refresh is Refresh.METADATA:
+            for topic in topics:
+                self.request_update(topic)
+
+    def needs_update(self, topic: str) -> bool:
+        """Whether ``topic`` is stale, too old, or never fetched."""
+        entry = self._topics.get(topic)
+        return entry is None or topic in self._stale or time.monotonic() - entry[1] > self._max_age_s
+
+    def known_topics(self) -> list[str]:
+        """Topics in the cache."""
+        return list(self._topics)
+
+    async def topic(self, name: str, *, refresh: bool = False) -> TopicInfo:
+        """The topic's metadata from the cache, or from the cluster when stale, old, missing or ``refresh``.
+
+        Concurrent refreshes of one topic share a single call.
+
+        Raises:
+            UnknownTopicOrPartition: the topic does not exist (it is also dropped from the cache).
+            BootstrapError: no server answered.
+        """
+        if not refresh and not self.needs_update(name):
+            return self._topics[name][0]
+        task = self._refreshing.get(name)
+        if task is None:
+            task = asyncio.get_running_loop().create_task(self._fetch_topic(name))
+            self._refreshing[name] = task
+            task.add_done_callback(lambda _t: self._refreshing.pop(name, None))
+        return await asyncio.shield(task)
+
+    async def _fetch_topic(self, name: str) -> TopicInfo:
+        try:
+            response = await self.cluster_call(
+                lambda stub: call(
+                    stub.Metadata, cluster_pb.MetadataRequest(topics=[name]), timeout_s=self._request_timeout_s
+                )
+            )
+        except OncelogError as err:
+            if err.reason is Reason.UNKNOWN_TOPIC_OR_PARTITION:
+                self._topics.pop(name, None)
+                self._stale.discard(name)
+                raise UnknownTopicOrPartition(
+                    f"topic {name!r} does not exist; create it first (AdminClient.create_topics or "
+                    f"`oncelog topics create {name}`)"
+                ) from err
+            raise
+        for topic in response.topics:
+            if topic.name == name:
+                info = topic_info(topic)
+                self._topics[name] = (info, time.monotonic())
+                self._stale.discard(name)
+                self._learn(p.leader_address for p in info.partitions)
+                return info
+        raise UnknownTopicOrPartition(f"topic {name!r} is missing from the metadata answer")
+
+    async def refresh_stale(self) -> None:
+        """Refresh every stale topic in the cache; failures are left for the next attempt."""
+        stale = [t for t in self._topics if self.needs_update(t)]
+        if stale:
+            await asyncio.gather(*(self.topic(t, refresh=True) for t in stale), return_exceptions=True)
+
+    async def wait_for_leader(self, tp: TopicPartition, deadline: Deadline) -> PartitionInfo:
+        """The live leader of ``tp``, refreshing until one is known or the deadline passes.
+
+        Raises:
+            UnknownTopicOrPartition: the topic or partition does not exist.
+            OncelogError: no leader became live in time (NOT_LEADER, retriable).
+        """
+        backoff = Backoff(self._retry_backoff_ms, self._retry_backoff_max_ms)
+        refresh = False
+        while True:
+            topic = await self.topic(tp.topic, refresh=refresh)
+            if not 0 <= tp.partition < len(topic.partitions):
+                raise UnknownTopicOrPartition(
+                    f"{tp} does not exist: topic {tp.topic!r} has {len(topic.partitions)} partition(s)"
+                )
+            info = topic.partitions[tp.partition]
+            if info.leader_address:
+                return info
+            if deadline.expired:
+                raise NotLeader(f"{tp} has no live leader ({info.leader_node_id or 'none'} is not serving); retry")
+            await asyncio.sleep(deadline.cap(backoff.next_s()))
+            refresh = True
+
+    # ---------------------------------------------------------------------------------------- coordinators
+
+    async def find_coordinator(
+        self, key: str, kind: cluster_pb.CoordinatorType.ValueType, *, refresh: bool = False
+    ) -> str:
+        """Address of the process owning ``key``'s shard (FindCoordinator), cached until invalidated.
+
+        Args:
+            key: the transactional id or group id.
+            kind: ``COORDINATOR_TYPE_TRANSACTION`` or ``COORDINATOR_TYPE_GROUP``.
+            refresh: ignore the cache.
+
+        Raises:
+            OncelogError: COORDINATOR_NOT_AVAILABLE while no process owns the shard (retriable), or the
+                failure of the call.
+        """
+        cached = self._coordinators.get((kind, key))
+        if cached is not None and not refresh:
+            return cached
+        response = await self.cluster_call(
+            lambda stub: call(
+                stub.FindCoordinator,
+                cluster_pb.FindCoordinatorRequest(key=key, type=kind),
+                timeout_s=self._request_timeout_s,
+            )
+        )
+        self._coordinators[(kind, key)] = response.address
+        self._learn([response.address])
+        return response.address
+
+    def invalidate_coordinator(self, key: str, kind: cluster_pb.CoordinatorType.ValueType) -> None:
+        """Forget the cached coordinator of ``key`` (after NOT_COORDINATOR or a broken connection)."""
+        self._coordinators.pop((kind, key), None)

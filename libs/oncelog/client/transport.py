@@ -1,0 +1,307 @@
+"""How a client reaches the cluster: bootstrap addresses, one gRPC channel per server, and the I/O thread.
+
+Every client object (producer, consumer, admin) owns one :class:`IoThread`: a daemon thread running an
+asyncio loop on which all of its gRPC traffic happens through ``grpc.aio``. The public API stays
+synchronous, like Kafka's Java client: a blocking call submits a coroutine to the loop and waits for its
+result. One loop per client multiplexes any number of ProduceStreams (one per storage node, up to five
+batches in flight per partition) and concurrent fetches without a thread per connection, and keeps every
+piece of sender state on one thread, so the producer's sequence book needs no lock.
+
+Bootstrap: any oncelog process serves ClusterService (DESIGN §2), so any address of the cluster will do.
+``bootstrap=None`` reads the ``bootstrap`` entry of ``.oncelog/cluster.json``, the file ``oncelog dev``
+writes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import threading
+import time
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Any, TypeVar
+
+import grpc
+from grpc import aio
+
+from oncelog.api.cluster import v1 as cluster_pb
+from oncelog.api.offsets import v1 as offsets_pb
+from oncelog.api.storage import v1 as storage_pb
+from oncelog.api.txn import v1 as txn_pb
+from oncelog.client.errors import IllegalStateError
+from oncelog.errors import OncelogError, Reason
+from oncelog.rpc.channels import DEFAULT_MAX_MESSAGE_BYTES, channel_options
+from oncelog.rpc.errors import from_rpc_error
+from oncelog.rpc.interceptors import AioClientInterceptor
+
+__all__ = [
+    "DEFAULT_CLUSTER_FILE",
+    "Backoff",
+    "BootstrapError",
+    "Channels",
+    "Deadline",
+    "IoThread",
+    "call",
+    "resolve_bootstrap",
+]
+
+T = TypeVar("T")
+
+DEFAULT_CLUSTER_FILE = Path(".oncelog") / "cluster.json"
+"""Where ``oncelog dev`` writes the local cluster's addresses (relative to the working directory)."""
+
+# A restarted server should be dialled again within a second, not after gRPC's default backoff of up
+# to two minutes: a producer retrying a batch is waiting for exactly that reconnect. (Not
+# grpc.min_reconnect_backoff_ms: gRPC also uses it as the connect timeout, which must stay generous.)
+_RECONNECT_OPTIONS = [
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 1_000),
+]
+
+
+class BootstrapError(OncelogError):
+    """No usable bootstrap address: none given and no cluster file, a malformed address, or nothing answers.
+
+    The message says which, and how to fix it (start ``oncelog dev`` or pass ``bootstrap="host:port"``).
+    """
+
+    reason = Reason.NETWORK_EXCEPTION
+
+    def __init__(self, message: str, *, retriable: bool = False) -> None:
+        super().__init__(message, definite=True)
+        self.retriable = retriable
+
+
+def resolve_bootstrap(
+    bootstrap: str | Sequence[str] | None, *, cluster_file: Path | str = DEFAULT_CLUSTER_FILE
+) -> tuple[str, ...]:
+    """The bootstrap addresses to use, from the argument or from the local cluster file.
+
+    Args:
+        bootstrap: ``"host:port"``, a comma-separated list of them, a sequence of them, or None to read
+            ``cluster_file``.
+        cluster_file: the file ``oncelog dev`` writes; read only when ``bootstrap`` is None.
+
+    Raises:
+        BootstrapError: no address given and the file is missing or unreadable, or an address is not
+            ``host:port``.
+    """
+    if bootstrap is None:
+        path = Path(cluster_file)
+        try:
+            data = json.loads(path.read_text())
+        except FileNotFoundError:
+            raise BootstrapError(
+                f"no bootstrap address given and {path} does not exist; start a local cluster with `oncelog dev` "
+                'or pass bootstrap="host:port" (any oncelog service address)'
+            ) from None
+        except (OSError, ValueError) as exc:
+            raise BootstrapError(f'cannot read the cluster file {path}: {exc}; pass bootstrap="host:port"') from None
+        services = data.get("services", {}) if isinstance(data, dict) else {}
+        listed = [data.get("bootstrap")] if isinstance(data, dict) else []
+        listed += [a for role in sorted(services) for a in services[role]]
+        found: list[str] = [a for a in listed if isinstance(a, str) and a]
+        if not found:
+            raise BootstrapError(f"the cluster file {path} names no address; restart `oncelog dev`")
+        bootstrap = found
+    items: list[str] = bootstrap.split(",") if isinstance(bootstrap, str) else list(bootstrap)
+    addresses = tuple(dict.fromkeys(item.strip() for item in items if item and item.strip()))
+    if not addresses:
+        raise BootstrapError('bootstrap is empty; pass bootstrap="host:port" (any oncelog service address)')
+    for address in addresses:
+        host, sep, port = address.rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise BootstrapError(f"bootstrap address {address!r} is not host:port (for example 127.0.0.1:7101)")
+    return addresses
+
+
+class Deadline:
+    """A point in monotonic time that bounds a blocking call (Kafka's ``max.block.ms``)."""
+
+    def __init__(self, timeout_s: float | None) -> None:
+        self._at = None if timeout_s is None else time.monotonic() + timeout_s
+
+    def remaining(self) -> float | None:
+        """Seconds left (never negative), or None without a bound."""
+        return None if self._at is None else max(self._at - time.monotonic(), 0.0)
+
+    @property
+    def expired(self) -> bool:
+        """True once the time is up."""
+        return self._at is not None and time.monotonic() >= self._at
+
+    def cap(self, timeout_s: float) -> float:
+        """``timeout_s``, shortened to what is left."""
+        left = self.remaining()
+        return timeout_s if left is None else min(timeout_s, left)
+
+
+class Backoff:
+    """Exponential backoff with jitter between retries (Kafka's ``retry.backoff.ms`` / ``retry.backoff.max.ms``)."""
+
+    def __init__(self, initial_ms: int = 100, max_ms: int = 1_000, *, rng: random.Random | None = None) -> None:
+        self._initial_ms = max(initial_ms, 1)
+        self._max_ms = max(max_ms, self._initial_ms)
+        self._attempts = 0
+        self._rng = rng or random.Random()
+
+    def next_s(self) -> float:
+        """Seconds to wait before the next attempt; grows with each call."""
+        base = min(self._initial_ms * (2**self._attempts), self._max_ms)
+        self._attempts += 1
+        return base * self._rng.uniform(0.8, 1.2) / 1000
+
+    def reset(self) -> None:
+        """Start again from the initial backoff (after a success)."""
+        self._attempts = 0
+
+
+class IoThread:
+    """A daemon thread running the asyncio loop on which one client does all its network I/O.
+
+    Args:
+        name: thread name, shown in stack dumps.
+    """
+
+    def __init__(self, name: str) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._closed = False
+        self._thread.start()
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_forever()
+
+    @property
+    def on_loop_thread(self) -> bool:
+        """True when called from the I/O thread itself (for example inside a send() callback)."""
+        return threading.current_thread() is self._thread
+
+    def submit(self, coro: Coroutine[Any, Any, T]) -> Future[T]:
+        """Schedule ``coro`` on the loop and return a future for its result."""
+        if self._closed:
+            coro.close()
+            raise IllegalStateError("the client is closed; create a new one")
+        return asyncio.run_coroutine_threadsafe(coro, self.loop)
+
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run ``coro`` on the loop and wait for its result; the coroutine bounds its own duration.
+
+        Raises:
+            IllegalStateError: called from the I/O thread, where waiting would deadlock (a blocking
+                client method called from a delivery callback).
+        """
+        if self.on_loop_thread:
+            coro.close()
+            raise IllegalStateError(
+                "a blocking client method was called from the client's I/O thread (for example inside a "
+                "send() callback); call it from another thread"
+            )
+        return self.submit(coro).result()
+
+    def call_soon(self, callback: Callable[[], object]) -> None:
+        """Run ``callback`` on the loop as soon as possible; a no-op once closed."""
+        if not self._closed:
+            try:
+                self.loop.call_soon_threadsafe(callback)
+            except RuntimeError:
+                pass  # the loop stopped between the check and the call
+
+    def close(self, timeout_s: float = 5.0) -> None:
+        """Stop the loop and join the thread; pending tasks are cancelled. Idempotent."""
+        if self._closed:
+            return
+        if self.on_loop_thread:
+            raise IllegalStateError("close() was called from the client's I/O thread; call it from another thread")
+        self._closed = True
+
+        async def cancel_all() -> None:
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+        try:
+            asyncio.run_coroutine_threadsafe(cancel_all(), self.loop).result(timeout_s)
+        except Exception:
+            pass  # best effort: the loop stops below either way
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(timeout_s)
+        if not self._thread.is_alive():
+            self.loop.close()
+
+
+class Channels:
+    """One ``grpc.aio`` channel per server address, opened lazily on the client's loop.
+
+    Args:
+        credentials: TLS credentials for every channel; None for plaintext.
+        max_message_bytes: largest message sent or received.
+    """
+
+    def __init__(
+        self, *, credentials: grpc.ChannelCredentials | None = None, max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+    ) -> None:
+        self._credentials = credentials
+        # The library retries by itself, knowing which calls are idempotent; a transparent channel-level
+        # retry could replay a non-idempotent produce whose first attempt was written.
+        self._options = [
+            (key, value)
+            for key, value in channel_options(max_message_bytes)
+            if key not in ("grpc.enable_retries", "grpc.service_config")
+        ]
+        self._options += [("grpc.enable_retries", 0), *_RECONNECT_OPTIONS]
+        self._channels: dict[str, aio.Channel] = {}
+
+    def get(self, address: str) -> aio.Channel:
+        """The channel to ``address`` (must be called on the loop)."""
+        channel = self._channels.get(address)
+        if channel is None:
+            interceptors = [AioClientInterceptor()]
+            if self._credentials is not None:
+                channel = aio.secure_channel(
+                    address, self._credentials, options=self._options, interceptors=interceptors
+                )
+            else:
+                channel = aio.insecure_channel(address, options=self._options, interceptors=interceptors)
+            self._channels[address] = channel
+        return channel
+
+    def cluster(self, address: str) -> cluster_pb.ClusterServiceStub:
+        """ClusterService stub for ``address``."""
+        return cluster_pb.ClusterServiceStub(self.get(address))
+
+    def storage(self, address: str) -> storage_pb.PartitionStorageServiceStub:
+        """PartitionStorageService stub for ``address``."""
+        return storage_pb.PartitionStorageServiceStub(self.get(address))
+
+    def txn(self, address: str) -> txn_pb.TransactionCoordinatorServiceStub:
+        """TransactionCoordinatorService stub for ``address``."""
+        return txn_pb.TransactionCoordinatorServiceStub(self.get(address))
+
+    def offsets(self, address: str) -> offsets_pb.GroupOffsetsServiceStub:
+        """GroupOffsetsService stub for ``address``."""
+        return offsets_pb.GroupOffsetsServiceStub(self.get(address))
+
+    async def close(self) -> None:
+        """Close every channel; calls in flight fail with CANCELLED."""
+        channels, self._channels = list(self._channels.values()), {}
+        await asyncio.gather(*(channel.close() for channel in channels), return_exceptions=True)
+
+
+async def call(rpc: Callable[..., Awaitable[T]], request: object, *, timeout_s: float) -> T:
+    """Make one unary call and turn a failure into the server's domain error.
+
+    Raises:
+        OncelogError: the server's error (``ErrorInfo``), or a transport failure mapped from the status
+            code: UNAVAILABLE becomes NETWORK_EXCEPTION and DEADLINE_EXCEEDED becomes REQUEST_TIMED_OUT,
+            both retriable and indeterminate.
+    """
+    try:
+        return await rpc(request, timeout=max(timeout_s, 0.001))
+    except grpc.RpcError as exc:
+        raise from_rpc_error(exc) from exc
