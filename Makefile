@@ -2,11 +2,11 @@
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
-EXTRAS ?= dev,postgres
+EXTRAS ?= dev,postgres,spark
 STAMP := $(VENV)/.installed-$(shell echo "$(EXTRAS)" | tr ',' '-')
 PYTEST_ARGS ?=
 
-.PHONY: run test dev gen-protos api-docs check-protos lint typecheck bench clean venv
+.PHONY: run cluster test dev gen-protos api-docs check-protos lint typecheck bench clean venv
 
 venv: $(STAMP)
 
@@ -16,8 +16,12 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e ".[$(EXTRAS)]"
 	touch $(STAMP)
 
-## run: start the local cluster (every service as its own process) and print what to try
+## run: the exactly-once demo: a local cluster, a copier killed with SIGKILL, output == input once
 run: $(STAMP)
+	$(VENV)/bin/oncelog demo
+
+## cluster: start the local cluster (every service as its own process) until Ctrl-C
+cluster: $(STAMP)
 	$(VENV)/bin/oncelog dev --data-dir .oncelog
 
 ## dev: same as run, on free ports

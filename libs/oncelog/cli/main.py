@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from oncelog.cli.commands import consume, groups_app, produce, producers_app, topics_app, transactions_app
+from oncelog.cli.demo import demo
 from oncelog.testing import SERVICES, ClusterStartError, LocalCluster
 
 app = typer.Typer(
@@ -83,6 +84,7 @@ def dev(
     console.print(f"stopped: {codes}")
 
 
+app.command("demo")(demo)
 app.add_typer(topics_app, name="topics")
 app.command("produce")(produce)
 app.command("consume")(consume)

@@ -1,0 +1,19 @@
+"""PySpark connector (extra ``spark``): the ``oncelog`` data source, read_committed source and exactly-once sink.
+
+``spark.dataSource.register(OncelogDataSource)`` makes ``format("oncelog")`` available in a session, for
+``spark.read``/``readStream`` (offsets bounded by the last stable offset) and ``df.write``/``writeStream``
+(one transaction per Spark task, replay-safe; see :mod:`oncelog.spark.writer`).
+"""
+
+from oncelog.spark.options import OptionError, SinkOptions, SourceOptions
+from oncelog.spark.source import OncelogDataSource
+from oncelog.spark.writer import NonDeterministicBatchError, SinkSchemaError
+
+__all__ = [
+    "NonDeterministicBatchError",
+    "OncelogDataSource",
+    "OptionError",
+    "SinkOptions",
+    "SinkSchemaError",
+    "SourceOptions",
+]

@@ -1,0 +1,378 @@
+"""gRPC access from Spark processes: one channel per server per Python process, and a small log client.
+
+Spark pickles readers and ships them to executors, and a ``grpc.Channel`` cannot be pickled (reference
+pyspark-connector §3.1), so no reader or partition holds one. Channels live in a module-level cache keyed by
+``(process id, address)`` and are opened lazily on first use. Python workers are reused across tasks
+(``spark.python.worker.reuse``), so one executor process opens one channel per server and reuses it for
+every partition it reads (§5). The process id in the key keeps a forked child from using its parent's
+channel, which gRPC does not support.
+
+:class:`LogClient` is what the connector needs of the cluster, as blocking calls with retries: partition
+leaders from ClusterService ``Metadata``, ``ListOffsets`` and ``Fetch`` on the leaders, and the sink's
+batch markers from the group offsets service (``FetchOffsets`` with ``require_stable``). It holds only
+addresses and timeouts, so it pickles with the reader. Leaders are cached per process and per bootstrap
+list, and dropped when a leader answers NOT_LEADER or a stale leader epoch. TLS follows the process's
+``ONCELOG_TLS_*`` variables (:meth:`oncelog.rpc.ChannelFactory.from_env`); executors need the same
+variables (and files) as the driver.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TypeVar
+
+import grpc
+
+from oncelog.api.cluster import v1 as cluster_pb
+from oncelog.api.common import v1 as common_pb
+from oncelog.api.offsets import v1 as offsets_pb
+from oncelog.api.storage import v1 as storage_pb
+from oncelog.client.fetch_filter import IsolationLevel
+from oncelog.client.records import TopicPartition
+from oncelog.errors import NotLeader, OncelogError, Reason, UnknownTopicOrPartition
+from oncelog.rpc import ChannelFactory, from_error_info, from_rpc_error
+
+__all__ = ["LogClient", "PartitionLeader", "channel", "cluster_stub", "storage_stub"]
+
+T = TypeVar("T")
+
+_lock = threading.Lock()
+_channels: dict[tuple[int, str], grpc.Channel] = {}
+_factories: dict[int, ChannelFactory] = {}
+# (pid, bootstrap, topic) -> leaders of the topic's partitions, by partition index
+_leaders: dict[tuple[int, tuple[str, ...], str], dict[int, PartitionLeader]] = {}
+# (pid, bootstrap, group id) -> address of the group-offsets process owning the group's shard
+_coordinators: dict[tuple[int, tuple[str, ...], str], str] = {}
+
+_ISOLATION = {
+    IsolationLevel.READ_COMMITTED: storage_pb.ISOLATION_LEVEL_READ_COMMITTED,
+    IsolationLevel.READ_UNCOMMITTED: storage_pb.ISOLATION_LEVEL_READ_UNCOMMITTED,
+}
+# a new leader, a restarting node, a topic whose partitions are still being opened: all settle by themselves
+_TRANSIENT = frozenset(
+    {
+        Reason.NOT_LEADER,
+        Reason.FENCED_LEADER_EPOCH,
+        Reason.UNKNOWN_LEADER_EPOCH,
+        Reason.NETWORK_EXCEPTION,
+        Reason.REQUEST_TIMED_OUT,
+        Reason.STORAGE_UNAVAILABLE,
+        Reason.UNKNOWN_TOPIC_OR_PARTITION,
+        Reason.CORRUPT_MESSAGE,
+    }
+)
+# a group's shard moving or loading, or a transactional commit whose markers are on their way
+_COORDINATOR_TRANSIENT = frozenset(
+    {
+        Reason.NOT_COORDINATOR,
+        Reason.COORDINATOR_NOT_AVAILABLE,
+        Reason.COORDINATOR_LOAD_IN_PROGRESS,
+        Reason.UNSTABLE_OFFSET_COMMIT,
+        Reason.NETWORK_EXCEPTION,
+        Reason.REQUEST_TIMED_OUT,
+        Reason.STORAGE_UNAVAILABLE,
+    }
+)
+
+
+def channel(target: str) -> grpc.Channel:
+    """The channel of this process to ``target`` (host:port), opened on first use and then reused."""
+    pid = os.getpid()
+    with _lock:
+        opened = _channels.get((pid, target))
+        if opened is None:
+            factory = _factories.get(pid)
+            if factory is None:
+                factory = _factories[pid] = ChannelFactory.from_env()
+            opened = _channels[(pid, target)] = factory.sync(target)
+        return opened
+
+
+def cluster_stub(target: str) -> cluster_pb.ClusterServiceStub:
+    """A ClusterService stub on this process's channel to ``target``."""
+    return cluster_pb.ClusterServiceStub(channel(target))
+
+
+def storage_stub(target: str) -> storage_pb.PartitionStorageServiceStub:
+    """A PartitionStorageService stub on this process's channel to ``target``."""
+    return storage_pb.PartitionStorageServiceStub(channel(target))
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionLeader:
+    """Where one partition is served.
+
+    Attributes:
+        address: host:port of the leading storage node; empty while no leader is live.
+        leader_epoch: sent with Fetch so that a deposed leader refuses to answer.
+    """
+
+    address: str
+    leader_epoch: int
+
+
+class LogClient:
+    """Blocking metadata, ListOffsets and Fetch calls with retries, for the driver and executors.
+
+    Args:
+        bootstrap: cluster addresses; ClusterService calls go to the first that answers.
+        request_timeout_s: deadline of one call, and of the retries of one operation.
+        retry_backoff_s: first pause between retries; it doubles up to one second.
+    """
+
+    def __init__(
+        self, bootstrap: Sequence[str], *, request_timeout_s: float = 30.0, retry_backoff_s: float = 0.05
+    ) -> None:
+        self.bootstrap = tuple(bootstrap)
+        self.request_timeout_s = request_timeout_s
+        self.retry_backoff_s = retry_backoff_s
+
+    # ------------------------------------------------------------------------------------------- metadata
+
+    def partitions(self, topic: str, *, refresh: bool = False) -> dict[int, PartitionLeader]:
+        """The topic's partitions and their leaders (cached in this process until a leader moves).
+
+        Raises:
+            UnknownTopicOrPartition: the topic does not exist.
+            OncelogError: no bootstrap address answered within the request timeout.
+        """
+        key = (os.getpid(), self.bootstrap, topic)
+        cached = None if refresh else _leaders.get(key)
+        if cached is not None:
+            return cached
+        response = self._retry(
+            lambda: self._cluster_call(
+                lambda stub: stub.Metadata(cluster_pb.MetadataRequest(topics=[topic]), timeout=self.request_timeout_s)
+            ),
+            fatal={Reason.UNKNOWN_TOPIC_OR_PARTITION},
+        )
+        for described in response.topics:
+            if described.name == topic:
+                leaders = {p.partition: PartitionLeader(p.leader_address, p.leader_epoch) for p in described.partitions}
+                _leaders[key] = leaders
+                return leaders
+        raise UnknownTopicOrPartition(f"topic {topic!r} is missing from the metadata answer")
+
+    def topic_partitions(self, topics: Iterable[str]) -> list[TopicPartition]:
+        """Every partition of ``topics``, sorted, from fresh metadata (new partitions show up).
+
+        Raises:
+            UnknownTopicOrPartition: a topic does not exist; the message names it.
+        """
+        return sorted(
+            TopicPartition(topic, index) for topic in topics for index in self.partitions(topic, refresh=True)
+        )
+
+    def _leader(self, tp: TopicPartition) -> PartitionLeader:
+        leaders = self.partitions(tp.topic)
+        if tp.partition not in leaders:
+            leaders = self.partitions(tp.topic, refresh=True)
+        leader = leaders.get(tp.partition)
+        if leader is None:
+            err = UnknownTopicOrPartition(f"{tp} does not exist: topic {tp.topic!r} has {len(leaders)} partition(s)")
+            err.retriable = False  # fresh metadata says so; a storage node saying it may just be loading
+            raise err
+        if not leader.address:
+            self._forget(tp.topic)
+            raise NotLeader(f"{tp} has no live leader right now")
+        return leader
+
+    def _forget(self, topic: str) -> None:
+        _leaders.pop((os.getpid(), self.bootstrap, topic), None)
+
+    def _cluster_call(self, rpc: Callable[[cluster_pb.ClusterServiceStub], T]) -> T:
+        last: OncelogError | None = None
+        for address in self.bootstrap:
+            try:
+                return rpc(cluster_stub(address))
+            except grpc.RpcError as exc:
+                err = from_rpc_error(exc)
+                if err.reason not in (Reason.NETWORK_EXCEPTION, Reason.REQUEST_TIMED_OUT):
+                    raise err from None
+                last = err
+        assert last is not None
+        raise last
+
+    # ------------------------------------------------------------------------------------------- offsets
+
+    def list_offsets(
+        self, tps: Iterable[TopicPartition], spec: storage_pb.OffsetSpec.ValueType, isolation: IsolationLevel
+    ) -> dict[TopicPartition, int]:
+        """Resolve ``spec`` (``OFFSET_SPEC_EARLIEST`` or ``OFFSET_SPEC_LATEST``) for each partition.
+
+        LATEST is the last stable offset under read_committed and the high watermark otherwise. One call
+        goes to each leader; partitions whose leader moved are asked again until the request timeout.
+
+        Raises:
+            UnknownTopicOrPartition: a partition does not exist.
+            OncelogError: a partition could not be resolved in time.
+        """
+        pending = sorted(set(tps))
+        resolved: dict[TopicPartition, int] = {}
+
+        def attempt() -> None:
+            by_leader: dict[str, list[TopicPartition]] = {}
+            for tp in pending:
+                if tp not in resolved:
+                    by_leader.setdefault(self._leader(tp).address, []).append(tp)
+            failure: OncelogError | None = None
+            for address, group in by_leader.items():
+                request = storage_pb.ListOffsetsRequest(
+                    partitions=[storage_pb.ListOffsetsPartition(topic_partition=_tp_pb(tp), spec=spec) for tp in group],
+                    isolation_level=_ISOLATION[isolation],
+                )
+                try:
+                    response = storage_stub(address).ListOffsets(request, timeout=self.request_timeout_s)
+                except grpc.RpcError as exc:
+                    failure = self._failed(group, from_rpc_error(exc))
+                    continue
+                for tp, result in zip(group, response.results, strict=True):
+                    if result.HasField("error"):
+                        failure = self._failed([tp], from_error_info(result.error))
+                    else:
+                        resolved[tp] = result.offset
+            if failure is not None:
+                raise failure
+
+        self._retry(attempt)
+        return {tp: resolved[tp] for tp in pending}
+
+    # --------------------------------------------------------------------------------------------- fetch
+
+    def fetch(
+        self, tp: TopicPartition, offset: int, *, max_bytes: int, isolation: IsolationLevel
+    ) -> storage_pb.FetchPartitionResult:
+        """Fetch whole record batches of ``tp`` from the one holding ``offset``, retrying leader moves.
+
+        Raises:
+            OffsetOutOfRange: ``offset`` is below the log start or beyond the log end.
+            OncelogError: any other failure, or a transient one that outlived the request timeout.
+        """
+        return self.fetch_many({tp: (offset, max_bytes)}, isolation=isolation)[tp]
+
+    def fetch_many(
+        self, wanted: Mapping[TopicPartition, tuple[int, int]], *, isolation: IsolationLevel
+    ) -> dict[TopicPartition, storage_pb.FetchPartitionResult]:
+        """Fetch several partitions, ``{tp: (offset, max_bytes)}``, with one call per leader.
+
+        Raises:
+            As :meth:`fetch`.
+        """
+        results: dict[TopicPartition, storage_pb.FetchPartitionResult] = {}
+
+        def attempt() -> None:
+            by_leader: dict[str, list[tuple[TopicPartition, PartitionLeader]]] = {}
+            for tp in wanted:
+                if tp not in results:
+                    leader = self._leader(tp)
+                    by_leader.setdefault(leader.address, []).append((tp, leader))
+            failure: OncelogError | None = None
+            for address, group in by_leader.items():
+                request = storage_pb.FetchRequest(
+                    partitions=[
+                        storage_pb.FetchPartition(
+                            topic_partition=_tp_pb(tp),
+                            fetch_offset=wanted[tp][0],
+                            max_bytes=wanted[tp][1],
+                            leader_epoch=leader.leader_epoch,
+                        )
+                        for tp, leader in group
+                    ],
+                    isolation_level=_ISOLATION[isolation],
+                    max_bytes=sum(wanted[tp][1] for tp, _ in group),
+                )
+                try:
+                    response = storage_stub(address).Fetch(request, timeout=self.request_timeout_s)
+                except grpc.RpcError as exc:
+                    failure = self._failed([tp for tp, _ in group], from_rpc_error(exc))
+                    continue
+                for (tp, _), result in zip(group, response.results, strict=True):
+                    if result.HasField("error"):
+                        failure = self._failed([tp], from_error_info(result.error))
+                    else:
+                        results[tp] = result
+            if failure is not None:
+                raise failure
+
+        self._retry(attempt)
+        return {tp: results[tp] for tp in wanted}
+
+    # ------------------------------------------------------------------------------------- group offsets
+
+    def committed_offset(self, group_id: str, tp: TopicPartition) -> tuple[int, str]:
+        """The offset and metadata committed for ``tp`` in ``group_id``, ``(-1, "")`` when none.
+
+        Asks with ``require_stable``: while a transactional commit of the group is pending (its transaction's
+        markers are still on their way) the group answers UNSTABLE_OFFSET_COMMIT and the call is retried, so
+        the answer never misses a commit that already happened (KIP-447, ref §6).
+
+        Raises:
+            OncelogError: no stable answer within the request timeout.
+        """
+        request = offsets_pb.FetchOffsetsRequest(group_id=group_id, partitions=[_tp_pb(tp)], require_stable=True)
+
+        def attempt() -> tuple[int, str]:
+            address = self._coordinator(group_id)
+            try:
+                response = offsets_pb.GroupOffsetsServiceStub(channel(address)).FetchOffsets(
+                    request, timeout=self.request_timeout_s
+                )
+            except grpc.RpcError as exc:
+                err = from_rpc_error(exc)
+                if err.reason in (Reason.NOT_COORDINATOR, Reason.NETWORK_EXCEPTION):
+                    _coordinators.pop((os.getpid(), self.bootstrap, group_id), None)
+                raise err from None
+            [found] = response.offsets
+            return found.offset, found.metadata
+
+        return self._retry(attempt, transient=_COORDINATOR_TRANSIENT)
+
+    def _coordinator(self, group_id: str) -> str:
+        key = (os.getpid(), self.bootstrap, group_id)
+        address = _coordinators.get(key)
+        if address is None:
+            response = self._cluster_call(
+                lambda stub: stub.FindCoordinator(
+                    cluster_pb.FindCoordinatorRequest(key=group_id, type=cluster_pb.COORDINATOR_TYPE_GROUP),
+                    timeout=self.request_timeout_s,
+                )
+            )
+            address = _coordinators[key] = response.address
+        return address
+
+    # ------------------------------------------------------------------------------------------- retries
+
+    def _failed(self, tps: Sequence[TopicPartition], err: OncelogError) -> OncelogError:
+        if err.reason in _TRANSIENT:
+            for topic in {tp.topic for tp in tps}:
+                self._forget(topic)
+        if err.reason is Reason.UNKNOWN_TOPIC_OR_PARTITION and tps:
+            err.metadata.setdefault("partition", str(tps[0]))
+        return err
+
+    def _retry(
+        self, operation: Callable[[], T], *, fatal: Iterable[Reason] = (), transient: frozenset[Reason] | None = None
+    ) -> T:
+        """Run ``operation`` until it succeeds, fails for good, or the request timeout passes."""
+        fatal = set(fatal)
+        transient = _TRANSIENT if transient is None else transient
+        deadline = time.monotonic() + self.request_timeout_s
+        pause = self.retry_backoff_s
+        while True:
+            try:
+                return operation()
+            except OncelogError as err:
+                settles = err.retriable and err.reason in transient and err.reason not in fatal
+                if not settles or time.monotonic() + pause > deadline:
+                    raise
+            time.sleep(pause * random.uniform(0.8, 1.2))
+            pause = min(pause * 2, 1.0)
+
+
+def _tp_pb(tp: TopicPartition) -> common_pb.TopicPartition:
+    return common_pb.TopicPartition(topic=tp.topic, partition=tp.partition)

@@ -1,0 +1,475 @@
+"""Batch and streaming readers of the ``oncelog`` Spark source: offsets bounded by the LSO, read_committed.
+
+Planning runs on the driver, reading on executors (reference pyspark-connector §3.1):
+
+* the driver resolves the partitions of the subscribed topics (ClusterService ``Metadata``) and their
+  bounds (``ListOffsets``: LATEST is the last stable offset under read_committed), and cuts the offsets
+  to read into :class:`RangePartition` tasks (:func:`~oncelog.spark.offsets.plan_ranges`);
+* an executor reads one range ``[start, end)`` with Fetch and Kafka's read_committed filter
+  (:class:`~oncelog.client.fetch_filter.CompletedFetch`, ref §4.5): aborted data and control markers
+  never become rows, so offsets inside a range may yield no row, and a range may start or end on a
+  marker's offset. Reading stops at ``end`` whatever the gaps, and rows reach Spark as Arrow record
+  batches, one per Fetch.
+
+Because every end offset lies at or below the LSO when it is planned, the records of a range are settled
+and a replayed micro-batch reads exactly the same rows (§3.2); that is what the exactly-once sink relies on.
+The stream reader's offsets go into Spark's checkpoint as ``{"topic": {"partition": offset}}``
+(:mod:`oncelog.spark.offsets`).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxBytes,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+from pyspark.sql.types import (
+    BinaryType,
+    IntegerType,
+    LongType,
+    MapType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from oncelog.api.storage import v1 as storage_pb
+from oncelog.client.fetch_filter import AbortedTransaction, CompletedFetch, IsolationLevel
+from oncelog.client.records import ConsumerRecord, TopicPartition
+from oncelog.errors import CorruptMessage, OffsetOutOfRange, OncelogError, UnknownTopicOrPartition
+from oncelog.records import iter_batches
+from oncelog.spark.channels import LogClient
+from oncelog.spark.offsets import (
+    EARLIEST,
+    LATEST,
+    OffsetRange,
+    PartitionOffsets,
+    limit_by_records,
+    offsets_from_json,
+    offsets_to_json,
+    plan_ranges,
+)
+from oncelog.spark.options import OffsetsSpec, OptionError, SourceOptions
+
+__all__ = [
+    "SCHEMA",
+    "OncelogBatchReader",
+    "OncelogStreamReader",
+    "RangePartition",
+    "arrow_schema",
+    "read_range",
+    "records_to_arrow",
+]
+
+log = logging.getLogger(__name__)
+
+SCHEMA = StructType(
+    [
+        StructField("key", BinaryType(), True),
+        StructField("value", BinaryType(), True),
+        StructField("topic", StringType(), True),
+        StructField("partition", IntegerType(), True),
+        StructField("offset", LongType(), True),
+        StructField("timestamp", TimestampType(), True),
+        StructField("headers", MapType(StringType(), BinaryType(), True), True),
+    ]
+)
+"""Rows of the source, as in Spark's Kafka source (headers as a map: the last value of a repeated name wins)."""
+
+
+@functools.cache
+def arrow_schema() -> pa.Schema:
+    """:data:`SCHEMA` as the Arrow schema Spark expects batches to carry (timestamps in UTC)."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    return to_arrow_schema(SCHEMA, timezone="UTC")
+
+
+class RangePartition(InputPartition):
+    """One Spark task: the offsets ``[start, end)`` of one partition (pickled to the executor).
+
+    Args:
+        offset_range: what to read.
+    """
+
+    def __init__(self, offset_range: OffsetRange) -> None:
+        super().__init__(offset_range)
+        self.range = offset_range
+
+    def __repr__(self) -> str:
+        r = self.range
+        return f"RangePartition({r.topic}-{r.partition} [{r.start}, {r.end}))"
+
+
+# ------------------------------------------------------------------------------------------------- reading
+
+
+def read_range(
+    client: LogClient,
+    offset_range: OffsetRange,
+    *,
+    isolation: IsolationLevel = IsolationLevel.READ_COMMITTED,
+    fetch_max_bytes: int = 4 * 1024 * 1024,
+    fail_on_data_loss: bool = True,
+) -> Iterator[list[ConsumerRecord]]:
+    """Read the user records of ``[start, end)`` of one partition, one list per Fetch.
+
+    Records before ``start`` in the first batch and from ``end`` on in the last are dropped; markers and
+    (under read_committed) aborted data are skipped, so a list may be empty while the position moves.
+
+    Raises:
+        OffsetOutOfRange: offsets of the range were deleted by retention and ``fail_on_data_loss`` is set,
+            or the log no longer reaches ``end`` (truncated or re-created topic).
+        OncelogError: the partition stayed unreadable for the client's request timeout.
+    """
+    tp = offset_range.topic_partition
+    position, end = offset_range.start, offset_range.end
+    stalled_since: float | None = None
+    while position < end:
+        try:
+            result = client.fetch(tp, position, max_bytes=fetch_max_bytes, isolation=isolation)
+        except OffsetOutOfRange as err:
+            position = _after_data_loss(client, tp, position, end, isolation, fail_on_data_loss, err)
+            continue
+        aborted = [AbortedTransaction(t.producer_id, t.first_offset) for t in result.aborted_transactions]
+        fetched = CompletedFetch(
+            tp, result.records, fetch_offset=position, isolation_level=isolation, aborted_transactions=aborted
+        )
+        try:
+            # a damaged batch after good ones ends this list early; the next fetch starts on it again
+            records = fetched.fetch_records(1 << 30)
+        except CorruptMessage:
+            if _stalled(stalled_since, client):
+                raise
+            stalled_since = stalled_since or time.monotonic()
+            time.sleep(client.retry_backoff_s)
+            continue
+        if fetched.next_fetch_offset <= position:
+            # nothing came back below an end that was readable when planned
+            bound = result.last_stable_offset if isolation is IsolationLevel.READ_COMMITTED else result.high_watermark
+            if _stalled(stalled_since, client):
+                raise OffsetOutOfRange(
+                    f"{tp}: offsets [{position}, {end}) were readable when the batch was planned, but the partition "
+                    f"now ends at {bound}; the log was truncated or the topic re-created"
+                )
+            stalled_since = stalled_since or time.monotonic()
+            time.sleep(client.retry_backoff_s)
+            continue
+        stalled_since = None
+        if records and records[-1].offset >= end:
+            records = [r for r in records if r.offset < end]
+        position = fetched.next_fetch_offset
+        yield records
+
+
+def _stalled(since: float | None, client: LogClient) -> bool:
+    return since is not None and time.monotonic() - since > client.request_timeout_s
+
+
+def _after_data_loss(
+    client: LogClient,
+    tp: TopicPartition,
+    position: int,
+    end: int,
+    isolation: IsolationLevel,
+    fail_on_data_loss: bool,
+    err: OncelogError,
+) -> int:
+    """Where to go on when ``position`` is outside the log: raise, or skip to the log start."""
+    log_start = client.list_offsets([tp], storage_pb.OFFSET_SPEC_EARLIEST, isolation)[tp]
+    if position >= log_start:
+        raise OffsetOutOfRange(
+            f"{tp}: offset {position} is beyond the end of the log (the topic was truncated or re-created): {err}"
+        ) from err
+    if fail_on_data_loss:
+        raise OffsetOutOfRange(
+            f"{tp}: offsets [{position}, {min(log_start, end)}) were deleted by retention before they were read. "
+            "Set the option failOnDataLoss=false to skip lost data instead."
+        ) from err
+    log.warning("%s: offsets [%d, %d) were deleted by retention; skipping them", tp, position, min(log_start, end))
+    return min(log_start, end)
+
+
+def records_to_arrow(records: Sequence[ConsumerRecord]) -> pa.RecordBatch:
+    """Rows of :data:`SCHEMA` as one Arrow record batch (what Spark takes from ``read()`` without conversion)."""
+    schema = arrow_schema()
+    columns = [
+        pa.array([r.key for r in records], type=pa.binary()),
+        pa.array([r.value for r in records], type=pa.binary()),
+        pa.array([r.topic for r in records], type=pa.string()),
+        pa.array([r.partition for r in records], type=pa.int32()),
+        pa.array([r.offset for r in records], type=pa.int64()),
+        pa.array([r.timestamp * 1000 for r in records], type=schema.field("timestamp").type),
+        pa.array([list(dict(r.headers).items()) for r in records], type=schema.field("headers").type),
+    ]
+    return pa.RecordBatch.from_arrays(columns, schema=schema)
+
+
+def _read_partition(options: SourceOptions, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+    if not isinstance(partition, RangePartition):
+        return  # Spark's placeholder task when a batch read found nothing to read
+    client = LogClient(options.bootstrap, request_timeout_s=options.request_timeout_s)
+    for records in read_range(
+        client,
+        partition.range,
+        isolation=options.isolation_level,
+        fetch_max_bytes=options.fetch_max_bytes,
+        fail_on_data_loss=options.fail_on_data_loss,
+    ):
+        if records:
+            yield records_to_arrow(records)
+
+
+# ------------------------------------------------------------------------------------------------ planning
+
+
+class _Planner:
+    """Driver-side questions to the cluster, with failures turned into errors that name the option."""
+
+    def __init__(self, options: SourceOptions) -> None:
+        self.options = options
+        self.client = LogClient(options.bootstrap, request_timeout_s=options.request_timeout_s)
+
+    def topic_partitions(self) -> list[TopicPartition]:
+        try:
+            return self.client.topic_partitions(self.options.topics)
+        except UnknownTopicOrPartition as err:
+            name = "topic" if len(self.options.topics) == 1 else "topics"
+            raise OptionError([f"{name}: {err.message} (bootstrap {','.join(self.options.bootstrap)})"]) from None
+        except OncelogError as err:
+            raise OptionError(
+                [f"bootstrap: the cluster at {','.join(self.options.bootstrap)} did not answer: {err.message}"]
+            ) from None
+
+    def bounds(self, tps: Sequence[TopicPartition], spec: storage_pb.OffsetSpec.ValueType) -> PartitionOffsets:
+        return self.client.list_offsets(tps, spec, self.options.isolation_level)
+
+    def resolve(self, name: str, spec: OffsetsSpec, tps: Sequence[TopicPartition]) -> PartitionOffsets:
+        """Concrete offsets of ``spec`` (option ``name``) for ``tps``."""
+        unknown = sorted(set(spec.offsets) - set(tps))
+        if unknown:
+            raise OptionError([f"{name}: {', '.join(map(str, unknown))} does not exist"])
+        wanted = {tp: spec.offset_for(tp) for tp in tps}
+        earliest = [tp for tp, o in wanted.items() if o == EARLIEST]
+        latest = [tp for tp, o in wanted.items() if o == LATEST]
+        if earliest:
+            wanted.update(self.bounds(earliest, storage_pb.OFFSET_SPEC_EARLIEST))
+        if latest:
+            wanted.update(self.bounds(latest, storage_pb.OFFSET_SPEC_LATEST))
+        return wanted
+
+    def checkpointed(self, document: Mapping[str, Any]) -> PartitionOffsets:
+        """Offsets Spark read back from its checkpoint; they must belong to this source's topics."""
+        try:
+            offsets = offsets_from_json(document)
+        except ValueError as exc:
+            raise OptionError([f"checkpointLocation: the checkpointed source offset is not ours: {exc}"]) from None
+        foreign = sorted({tp.topic for tp in offsets} - set(self.options.topics))
+        if foreign:
+            raise OptionError(
+                [
+                    f"topics: the checkpoint holds offsets of {foreign}, which this query does not subscribe to "
+                    f"({list(self.options.topics)}); the checkpoint belongs to another query, so use a new "
+                    "checkpointLocation"
+                ]
+            )
+        return offsets
+
+
+class OncelogBatchReader(DataSourceReader):
+    """``spark.read.format("oncelog")``: the offsets between ``startingOffsets`` and ``endingOffsets``.
+
+    Args:
+        options: parsed with ``streaming=False``.
+    """
+
+    def __init__(self, options: SourceOptions) -> None:
+        self.options = options
+
+    def partitions(self) -> list[InputPartition]:
+        """Resolve both bounds on the driver and cut them into tasks.
+
+        Raises:
+            OptionError: a topic or a partition in the offsets JSON does not exist, a start lies after its
+                end, or an explicit end lies beyond what is readable (the LSO under read_committed).
+        """
+        assert self.options.ending_offsets is not None
+        planner = _Planner(self.options)
+        tps = planner.topic_partitions()
+        start = planner.resolve("startingOffsets", self.options.starting_offsets, tps)
+        end = planner.resolve("endingOffsets", self.options.ending_offsets, tps)
+        problems = []
+        explicit_ends = {tp: o for tp, o in self.options.ending_offsets.offsets.items() if o >= 0}
+        if explicit_ends:
+            readable = planner.bounds(sorted(explicit_ends), storage_pb.OFFSET_SPEC_LATEST)
+            problems += [
+                f"endingOffsets: {tp} ends at {o}, beyond its latest readable offset {readable[tp]}"
+                f" ({self.options.isolation_level.value})"
+                for tp, o in sorted(explicit_ends.items())
+                if o > readable[tp]
+            ]
+        problems += [
+            f"startingOffsets/endingOffsets: {tp} starts at {start[tp]}, after its end {end[tp]}"
+            for tp in tps
+            if start[tp] > end[tp]
+        ]
+        if problems:
+            raise OptionError(problems)
+        ranges = plan_ranges(
+            start,
+            end,
+            min_partitions=self.options.min_partitions,
+            max_records_per_partition=self.options.max_records_per_partition,
+        )
+        return [RangePartition(r) for r in ranges]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        """Read one range on an executor."""
+        return _read_partition(self.options, partition)
+
+
+class OncelogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """``spark.readStream.format("oncelog")``: micro-batches of per-partition offset ranges.
+
+    Offsets are ``{"topic": {"partition": next offset}}``. ``latestOffset`` never passes the last stable
+    offset (read_committed) and admits at most ``maxRecordsPerTrigger`` offsets and about
+    ``maxBytesPerTrigger`` bytes per micro-batch; a partition added to a topic while the query runs is
+    read from offset 0. ``commit`` is informational: Spark's checkpoint is the source of truth
+    (reference pyspark-connector §3.6).
+
+    Args:
+        options: parsed with ``streaming=True``.
+    """
+
+    def __init__(self, options: SourceOptions) -> None:
+        self.options = options
+        self._target: PartitionOffsets | None = None
+        self._latest: PartitionOffsets | None = None
+
+    def initialOffset(self) -> dict:
+        """Where a new query starts: ``startingOffsets`` resolved against the cluster now."""
+        planner = _Planner(self.options)
+        tps = planner.topic_partitions()
+        return offsets_to_json(planner.resolve("startingOffsets", self.options.starting_offsets, tps))
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        """``maxRecordsPerTrigger`` or ``maxBytesPerTrigger`` as Spark's read limit (both apply when both are set)."""
+        if self.options.max_records_per_trigger:
+            return ReadMaxRows(self.options.max_records_per_trigger)
+        if self.options.max_bytes_per_trigger:
+            return ReadMaxBytes(self.options.max_bytes_per_trigger)
+        return ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        """Trigger.AvailableNow: fix the end at what is readable now; later data waits for the next run."""
+        planner = _Planner(self.options)
+        self._target = planner.bounds(planner.topic_partitions(), storage_pb.OFFSET_SPEC_LATEST)
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        """The end of the next micro-batch: the readable end of every partition, within ``limit``.
+
+        Raises:
+            OptionError: a topic disappeared, or the checkpointed offsets belong to another query.
+            OffsetOutOfRange: a partition now ends before the checkpointed offset and ``failOnDataLoss`` is set.
+        """
+        planner = _Planner(self.options)
+        begin = planner.checkpointed(start)
+        tps = planner.topic_partitions()
+        latest = planner.bounds(tps, storage_pb.OFFSET_SPEC_LATEST)
+        self._latest = dict(latest)
+        if self._target is not None:
+            latest = {tp: min(latest[tp], self._target[tp]) for tp in tps if tp in self._target}
+        for tp, offset in begin.items():
+            if tp in latest and latest[tp] < offset:
+                if self.options.fail_on_data_loss:
+                    raise OffsetOutOfRange(
+                        f"{tp}: the checkpoint is at offset {offset} but the partition now ends at {latest[tp]}; the "
+                        "topic was truncated or re-created. Use a new checkpointLocation, or set failOnDataLoss=false."
+                    )
+                log.warning("%s: partition ends at %d before checkpointed offset %d", tp, latest[tp], offset)
+                latest[tp] = offset
+        end = self._admit(begin, latest, limit)
+        # a partition that vanished from the metadata keeps its offset rather than making the checkpoint forget it
+        return offsets_to_json({**begin, **end})
+
+    def _admit(self, begin: PartitionOffsets, latest: PartitionOffsets, limit: ReadLimit) -> PartitionOffsets:
+        if isinstance(limit, ReadAllAvailable):
+            return latest
+        max_records = self.options.max_records_per_trigger
+        max_bytes = self.options.max_bytes_per_trigger
+        if isinstance(limit, ReadMaxRows):
+            max_records = limit.max_rows
+        elif isinstance(limit, ReadMaxBytes):
+            max_bytes = limit.max_bytes
+        end = dict(latest)
+        if max_records:
+            end = limit_by_records(begin, end, max_records)
+        if max_bytes:
+            end = self._limit_by_bytes(begin, end, max_bytes)
+        return end
+
+    def _limit_by_bytes(self, begin: PartitionOffsets, latest: PartitionOffsets, max_bytes: int) -> PartitionOffsets:
+        """Admit about ``max_bytes`` of whole record batches, shared in proportion to each backlog.
+
+        The driver cannot know a range's size without looking, so it fetches up to each partition's share
+        from its start and ends the partition after the last whole batch that fits (at least one batch, so a
+        large batch cannot stall the stream). This costs one extra read of up to ``max_bytes`` per trigger.
+        """
+        backlog = {tp: latest[tp] - begin.get(tp, 0) for tp in latest if latest[tp] > begin.get(tp, 0)}
+        total = sum(backlog.values())
+        if not total:
+            return dict(latest)
+        wanted = {tp: (begin.get(tp, 0), max(1, int(max_bytes * size / total))) for tp, size in backlog.items()}
+        client = LogClient(self.options.bootstrap, request_timeout_s=self.options.request_timeout_s)
+        end = dict(latest)
+        try:
+            fetched = client.fetch_many(wanted, isolation=self.options.isolation_level)
+        except OffsetOutOfRange:
+            return end  # lost data: the read reports it (or skips it) with the full picture
+        for tp, result in fetched.items():
+            share = wanted[tp][1]
+            used, reach = 0, wanted[tp][0]
+            for header, _ in iter_batches(result.records):
+                if used and used + header.size_in_bytes > share:
+                    break
+                used += header.size_in_bytes
+                reach = header.next_offset
+            end[tp] = max(wanted[tp][0], min(latest[tp], reach))
+        return end
+
+    def reportLatestOffset(self) -> dict | None:
+        """The readable end seen by the last ``latestOffset`` call, for Spark's progress reports."""
+        return None if self._latest is None else offsets_to_json(self._latest)
+
+    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        """The tasks of one micro-batch; the same ``(start, end)`` always gives the same tasks."""
+        planner = _Planner(self.options)
+        ranges = plan_ranges(
+            planner.checkpointed(start),
+            planner.checkpointed(end),
+            min_partitions=self.options.min_partitions,
+            max_records_per_partition=self.options.max_records_per_partition,
+        )
+        return [RangePartition(r) for r in ranges]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        """Read one range on an executor."""
+        return _read_partition(self.options, partition)
+
+    def commit(self, end: dict) -> None:
+        """Spark finished every batch up to ``end``; nothing to do, the checkpoint holds the progress."""
+
+    def stop(self) -> None:
+        """Nothing to release: channels belong to the process and are reused by the next query."""

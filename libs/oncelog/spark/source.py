@@ -1,0 +1,104 @@
+"""The ``oncelog`` Spark data source: ``format("oncelog")`` for reads and writes (Python Data Source API).
+
+Register it once per session, then use it like Spark's Kafka source::
+
+    from oncelog.spark import OncelogDataSource
+    spark.dataSource.register(OncelogDataSource)
+    orders = (spark.readStream.format("oncelog")
+              .option("bootstrap", "127.0.0.1:7101").option("topic", "orders")
+              .option("startingOffsets", "earliest").option("maxRecordsPerTrigger", 10000)
+              .load())
+    (orders.selectExpr("key", "upper(CAST(value AS STRING)) AS value")
+           .writeStream.format("oncelog").option("bootstrap", "127.0.0.1:7101").option("topic", "shipped")
+           .option("checkpointLocation", "/data/checkpoints/shipping").start())
+
+Source options are parsed when the DataFrame is defined (``load()`` asks for the schema), so a missing
+topic option or malformed offsets JSON fails at once with a message naming the option; whether the topics
+exist is checked when the query plans its first batch. Sink options and the written columns are checked
+when the query starts. See :mod:`oncelog.spark.options` for every option.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    DataSourceStreamWriter,
+    DataSourceWriter,
+)
+from pyspark.sql.types import StructType
+
+from oncelog.errors import OncelogError, UnknownTopicOrPartition
+from oncelog.spark.channels import LogClient
+from oncelog.spark.options import OptionError, SinkOptions, parse_sink_options, parse_source_options
+from oncelog.spark.reader import SCHEMA, OncelogBatchReader, OncelogStreamReader
+from oncelog.spark.writer import OncelogBatchWriter, OncelogStreamWriter, RowEncoder
+
+__all__ = ["OncelogDataSource"]
+
+
+class OncelogDataSource(DataSource):
+    """Format ``oncelog``: topic partitions as rows of ``key, value, topic, partition, offset, timestamp, headers``.
+
+    Spark builds this object from the ``.option(...)`` values (``self.options``, case-insensitive) in
+    several driver processes; construction does no I/O. Readers get a parsed, picklable copy of the
+    options and never hold a connection (reference pyspark-connector §3.1).
+    """
+
+    @classmethod
+    def name(cls) -> str:
+        """The format name: ``spark.read.format("oncelog")``."""
+        return "oncelog"
+
+    def schema(self) -> StructType:
+        """The fixed row schema; also validates the source options so that bad ones fail at ``load()``."""
+        self._check_source_options()
+        return SCHEMA
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        """The batch reader (``spark.read``)."""
+        return OncelogBatchReader(parse_source_options(self.options, streaming=False))
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        """The micro-batch reader (``spark.readStream``)."""
+        return OncelogStreamReader(parse_source_options(self.options, streaming=True))
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        """The batch writer (``df.write``): each task's rows in one transaction."""
+        options, encoder = self._sink(schema, overwrite)
+        return OncelogBatchWriter(options, encoder)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        """The exactly-once micro-batch writer (``df.writeStream``)."""
+        options, encoder = self._sink(schema, overwrite)
+        return OncelogStreamWriter(options, encoder)
+
+    def _sink(self, schema: StructType, overwrite: bool) -> tuple[SinkOptions, RowEncoder]:
+        options = parse_sink_options(self.options)
+        if overwrite:
+            raise OptionError(["mode: a topic is append-only; use outputMode('append') or mode('append')"])
+        encoder = RowEncoder(schema, options.topic)
+        # the marker topic must exist before any task commits a marker under it; ask once, on the driver
+        client = LogClient(options.bootstrap, request_timeout_s=options.request_timeout_s)
+        for name, topic in (("topic", options.topic), ("markerTopic", options.marker_topic)):
+            if topic is None:
+                continue
+            try:
+                client.partitions(topic, refresh=True)
+            except UnknownTopicOrPartition as err:
+                raise OptionError([f"{name}: {err.message} (bootstrap {','.join(options.bootstrap)})"]) from None
+            except OncelogError as err:
+                raise OptionError(
+                    [f"bootstrap: the cluster at {','.join(options.bootstrap)} did not answer: {err.message}"]
+                ) from None
+        return options, encoder
+
+    def _check_source_options(self) -> None:
+        # load() cannot tell batch from streaming, so only what both accept is required here; the
+        # reader() and streamReader() calls at query start apply the mode-specific rules
+        options = {k: v for k, v in self.options.items() if k.lower() not in _MODE_SPECIFIC}
+        parse_source_options(options, streaming=False)
+
+
+_MODE_SPECIFIC = {"endingoffsets", "maxrecordspertrigger", "maxbytespertrigger"}

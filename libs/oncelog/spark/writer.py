@@ -1,0 +1,532 @@
+"""Exactly-once sink of the ``oncelog`` format: one transaction per Spark task, replay-safe (design (a)).
+
+What Spark guarantees a sink (reference pyspark-connector §3): every micro-batch runs at least once; a
+replayed batch keeps its batch id, offsets, content per Spark partition and partition ids; a task attempt
+may have its side effects and then be discarded (retry, speculation loser, aborted batch), with no
+cleanup hook. The sink turns that into exactly-once output with the platform's transactions (§4 (a)):
+
+1. **Identify.** ``tid = <prefix>-<query id>-<partition id>``. The query id comes from the checkpoint,
+   so a restarted query reuses its ids and fences the previous run's executors.
+2. **InitProducerId(tid)** (``init_transactions``) bumps the epoch: every earlier holder of the id — a
+   failed attempt, a speculative twin, an executor of a crashed run — is fenced, and its open
+   transaction aborted (or, if it was already committing, completed). This comes *before* reading the
+   marker, so the marker read cannot race a zombie's pending commit.
+3. **Read the batch marker**: the offset committed for ``(marker topic, 0)`` in group ``tid``, read with
+   ``require_stable``. Its offset is the last batch this task committed; its metadata holds that batch's
+   row count and digest. If the marker is at this batch or later, the task's output is already
+   committed: skip. When it is at this very batch, the rows of this attempt are hashed and compared
+   first, and a mismatch raises :class:`NonDeterministicBatchError` rather than silently losing or
+   duplicating output.
+4. Otherwise **produce** every row in one transaction, **commit the marker** (batch id, rows, digest)
+   as transactional offset metadata in the same transaction, and **commit**: data and marker become
+   visible together or not at all.
+
+Atomicity is per task, not per micro-batch, as in Kafka Streams: a read_committed consumer may see task
+0's part of a batch before task 1's. The pipeline must be deterministic per Spark partition (no
+``rand()``, ``current_timestamp()``, or changed partitioning between a crash and its restart); the digest
+check turns a violation into an error. A task with no rows opens no transaction.
+
+Batch writes (``df.write``) use the same protocol with a job id drawn on the driver and batch 0: task
+retries are fenced and never duplicate, but a failed job keeps the output of the tasks that committed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import logging
+import time
+import uuid
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    DataType,
+    IntegerType,
+    LongType,
+    MapType,
+    ShortType,
+    StringType,
+    StructType,
+)
+
+from oncelog.client.errors import RetriableError
+from oncelog.client.producer import Producer
+from oncelog.client.records import OffsetAndMetadata, TopicPartition
+from oncelog.spark.channels import LogClient
+from oncelog.spark.options import OptionError, SinkOptions
+
+__all__ = [
+    "BatchDigest",
+    "NonDeterministicBatchError",
+    "OncelogBatchWriter",
+    "OncelogStreamWriter",
+    "OutputRecord",
+    "RowEncoder",
+    "SinkCommitMessage",
+    "SinkSchemaError",
+    "TaskIdentity",
+    "TaskWriter",
+    "task_identity",
+]
+
+log = logging.getLogger(__name__)
+
+_BATCH_ID = "streaming.sql.batchId"
+_QUERY_ID = "sql.streaming.queryId"
+_MARKER_VERSION = 1
+
+
+class SinkSchemaError(OptionError):
+    """The DataFrame given to the sink has a missing, extra or mistyped column; ``problems`` names each."""
+
+    header = "the DataFrame written to format('oncelog') does not fit"
+
+
+class NonDeterministicBatchError(RuntimeError):
+    """A replayed micro-batch gave a task other rows than the run that committed it.
+
+    The committed output stays as it is; rewriting it would duplicate or lose records. Make the pipeline
+    deterministic per Spark partition, or start over with a new checkpoint and output topic.
+    """
+
+
+# ------------------------------------------------------------------------------------------ task identity
+
+
+@dataclass(frozen=True, slots=True)
+class TaskIdentity:
+    """Who is writing: the query, the micro-batch, the Spark partition and the attempt.
+
+    Attributes:
+        query_id: the streaming query's id from its checkpoint (stable across restarts), or a job id.
+        batch_id: the micro-batch id (0 for a batch write).
+        partition_id: the Spark partition, stable for a batch across retries and replays.
+        attempt: 0 for the first attempt of the task, then 1, 2, ...
+    """
+
+    query_id: str
+    batch_id: int
+    partition_id: int
+    attempt: int
+
+
+def task_identity(job_id: str | None = None) -> TaskIdentity:
+    """The identity of the running Spark task, from its TaskContext (reference pyspark-connector §2).
+
+    Args:
+        job_id: the id of a batch write; a streaming query's id and batch id come from the task's local
+            properties instead.
+
+    Raises:
+        RuntimeError: not inside a Spark task, or a streaming task without the properties Spark 4.x sets.
+    """
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    if context is None:
+        raise RuntimeError("the oncelog sink writes inside Spark tasks only")
+    query_id, batch_id = context.getLocalProperty(_QUERY_ID), context.getLocalProperty(_BATCH_ID)
+    if job_id is None and (not query_id or batch_id is None):
+        # both keys are Spark internals, verified on 4.3; without them exactly-once cannot be kept
+        raise RuntimeError(
+            f"Spark did not set the task properties {_QUERY_ID!r} and {_BATCH_ID!r}; this Spark version is not "
+            "supported by the oncelog sink"
+        )
+    return TaskIdentity(
+        query_id=job_id or str(query_id),
+        batch_id=0 if job_id else int(str(batch_id)),
+        partition_id=context.partitionId(),
+        attempt=context.attemptNumber(),
+    )
+
+
+# ---------------------------------------------------------------------------------------------- rows
+
+
+@dataclass(frozen=True, slots=True)
+class OutputRecord:
+    """One record to produce, taken from a row."""
+
+    topic: str
+    partition: int | None
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes | None], ...]
+
+
+_TEXT_OR_BYTES = (BinaryType, StringType)
+_INTEGRAL = (IntegerType, LongType, ShortType)
+
+
+class RowEncoder:
+    """Turns rows of the written DataFrame into records; checks the columns once, on the driver.
+
+    Columns, as in Spark's Kafka sink: ``value`` (binary or string, required), ``key`` (binary or string),
+    ``topic`` (string; the ``topic`` option overrides it), ``partition`` (int), ``headers``
+    (``map<string,binary>`` or ``array<struct<key:string,value:binary>>``). Any other column is refused,
+    since it would otherwise be dropped silently.
+
+    Args:
+        schema: the DataFrame's schema.
+        topic: the ``topic`` option, or None to read each row's ``topic`` column.
+
+    Raises:
+        SinkSchemaError: a column is missing, unknown or of the wrong type.
+    """
+
+    def __init__(self, schema: StructType, topic: str | None) -> None:
+        fields = {f.name.lower(): (i, f.dataType) for i, f in enumerate(schema.fields)}
+        problems = []
+        for name in fields:
+            if name not in ("key", "value", "topic", "partition", "headers"):
+                problems.append(
+                    f"{name}: not a column of the sink; select key, value and optionally topic, partition, headers "
+                    "(serialize other fields into value, e.g. to_json(struct(...)))"
+                )
+        if "value" not in fields:
+            problems.append("value: the DataFrame has no value column")
+        for name, allowed, wanted in (
+            ("value", _TEXT_OR_BYTES, "binary or string"),
+            ("key", _TEXT_OR_BYTES, "binary or string"),
+            ("topic", (StringType,), "string"),
+            ("partition", _INTEGRAL, "int"),
+        ):
+            if name in fields and not isinstance(fields[name][1], allowed):
+                problems.append(f"{name}: column of type {fields[name][1].simpleString()}; cast it to {wanted}")
+        if "headers" in fields and not _headers_type(fields["headers"][1]):
+            problems.append(
+                f"headers: column of type {fields['headers'][1].simpleString()}; use map<string,binary> or "
+                "array<struct<key:string,value:binary>>"
+            )
+        if topic is None and "topic" not in fields:
+            problems.append("topic: set the topic option, or give the DataFrame a topic column")
+        if problems:
+            raise SinkSchemaError(problems)
+        self.topic = topic
+        self._value = fields["value"]
+        self._key = fields.get("key")
+        self._topic_index = None if topic is not None else fields["topic"][0]
+        self._partition_index = fields["partition"][0] if "partition" in fields else None
+        self._headers = fields.get("headers")
+
+    def encode(self, row: Sequence[Any]) -> OutputRecord:
+        """The record of one row (positional access, so Spark ``Row`` objects and tuples both work)."""
+        topic = self.topic if self._topic_index is None else row[self._topic_index]
+        if not topic:
+            raise ValueError(f"a row has no topic (topic column is {topic!r}) and the topic option is not set")
+        return OutputRecord(
+            topic=topic,
+            partition=None if self._partition_index is None else _int_or_none(row[self._partition_index]),
+            key=None if self._key is None else _bytes(row[self._key[0]]),
+            value=_bytes(row[self._value[0]]),
+            headers=() if self._headers is None else _headers(row[self._headers[0]]),
+        )
+
+
+def _headers_type(data_type: DataType) -> bool:
+    if isinstance(data_type, MapType):
+        return isinstance(data_type.keyType, StringType) and isinstance(data_type.valueType, _TEXT_OR_BYTES)
+    if isinstance(data_type, ArrayType) and isinstance(data_type.elementType, StructType):
+        names = {f.name: f.dataType for f in data_type.elementType.fields}
+        return isinstance(names.get("key"), StringType) and isinstance(names.get("value"), _TEXT_OR_BYTES)
+    return False
+
+
+def _bytes(value: object) -> bytes | None:
+    if value is None or isinstance(value, bytes):
+        return value
+    if isinstance(value, str):
+        return value.encode()
+    return bytes(value)  # type: ignore[call-overload]  # bytearray or memoryview
+
+
+def _int_or_none(value: object) -> int | None:
+    return None if value is None else int(value)  # type: ignore[call-overload]
+
+
+def _headers(value: object) -> tuple[tuple[str, bytes | None], ...]:
+    if value is None:
+        return ()
+    if isinstance(value, dict):
+        return tuple((str(k), _bytes(v)) for k, v in value.items())
+    pairs = ((item["key"], item["value"]) if isinstance(item, dict) else item for item in value)  # type: ignore[attr-defined]
+    return tuple((str(name), _bytes(data)) for name, data in pairs)
+
+
+class BatchDigest:
+    """An order-independent digest of a task's records: the sum of per-record hashes, and their count.
+
+    Rows reach a task in an order Spark does not guarantee after a shuffle (reference §3.2), so the digest
+    is a multiset hash: equal for the same records in any order, different (with overwhelming odds) when a
+    record is added, dropped, changed or repeated.
+    """
+
+    def __init__(self) -> None:
+        self.rows = 0
+        self._sum = 0
+
+    def add(self, record: OutputRecord) -> None:
+        """Count one record."""
+        parts = [record.topic.encode(), str(record.partition).encode(), record.key, record.value]
+        for name, value in record.headers:
+            parts += (name.encode(), value)
+        encoded = b"".join(_NULL if part is None else len(part).to_bytes(4, "big") + part for part in parts)
+        self._sum = (self._sum + int.from_bytes(hashlib.blake2b(encoded, digest_size=16).digest(), "big")) % _MODULUS
+        self.rows += 1
+
+    @property
+    def hexdigest(self) -> str:
+        """The digest as 32 hex digits."""
+        return f"{self._sum:032x}"
+
+
+# fields are length-prefixed, with None distinct from empty, so that field boundaries cannot shift
+_NULL = b"\xff\xff\xff\xff"
+_MODULUS = 1 << 128
+
+
+# ------------------------------------------------------------------------------------------ the protocol
+
+
+@dataclass
+class SinkCommitMessage(WriterCommitMessage):
+    """What a task reports to the driver (pickled back from the executor).
+
+    Attributes:
+        partition_id: the Spark partition.
+        attempt: the task attempt that wrote (or skipped).
+        batch_id: the micro-batch.
+        rows: rows of the task.
+        skipped: the output was already committed by an earlier run of this batch.
+        digest: :class:`BatchDigest` of the rows.
+        transactional_id: the task's transactional id.
+    """
+
+    partition_id: int
+    attempt: int
+    batch_id: int
+    rows: int
+    skipped: bool
+    digest: str
+    transactional_id: str
+
+
+ProducerFactory = Callable[..., Any]
+
+
+class TaskWriter:
+    """Runs the exactly-once protocol for one task's rows (design (a), module docstring).
+
+    Args:
+        options: the sink options.
+        encoder: checked columns of the DataFrame.
+        producer_factory: builds the transactional producer (``Producer`` by default; tests wrap it).
+    """
+
+    def __init__(self, options: SinkOptions, encoder: RowEncoder, producer_factory: ProducerFactory = Producer) -> None:
+        self.options = options
+        self.encoder = encoder
+        self.producer_factory = producer_factory
+
+    def transactional_id(self, task: TaskIdentity) -> str:
+        """``<prefix>-<query id>-<partition id>``: one per query and Spark partition, reused by every batch."""
+        return f"{self.options.transactional_id_prefix}-{task.query_id}-{task.partition_id}"
+
+    def write(self, rows: Iterable[Sequence[Any]], task: TaskIdentity) -> SinkCommitMessage:
+        """Write ``rows`` for ``task`` exactly once, or skip them if an earlier run committed this batch.
+
+        Raises:
+            NonDeterministicBatchError: this batch was committed with other rows.
+            ProducerFencedError: a newer attempt of this task took over; Spark keeps that attempt's result.
+            OncelogError: the cluster failed the transaction; Spark retries the task, which fences this one.
+        """
+        tid = self.transactional_id(task)
+        iterator = iter(rows)
+        first = next(iterator, None)
+        if first is None:
+            return SinkCommitMessage(
+                task.partition_id, task.attempt, task.batch_id, 0, False, BatchDigest().hexdigest, tid
+            )
+        records = (self.encoder.encode(row) for row in itertools.chain([first], iterator))
+        producer = self.producer_factory(
+            list(self.options.bootstrap),
+            transactional_id=tid,
+            transaction_timeout_ms=self.options.transaction_timeout_ms,
+            request_timeout_ms=int(self.options.request_timeout_s * 1000),
+            client_id=f"{tid}-b{task.batch_id}-a{task.attempt}",
+        )
+        try:
+            producer.init_transactions()
+            committed_batch, metadata = self._marker(tid)
+            if committed_batch >= task.batch_id:
+                return self._skip(records, task, tid, committed_batch, metadata)
+            producer.begin_transaction()
+            digest = BatchDigest()
+            for record in records:
+                digest.add(record)
+                producer.send(
+                    record.topic,
+                    record.value,
+                    key=record.key,
+                    headers=record.headers,
+                    partition=record.partition,
+                )
+            marker = json.dumps(
+                {"v": _MARKER_VERSION, "batch": task.batch_id, "rows": digest.rows, "digest": digest.hexdigest},
+                separators=(",", ":"),
+            )
+            producer.send_offsets_to_transaction(
+                {self._marker_partition: OffsetAndMetadata(task.batch_id, metadata=marker)}, tid
+            )
+            self._commit(producer)
+            log.info("%s: batch %d committed, %d rows (attempt %d)", tid, task.batch_id, digest.rows, task.attempt)
+            return SinkCommitMessage(
+                task.partition_id, task.attempt, task.batch_id, digest.rows, False, digest.hexdigest, tid
+            )
+        finally:
+            producer.close()
+
+    @property
+    def _marker_partition(self) -> TopicPartition:
+        return TopicPartition(self.options.marker_topic, 0)
+
+    def _marker(self, tid: str) -> tuple[int, dict[str, Any]]:
+        client = LogClient(self.options.bootstrap, request_timeout_s=self.options.request_timeout_s)
+        offset, metadata = client.committed_offset(tid, self._marker_partition)
+        try:
+            parsed = json.loads(metadata) if metadata else {}
+        except ValueError:
+            parsed = {}
+        return offset, parsed if isinstance(parsed, dict) else {}
+
+    def _skip(
+        self,
+        records: Iterator[OutputRecord],
+        task: TaskIdentity,
+        tid: str,
+        committed_batch: int,
+        metadata: dict[str, Any],
+    ) -> SinkCommitMessage:
+        digest = BatchDigest()
+        for record in records:
+            digest.add(record)
+        if committed_batch == task.batch_id and (metadata.get("rows"), metadata.get("digest")) != (
+            digest.rows,
+            digest.hexdigest,
+        ):
+            raise NonDeterministicBatchError(
+                f"{tid}: batch {task.batch_id} was committed with {metadata.get('rows')} rows (digest "
+                f"{metadata.get('digest')}), but its replay gives this task {digest.rows} rows (digest "
+                f"{digest.hexdigest}). The pipeline is not deterministic per Spark partition (rand(), "
+                "current_timestamp(), changed partitioning or input) or its code changed between the crash and "
+                "the restart. The committed output is kept; fix the pipeline, or restart with a new checkpoint "
+                "and output topic."
+            )
+        log.info("%s: batch %d already committed (marker at batch %d); skipped", tid, task.batch_id, committed_batch)
+        return SinkCommitMessage(
+            task.partition_id, task.attempt, task.batch_id, digest.rows, True, digest.hexdigest, tid
+        )
+
+    def _commit(self, producer: Any) -> None:
+        # an unanswered commit has an unknown outcome: ask again, never abort (DESIGN §1.7)
+        deadline = time.monotonic() + self.options.request_timeout_s * 4
+        while True:
+            try:
+                producer.commit_transaction()
+                return
+            except RetriableError:
+                if time.monotonic() > deadline:
+                    raise
+
+
+# -------------------------------------------------------------------------------------- Spark writers
+
+
+def _arrow_rows(batches: Iterator[pa.RecordBatch]) -> Iterator[tuple[Any, ...]]:
+    """Rows of Arrow batches as tuples in column order, without building a Spark ``Row`` per record."""
+    for batch in batches:
+        yield from zip(*(column.to_pylist() for column in batch.columns), strict=True)
+
+
+def _check_messages(messages: Sequence[WriterCommitMessage | None], batch_id: int) -> list[SinkCommitMessage]:
+    found = []
+    for message in messages:
+        if not isinstance(message, SinkCommitMessage) or message.batch_id != batch_id:
+            raise RuntimeError(f"batch {batch_id}: a task reported {message!r}; expected its commit message")
+        found.append(message)
+    return found
+
+
+class OncelogStreamWriter(DataSourceStreamArrowWriter):
+    """``df.writeStream.format("oncelog")``: exactly-once micro-batches, one transaction per task.
+
+    Spark builds one instance per micro-batch on the driver, pickles it to the tasks (``write``), and a
+    fresh one for every ``commit``/``abort`` call (reference §3.1), so all state lives in the cluster.
+
+    Args:
+        options: the sink options.
+        encoder: the checked columns of the DataFrame.
+    """
+
+    def __init__(self, options: SinkOptions, encoder: RowEncoder) -> None:
+        self.options = options
+        self.encoder = encoder
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommitMessage:
+        """One task: see :meth:`TaskWriter.write`."""
+        return TaskWriter(self.options, self.encoder).write(_arrow_rows(iterator), task_identity())
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        """Every task has committed (or skipped) its part of ``batchId``; check their reports."""
+        found = _check_messages(messages, batchId)
+        written = sum(m.rows for m in found if not m.skipped)
+        skipped = sum(1 for m in found if m.skipped)
+        log.info("batch %d: %d rows committed by %d tasks, %d tasks skipped", batchId, written, len(found), skipped)
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        """The batch failed; nothing to undo.
+
+        Committed tasks stay committed (the replay skips them), open transactions of failed attempts are
+        aborted by the next InitProducerId of their id or by the transaction timeout. Spark may call this
+        after :meth:`commit` raised, so it must never touch committed output (reference §3.5).
+        """
+        done = [m for m in messages if isinstance(m, SinkCommitMessage)]
+        log.warning(
+            "batch %d aborted: %d of %d tasks had committed; the replay skips them", batchId, len(done), len(messages)
+        )
+
+
+class OncelogBatchWriter(DataSourceArrowWriter):
+    """``df.write.format("oncelog")``: every task writes its rows in one transaction, retries fenced.
+
+    Args:
+        options: the sink options.
+        encoder: the checked columns of the DataFrame.
+    """
+
+    def __init__(self, options: SinkOptions, encoder: RowEncoder) -> None:
+        self.options = options
+        self.encoder = encoder
+        # drawn once on the driver and pickled to every task: retries of a task share its transactional id
+        self.job_id = f"job-{uuid.uuid4().hex[:16]}"
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommitMessage:
+        """One task: see :meth:`TaskWriter.write`."""
+        return TaskWriter(self.options, self.encoder).write(_arrow_rows(iterator), task_identity(self.job_id))
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        """Every task committed; check their reports."""
+        found = _check_messages(messages, 0)
+        log.info("%s: %d rows committed by %d tasks", self.job_id, sum(m.rows for m in found), len(found))
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        """The job failed; tasks that committed keep their output (there is no batch to replay)."""
+        done = [m for m in messages if isinstance(m, SinkCommitMessage)]
+        log.warning("%s aborted: %d of %d tasks had committed their output", self.job_id, len(done), len(messages))

@@ -1,0 +1,167 @@
+"""Spark tier: one SparkSession for the whole test session (reference pyspark-connector §8) and a cluster.
+
+Skipped with the reason when pyspark or Java is missing. Session start costs several seconds, so every
+Spark test shares it; each test gets its own topics and checkpoint directory.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from oncelog.api.cluster import v1 as cluster_pb
+from oncelog.api.common import v1 as common
+from oncelog.api.storage import v1 as pb
+from oncelog.records import Record, build_batch
+from oncelog.rpc import from_error_info, sync_channel
+from oncelog.testing import LocalCluster
+
+
+def _missing() -> str | None:
+    try:
+        import pyarrow  # noqa: F401
+        import pyspark  # noqa: F401
+    except ImportError as exc:
+        return f"the spark extra is not installed ({exc}); pip install -e '.[spark]'"
+    if not (shutil.which("java") or os.environ.get("JAVA_HOME")):
+        return "Java 17 or 21 is not installed (Spark needs a JVM)"
+    return None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark every test here ``spark`` and skip them all, with the reason, when Spark cannot run."""
+    reason = _missing()
+    here = Path(__file__).parent
+    for item in items:
+        if here in Path(item.fspath).parents:
+            item.add_marker(pytest.mark.spark)
+            if reason:
+                item.add_marker(pytest.mark.skip(reason=reason))
+
+
+@pytest.fixture(scope="session")
+def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """``local[2,2]``: two task threads, two attempts per task (retries need the second number, §3.4)."""
+    # workers must run this interpreter, which has pyarrow, not whatever python3 is on PATH (§7)
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    # the host name may resolve to loopback; keep every Spark socket there instead of the first NIC (§7)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    from pyspark.sql import SparkSession
+
+    from oncelog.spark import OncelogDataSource
+
+    tmp = tmp_path_factory.mktemp("spark")
+    log4j = tmp / "log4j2.properties"
+    log4j.write_text(
+        "rootLogger.level = error\nrootLogger.appenderRef.stderr.ref = console\n"
+        "appender.console.type = Console\nappender.console.name = console\nappender.console.target = SYSTEM_ERR\n"
+        "appender.console.layout.type = PatternLayout\nappender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n\n"
+    )
+    java_options = os.environ.get("SPARK_TEST_JOPTS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
+    session = (
+        SparkSession.builder.master("local[2,2]")
+        .appName("oncelog-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.default.parallelism", "2")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.local.dir", str(tmp))
+        .config("spark.sql.warehouse.dir", str(tmp / "warehouse"))
+        .config("spark.sql.streaming.noDataMicroBatches.enabled", "false")
+        .config("spark.driver.extraJavaOptions", f"{java_options} -Dlog4j2.configurationFile=file:{log4j}")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    session.dataSource.register(OncelogDataSource)
+    yield session
+    session.stop()
+
+
+@pytest.fixture(scope="session")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """The local cluster the Spark queries read from and write to."""
+    with LocalCluster(tmp_path_factory.mktemp("spark-cluster"), storage_nodes=2) as running:
+        yield running
+
+
+class Topic:
+    """A fresh topic, filled with idempotent batches and transactions through the storage stubs."""
+
+    def __init__(self, cluster: LocalCluster, partitions: int = 2) -> None:
+        self.name = f"spark-{uuid.uuid4().hex[:10]}"
+        admin = cluster_pb.ClusterServiceStub(sync_channel(cluster.bootstrap))
+        created = admin.CreateTopics(
+            cluster_pb.CreateTopicsRequest(topics=[cluster_pb.TopicSpec(name=self.name, partitions=partitions)]),
+            timeout=30,
+        )
+        self._stubs = {
+            p.partition: pb.PartitionStorageServiceStub(sync_channel(p.leader_address))
+            for p in created.topics[0].partitions
+        }
+        self._pid = 90_000 + uuid.uuid4().int % 1_000_000
+        self._next_pid = self._pid + 1
+        self._seq: dict[int, int] = {}
+
+    def append(self, partition: int, values: Sequence[str], *, txn: str | None = None) -> None:
+        """One batch of ``values``: plain, or a whole transaction ending with ``txn`` ("commit"/"abort")."""
+        pid, seq = self._pid, self._seq.get(partition, 0)
+        if txn is not None:
+            pid, seq = self._next_pid, 0
+            self._next_pid += 1
+        else:
+            self._seq[partition] = seq + len(values)
+        records = [Record(key=None, value=v.encode(), timestamp=1_700_000_000_000) for v in values]
+        batch = build_batch(
+            records, producer_id=pid, producer_epoch=0, base_sequence=seq, transactional=txn is not None
+        )
+        tp = common.TopicPartition(topic=self.name, partition=partition)
+        request = pb.ProduceRequest(
+            partitions=[pb.PartitionBatches(topic_partition=tp, leader_epoch=-1, records=batch)]
+        )
+        [result] = self._stubs[partition].Produce(request, timeout=30).results
+        assert not result.HasField("error"), from_error_info(result.error)
+        if txn is not None:
+            marker = common.TxnMarker(
+                producer=common.ProducerIdentity(producer_id=pid, producer_epoch=1),
+                coordinator_epoch=0,
+                result=common.TRANSACTION_RESULT_COMMIT if txn == "commit" else common.TRANSACTION_RESULT_ABORT,
+                partitions=[tp],
+            )
+            [answer] = (
+                self._stubs[partition].WriteTxnMarkers(pb.WriteTxnMarkersRequest(markers=[marker]), timeout=30).results
+            )
+            assert not answer.partition_errors[0].HasField("error"), answer
+
+    def values(self, cluster: LocalCluster, isolation: str = "read_committed") -> list[str]:
+        """Every value a consumer with ``isolation`` reads, once ended transactions have their markers.
+
+        Commits return when the decision is durable and markers follow asynchronously (DESIGN §5), so
+        this waits until every partition's last stable offset reaches its high watermark.
+        """
+        from oncelog.client.fetch_filter import IsolationLevel
+        from oncelog.spark import OncelogDataSource
+        from oncelog.spark.channels import LogClient
+
+        client = LogClient([cluster.bootstrap])
+        tps = client.topic_partitions([self.name])
+        deadline = time.monotonic() + 30
+        while client.list_offsets(tps, pb.OFFSET_SPEC_LATEST, IsolationLevel.READ_COMMITTED) != client.list_offsets(
+            tps, pb.OFFSET_SPEC_LATEST, IsolationLevel.READ_UNCOMMITTED
+        ):
+            assert time.monotonic() < deadline, f"a transaction on {self.name} stayed open"
+            time.sleep(0.02)
+        reader = OncelogDataSource(
+            {"bootstrap": cluster.bootstrap, "topic": self.name, "isolationLevel": isolation}
+        ).reader(None)
+        return sorted(r["value"].decode() for p in reader.partitions() for b in reader.read(p) for r in b.to_pylist())

@@ -1,0 +1,315 @@
+"""The exactly-once sink protocol (design (a)) against a real local cluster, without Spark.
+
+Each test plays what Spark does to a task — first attempt, retry, replay after a crash, a speculative
+twin — by calling :class:`TaskWriter` with the identity Spark would give it, and checks what a
+read_committed consumer sees afterwards.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+pytest.importorskip("pyspark", reason="the spark extra is not installed (pip install -e '.[spark]')")
+
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    IntegerType,
+    LongType,
+    MapType,
+    StringType,
+    StructField,
+    StructType,
+)
+
+from oncelog.api.storage.v1 import OFFSET_SPEC_LATEST as LATEST
+from oncelog.client.errors import ProducerFencedError
+from oncelog.client.fetch_filter import IsolationLevel
+from oncelog.client.producer import Producer
+from oncelog.client.records import TopicPartition
+from oncelog.spark import OncelogDataSource
+from oncelog.spark.channels import LogClient
+from oncelog.spark.options import SinkOptions, parse_sink_options
+from oncelog.spark.writer import (
+    BatchDigest,
+    NonDeterministicBatchError,
+    OutputRecord,
+    RowEncoder,
+    SinkSchemaError,
+    TaskIdentity,
+    TaskWriter,
+)
+from oncelog.testing import LocalCluster
+
+if TYPE_CHECKING:
+    from tests.unit.spark.conftest import Topic
+
+pytestmark = pytest.mark.timeout(120)
+
+KV = StructType([StructField("key", StringType()), StructField("value", StringType())])
+
+
+class SimulatedCrash(Exception):
+    """The executor died at this point."""
+
+
+def sink_options(cluster: LocalCluster, topic: Topic, **extra: str) -> SinkOptions:
+    """Options with a transactional id prefix of this test's own, so no two tests share an id."""
+    return parse_sink_options(
+        {"bootstrap": cluster.bootstrap, "topic": topic.name, "transactionalIdPrefix": f"p-{topic.name}", **extra}
+    )
+
+
+def task_writer(cluster: LocalCluster, topic: Topic, **extra: str) -> TaskWriter:
+    options = sink_options(cluster, topic, **extra)
+    return TaskWriter(options, RowEncoder(KV, options.topic))
+
+
+def task(batch: int, partition: int = 0, attempt: int = 0, query: str = "q1") -> TaskIdentity:
+    return TaskIdentity(query_id=query, batch_id=batch, partition_id=partition, attempt=attempt)
+
+
+def rows(*values: str) -> list[tuple[str, str]]:
+    return [(f"k{v}", v) for v in values]
+
+
+def visible(
+    cluster: LocalCluster, topic: Topic, isolation: str = "read_committed", *, settle: bool = True
+) -> list[str]:
+    """Every value a consumer with ``isolation`` reads once the transactions that ended have their markers.
+
+    A commit returns once the decision is durable; the markers that move the LSO follow asynchronously
+    (DESIGN §5), so the check waits for every partition's LSO to reach its high watermark.
+    """
+    client = LogClient([cluster.bootstrap])
+    tps = client.topic_partitions([topic.name])
+    deadline = time.monotonic() + 30
+    while settle and client.list_offsets(tps, LATEST, IsolationLevel.READ_COMMITTED) != client.list_offsets(
+        tps, LATEST, IsolationLevel.READ_UNCOMMITTED
+    ):
+        assert time.monotonic() < deadline, "a transaction stayed open"
+        time.sleep(0.02)
+    reader = OncelogDataSource(
+        {"bootstrap": cluster.bootstrap, "topic": topic.name, "isolationLevel": isolation}
+    ).reader(None)
+    return sorted(r["value"].decode() for p in reader.partitions() for b in reader.read(p) for r in b.to_pylist())
+
+
+def marker(cluster: LocalCluster, writer: TaskWriter, identity: TaskIdentity) -> tuple[int, dict[str, Any]]:
+    offset, metadata = LogClient([cluster.bootstrap]).committed_offset(
+        writer.transactional_id(identity), TopicPartition(writer.options.marker_topic, 0)
+    )
+    return offset, json.loads(metadata) if metadata else {}
+
+
+# ----------------------------------------------------------------------------------------------- protocol
+
+
+def test_task_commits_rows_and_batch_marker_together(cluster: LocalCluster, topic: Topic) -> None:
+    writer = task_writer(cluster, topic)
+    message = writer.write(rows("a", "b", "c"), task(0))
+    assert (message.rows, message.skipped, message.batch_id) == (3, False, 0)
+    assert message.transactional_id == f"p-{topic.name}-q1-0"
+    assert visible(cluster, topic) == ["a", "b", "c"]
+    offset, meta = marker(cluster, writer, task(0))
+    assert offset == 0 and meta == {"v": 1, "batch": 0, "rows": 3, "digest": message.digest}
+
+
+def test_replay_of_committed_batch_skips_and_writes_nothing(cluster: LocalCluster, topic: Topic) -> None:
+    writer = task_writer(cluster, topic)
+    writer.write(rows("a", "b"), task(4))
+    replay = writer.write(rows("b", "a"), task(4, attempt=0, query="q1"))  # a restart: same ids, any row order
+    assert replay.skipped and replay.rows == 2
+    assert visible(cluster, topic) == ["a", "b"], "no duplicate"
+    assert visible(cluster, topic, "read_uncommitted") == ["a", "b"], "nothing was even sent"
+
+
+def test_nondeterministic_replay_fails_loudly(cluster: LocalCluster, topic: Topic) -> None:
+    writer = task_writer(cluster, topic)
+    writer.write(rows("a", "b"), task(2))
+    with pytest.raises(NonDeterministicBatchError, match="batch 2 was committed with 2 rows"):
+        writer.write(rows("a", "b", "c"), task(2))
+    with pytest.raises(NonDeterministicBatchError):
+        writer.write(rows("a", "x"), task(2))
+    assert visible(cluster, topic) == ["a", "b"], "the committed output is kept as it is"
+
+
+def test_next_batch_writes_and_stale_batch_skips(cluster: LocalCluster, topic: Topic) -> None:
+    writer = task_writer(cluster, topic)
+    writer.write(rows("a"), task(0))
+    writer.write(rows("b"), task(1))
+    late = writer.write(rows("zombie"), task(0, attempt=3))
+    assert late.skipped, "a batch older than the marker is never written again"
+    assert visible(cluster, topic) == ["a", "b"]
+    assert marker(cluster, writer, task(1))[0] == 1
+
+
+def test_task_retry_fences_earlier_attempt_and_its_data_never_shows(cluster: LocalCluster, topic: Topic) -> None:
+    crashed: list[Producer] = []
+
+    class CrashBeforeCommit(Producer):
+        def commit_transaction(self, timeout: float | None = None) -> None:
+            self.flush()  # the rows reached the partition inside the open transaction
+            raise SimulatedCrash
+
+        def close(self, timeout: float | None = None) -> None:
+            crashed.append(self)  # a dead executor closes nothing
+
+    options = sink_options(cluster, topic)
+    encoder = RowEncoder(KV, topic.name)
+    with pytest.raises(SimulatedCrash):
+        TaskWriter(options, encoder, producer_factory=CrashBeforeCommit).write(rows("a", "b"), task(0))
+    assert visible(cluster, topic, settle=False) == [], "the open transaction holds the LSO"
+    retry = TaskWriter(options, encoder).write(rows("a", "b"), task(0, attempt=1))
+    assert not retry.skipped
+    assert visible(cluster, topic) == ["a", "b"], "exactly one copy"
+    assert visible(cluster, topic, "read_uncommitted") == ["a", "a", "b", "b"], "the first copy was aborted"
+    for producer in crashed:
+        Producer.close(producer)
+
+
+def test_speculative_twin_fences_the_first_attempt(cluster: LocalCluster, topic: Topic) -> None:
+    """Attempt A produced; twin B inits (fencing A), writes and commits; A's commit then fails (ref §3.4)."""
+    options = sink_options(cluster, topic)
+    encoder = RowEncoder(KV, topic.name)
+    outcome: dict[str, Any] = {}
+
+    class TwinCommitsFirst(Producer):
+        def commit_transaction(self, timeout: float | None = None) -> None:
+            self.flush()
+            outcome["twin"] = TaskWriter(options, encoder).write(rows("a", "b"), task(0, attempt=1))
+            super().commit_transaction(timeout)
+
+    with pytest.raises(ProducerFencedError):
+        TaskWriter(options, encoder, producer_factory=TwinCommitsFirst).write(rows("a", "b"), task(0))
+    assert not outcome["twin"].skipped
+    assert visible(cluster, topic) == ["a", "b"]
+    late = TaskWriter(options, encoder).write(rows("a", "b"), task(0, attempt=2))
+    assert late.skipped, "a third attempt finds the batch committed"
+
+
+def test_crash_after_commit_replays_as_skip(cluster: LocalCluster, topic: Topic) -> None:
+    """The task committed but died before reporting; Spark replays the batch after the restart."""
+    options = sink_options(cluster, topic)
+    encoder = RowEncoder(KV, topic.name)
+
+    class CrashAfterCommit(Producer):
+        def commit_transaction(self, timeout: float | None = None) -> None:
+            super().commit_transaction(timeout)
+            raise SimulatedCrash
+
+    with pytest.raises(SimulatedCrash):
+        TaskWriter(options, encoder, producer_factory=CrashAfterCommit).write(rows("a"), task(7))
+    assert TaskWriter(options, encoder).write(rows("a"), task(7)).skipped
+    assert visible(cluster, topic) == ["a"]
+
+
+def test_tasks_of_one_batch_use_their_own_transactional_ids(cluster: LocalCluster, topic3: Topic) -> None:
+    writer = task_writer(cluster, topic3)
+    first = writer.write(rows("p0-a", "p0-b"), task(0, partition=0))
+    second = writer.write(rows("p1-a"), task(0, partition=1))
+    assert {first.transactional_id, second.transactional_id} == {f"p-{topic3.name}-q1-0", f"p-{topic3.name}-q1-1"}
+    assert writer.write(rows("p1-a"), task(0, partition=1)).skipped
+    assert not writer.write(rows("p0-a"), task(0, partition=0, query="q2")).skipped, "another query, other ids"
+    assert visible(cluster, topic3) == ["p0-a", "p0-a", "p0-b", "p1-a"]
+
+
+def test_task_without_rows_opens_no_transaction(cluster: LocalCluster, topic: Topic) -> None:
+    writer = task_writer(cluster, topic)
+    message = writer.write(iter(()), task(3))
+    assert (message.rows, message.skipped) == (0, False)
+    assert marker(cluster, writer, task(3))[0] == -1
+
+
+def test_topic_partition_and_header_columns(cluster: LocalCluster, topic3: Topic) -> None:
+    schema = StructType(
+        [
+            StructField("topic", StringType()),
+            StructField("partition", IntegerType()),
+            StructField("key", BinaryType()),
+            StructField("value", BinaryType()),
+            StructField("headers", MapType(StringType(), BinaryType())),
+        ]
+    )
+    options = parse_sink_options(
+        {"bootstrap": cluster.bootstrap, "markerTopic": topic3.name, "transactionalIdPrefix": f"p-{topic3.name}"}
+    )
+    writer = TaskWriter(options, RowEncoder(schema, None))
+    writer.write([(topic3.name, 2, b"k", b"v", {"h": b"1"})], task(0))
+    reader = OncelogDataSource({"bootstrap": cluster.bootstrap, "topic": topic3.name}).reader(None)
+    [found] = [r for p in reader.partitions() for b in reader.read(p) for r in b.to_pylist()]
+    assert (found["partition"], found["key"], found["value"], dict(found["headers"])) == (2, b"k", b"v", {"h": b"1"})
+
+
+# ------------------------------------------------------------------------------------------ rows and digest
+
+
+def test_value_of_the_wrong_type_is_named() -> None:
+    schema = StructType([StructField("value", LongType())])
+    with pytest.raises(SinkSchemaError, match="value: column of type bigint; cast it to binary or string"):
+        RowEncoder(schema, "out")
+
+
+@pytest.mark.parametrize(
+    ("fields", "fragment"),
+    [
+        ([StructField("key", StringType())], "value: the DataFrame has no value column"),
+        ([StructField("value", StringType()), StructField("amount", LongType())], "amount: not a column"),
+        ([StructField("value", StringType()), StructField("headers", MapType(StringType(), LongType()))], "headers:"),
+        ([StructField("value", StringType()), StructField("partition", StringType())], "partition: column of type"),
+    ],
+)
+def test_bad_columns_are_named(fields: list[StructField], fragment: str) -> None:
+    with pytest.raises(SinkSchemaError, match=fragment):
+        RowEncoder(StructType(fields), "out")
+
+
+def test_topic_needs_an_option_or_a_column() -> None:
+    with pytest.raises(SinkSchemaError, match="topic: set the topic option"):
+        RowEncoder(StructType([StructField("value", StringType())]), None)
+
+
+def test_kafka_style_header_array_is_accepted() -> None:
+    element = StructType([StructField("key", StringType()), StructField("value", BinaryType())])
+    schema = StructType([StructField("value", StringType()), StructField("headers", ArrayType(element))])
+    record = RowEncoder(schema, "out").encode(("v", [("a", b"1"), ("a", b"2")]))
+    assert record.headers == (("a", b"1"), ("a", b"2"))
+
+
+def _digest(records: list[OutputRecord]) -> str:
+    digest = BatchDigest()
+    for record in records:
+        digest.add(record)
+    return digest.hexdigest
+
+
+def test_digest_ignores_order_but_not_duplicates_or_changes() -> None:
+    a, b = OutputRecord("t", None, b"k", b"a", ()), OutputRecord("t", None, b"k", b"b", ())
+    assert _digest([a, b]) == _digest([b, a])
+    assert _digest([a, b]) != _digest([a, b, b])
+    assert _digest([a]) != _digest([OutputRecord("t", 0, b"k", b"a", ())]), "the partition counts"
+    assert _digest([OutputRecord("t", None, None, b"ab", ())]) != _digest([OutputRecord("t", None, b"a", b"b", ())])
+    assert _digest([OutputRecord("t", None, None, b"", ())]) != _digest([OutputRecord("t", None, None, None, ())])
+
+
+def test_arrow_batches_become_records_in_column_order() -> None:
+    """Spark hands the sink Arrow batches (DataSourceStreamArrowWriter); headers come as Kafka's array form."""
+    import pyarrow as pa
+
+    from oncelog.spark.writer import _arrow_rows
+
+    header = pa.struct([("key", pa.string()), ("value", pa.binary())])
+    batch = pa.RecordBatch.from_arrays(
+        [pa.array(["v1", "v2"]), pa.array([[{"key": "h", "value": b"1"}], []], type=pa.list_(header))],
+        names=["value", "headers"],
+    )
+    element = StructType([StructField("key", StringType()), StructField("value", BinaryType())])
+    encoder = RowEncoder(
+        StructType([StructField("value", StringType()), StructField("headers", ArrayType(element))]), "out"
+    )
+    records = [encoder.encode(row) for row in _arrow_rows(iter([batch, batch]))]
+    assert [(r.value, r.headers) for r in records] == [(b"v1", (("h", b"1"),)), (b"v2", ())] * 2
