@@ -25,7 +25,7 @@ from oncelog.api.txn import v1 as txn_pb
 from oncelog.client.errors import IllegalStateError, Refresh, RetriableError, classify
 from oncelog.client.metadata import ClusterDescription, ClusterMetadata, TopicInfo, topic_info
 from oncelog.client.records import OffsetAndMetadata, TopicPartition
-from oncelog.client.transport import Backoff, Channels, Deadline, IoThread, call, resolve_bootstrap
+from oncelog.client.transport import Backoff, BootstrapError, Channels, Deadline, IoThread, call, resolve_bootstrap
 from oncelog.errors import CoordinatorNotAvailable, OncelogError, Reason
 from oncelog.rpc.errors import from_error_info
 
@@ -203,6 +203,8 @@ class AdminClient:
                 if not err.retriable or err.reason is Reason.UNKNOWN_TOPIC_OR_PARTITION:
                     raise
                 if deadline.expired:
+                    if isinstance(err, BootstrapError):
+                        raise  # no server answered at all: the address or the cluster is the problem, not time
                     raise RetriableError(f"did not complete in time: {err.message}", cause=err) from err
                 await asyncio.sleep(deadline.cap(backoff.next_s()))
 
