@@ -49,7 +49,8 @@ def sync_rate(op: Callable[[], object], seconds: float) -> float:
 
 def report(title: str, rows: list[tuple[str, Series, Series | None]]) -> str:
     """Markdown table: measurement, median rate, spread, and ratio to its baseline."""
-    lines = [f"### {title}", "", "| measurement | median /s | spread | runs | ratio to baseline |", "|---|---|---|---|---|"]
+    lines = [f"### {title}", "", "| measurement | median /s | spread | runs | ratio to baseline |"]
+    lines.append("|---|---|---|---|---|")
     for label, series, baseline in rows:
         ratio = f"{series.median / baseline.median:.3f} of {baseline.name}" if baseline else "baseline"
         lines.append(f"| {label} | {series.median:,.0f} | {series.spread:.0%} | {len(series.rates)} | {ratio} |")

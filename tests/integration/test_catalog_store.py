@@ -28,7 +28,7 @@ def test_concurrent_first_start_creates_one_cluster(database_url: str) -> None:
     def start(s: CatalogStore) -> None:
         try:
             ids.append(s.ensure_cluster(8, 4, now_ms=0).cluster_id)
-        except BaseException as exc:  # noqa: BLE001 - collected for the assert
+        except BaseException as exc:
             errors.append(exc)
 
     threads = [threading.Thread(target=start, args=(s,)) for s in stores]
@@ -98,7 +98,7 @@ def test_racing_acquirers_get_one_owner(store: CatalogStore) -> None:
         try:
             if store.acquire_shard("group-offsets", 1, node, 60_000, now_ms=0) is not None:
                 winners.append(node)
-        except BaseException as exc:  # noqa: BLE001 - collected for the assert
+        except BaseException as exc:
             errors.append(exc)
 
     threads = [threading.Thread(target=grab, args=(f"g-{i}",)) for i in range(6)]

@@ -1,8 +1,9 @@
 """A throwaway PostgreSQL server for tests, from the distribution's ``initdb``/``postgres`` binaries.
 
-PostgreSQL refuses to run as root, so when the tests run as root the server runs as the ``postgres`` user
-(``subprocess`` drops privileges itself, so signals reach the server and not a wrapper). The server listens on a free loopback port with a private socket directory and is
-stopped (fast shutdown) and deleted afterwards.
+PostgreSQL refuses to run as root, so when the tests run as root the server runs as the ``postgres``
+user (``subprocess`` drops privileges itself, so signals reach the server and not a wrapper). The server
+listens on a free loopback port with a private socket directory and is stopped (fast shutdown) and deleted
+afterwards.
 """
 
 from __future__ import annotations
