@@ -24,9 +24,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import socket
 import statistics
-import subprocess
 import tempfile
 import time
 import uuid
@@ -39,6 +37,7 @@ import redis
 from bench.common import Series, report
 from oncelog.client import AdminClient, Consumer, NewTopic, OffsetAndMetadata, Producer, TopicPartition
 from oncelog.testing import LocalCluster
+from oncelog.testing.servers import redis_server as shared_redis_server
 
 VALUE = b"v" * 1024
 BATCH_SIZE = 64 * 1024
@@ -158,35 +157,15 @@ def ctp_latencies(bootstrap: str, seconds: float, *, transactional: bool) -> lis
 # ---------------------------------------------------------------------------------------------- Redis
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @contextmanager
-def redis_server(directory: Path, *, fsync_always: bool) -> Iterator[redis.Redis]:
-    """A ``redis-server`` on a free loopback port, with AOF ``appendfsync always`` or no persistence."""
-    port = _free_port()
-    persistence = ["--appendonly", "yes", "--appendfsync", "always"] if fsync_always else ["--appendonly", "no"]
-    args = ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--dir", str(directory)]
-    process = subprocess.Popen([*args, *persistence], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    client = redis.Redis(host="127.0.0.1", port=port)
-    try:
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                client.ping()
-                break
-            except redis.ConnectionError:
-                if time.monotonic() > deadline or process.poll() is not None:
-                    raise RuntimeError("redis-server did not start") from None
-                time.sleep(0.05)
-        yield client
-    finally:
-        client.close()
-        process.terminate()
-        process.wait(timeout=10)
+def redis_server(*, fsync_always: bool) -> Iterator[redis.Redis]:
+    """A client of a throwaway ``redis-server`` (AOF ``appendfsync always`` or no persistence)."""
+    with shared_redis_server(fsync_always=fsync_always) as url:
+        client = redis.Redis.from_url(url)
+        try:
+            yield client
+        finally:
+            client.close()
 
 
 def redis_throughput(client: redis.Redis, records_per_txn: int, seconds: float) -> float:
@@ -236,32 +215,29 @@ def main() -> None:
     redis_memory = Series("Redis no persistence", [])
     idem_vs_always = Series("Redis fsync always", [])
     batch_records: list[float] = []
-    with tempfile.TemporaryDirectory(prefix="bench-client-") as tmp:
-        redis_dirs = [Path(tmp, "redis-aof"), Path(tmp, "redis-mem")]
-        for directory in redis_dirs:
-            directory.mkdir()
-        with (
-            LocalCluster(Path(tmp, "cluster"), storage_nodes=1) as cluster,
-            redis_server(redis_dirs[0], fsync_always=True) as aof,
-            redis_server(redis_dirs[1], fsync_always=False) as memory,
-        ):
-            bootstrap = cluster.bootstrap
-            for run in range(args.runs):
-                idem_rate, per_batch = idempotent_throughput(bootstrap, args.seconds)
-                idem.rates.append(idem_rate)
-                idem_vs_always.rates.append(idem_rate)
-                batch_records.append(per_batch)
-                txn.rates.append(transactional_throughput(bootstrap, args.seconds))
-                records_per_txn = max(1, round(per_batch))
-                redis_always.rates.append(redis_throughput(aof, records_per_txn, args.seconds))
-                redis_memory.rates.append(redis_throughput(memory, records_per_txn, args.seconds))
-                plain_ms.rates.append(
-                    statistics.median(ctp_latencies(bootstrap, args.seconds, transactional=False)) * 1000
-                )
-                txn_ms.rates.append(
-                    statistics.median(ctp_latencies(bootstrap, args.seconds, transactional=True)) * 1000
-                )
-                print(f"run {run + 1}/{args.runs} done", flush=True)
+    with (
+        tempfile.TemporaryDirectory(prefix="bench-client-") as tmp,
+        LocalCluster(Path(tmp, "cluster"), storage_nodes=1) as cluster,
+        redis_server(fsync_always=True) as aof,
+        redis_server(fsync_always=False) as memory,
+    ):
+        bootstrap = cluster.bootstrap
+        for run in range(args.runs):
+            idem_rate, per_batch = idempotent_throughput(bootstrap, args.seconds)
+            idem.rates.append(idem_rate)
+            idem_vs_always.rates.append(idem_rate)
+            batch_records.append(per_batch)
+            txn.rates.append(transactional_throughput(bootstrap, args.seconds))
+            records_per_txn = max(1, round(per_batch))
+            redis_always.rates.append(redis_throughput(aof, records_per_txn, args.seconds))
+            redis_memory.rates.append(redis_throughput(memory, records_per_txn, args.seconds))
+            plain_ms.rates.append(
+                statistics.median(ctp_latencies(bootstrap, args.seconds, transactional=False)) * 1000
+            )
+            txn_ms.rates.append(
+                statistics.median(ctp_latencies(bootstrap, args.seconds, transactional=True)) * 1000
+            )
+            print(f"run {run + 1}/{args.runs} done", flush=True)
 
     print()
     print(

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from oncelog.testing.postgres import find_postgres_bin, postgres_server
+from oncelog.testing.servers import find_redis_server, redis_server
 
 
 @pytest.fixture(scope="session")
@@ -44,3 +45,17 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str
         conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
     admin.dispose()
     yield server.rsplit("/", 1)[0] + "/" + name
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> Iterator[str]:
+    """A throwaway redis-server without persistence for the session; skipped with the reason when Redis is
+    not installed (CI installs it; ``ONCELOG_REQUIRE_REDIS=1`` turns the skip into a failure).
+    Tests that share it use their own key names.
+    """
+    if find_redis_server() is None:
+        if os.environ.get("ONCELOG_REQUIRE_REDIS") == "1":
+            pytest.fail("redis-server is required (ONCELOG_REQUIRE_REDIS=1) but was not found")
+        pytest.skip("redis-server is not installed (apt-get install -y redis-server)")
+    with redis_server() as url:
+        yield url

@@ -13,7 +13,6 @@ import json
 import os
 import random
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -39,6 +38,7 @@ from oncelog.client import (
     TransactionState,
 )
 from oncelog.testing import LocalCluster
+from oncelog.testing.servers import free_port
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -84,12 +84,6 @@ def read_all(
 
 def values(records: list[ConsumerRecord]) -> list[bytes]:
     return [r.value or b"" for r in records]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 class FaultyProxy:

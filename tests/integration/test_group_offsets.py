@@ -8,11 +8,7 @@ where the SQL matters.
 from __future__ import annotations
 
 import os
-import shutil
 import signal
-import socket
-import subprocess
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -420,46 +416,6 @@ def test_clean_stop_releases_shards_for_an_immediate_takeover(tmp_path: Path) ->
 
 
 # ---------------------------------------------------------------------------------------------- Redis cache
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture
-def redis_url() -> Iterator[str]:
-    """A throwaway redis-server without persistence; skipped with the reason when Redis is not installed."""
-    binary = shutil.which("redis-server")
-    if binary is None:
-        if os.environ.get("ONCELOG_REQUIRE_REDIS") == "1":
-            pytest.fail("redis-server is required (ONCELOG_REQUIRE_REDIS=1) but was not found")
-        pytest.skip("redis-server is not installed (apt-get install -y redis-server)")
-    import redis
-
-    port = _free_port()
-    with tempfile.TemporaryDirectory() as directory:
-        args = ["--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", directory]
-        server = subprocess.Popen([binary, *args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        try:
-            url = f"redis://127.0.0.1:{port}/0"
-            client = redis.Redis.from_url(url)
-            wait_until(lambda: _pings(client), "redis-server to accept connections", timeout=10)
-            client.close()
-            yield url
-        finally:
-            server.terminate()
-            server.wait(10)
-
-
-def _pings(client) -> bool:
-    import redis
-
-    try:
-        return bool(client.ping())
-    except redis.ConnectionError:
-        return False
 
 
 @pytest.mark.redis

@@ -20,6 +20,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from oncelog.testing.servers import free_port
+
 
 def find_postgres_bin() -> Path | None:
     """Directory holding ``initdb`` and ``postgres``, newest version first; None if PostgreSQL is absent."""
@@ -28,12 +30,6 @@ def find_postgres_bin() -> Path | None:
             return Path(candidate)
     initdb = shutil.which("initdb")
     return Path(initdb).parent if initdb else None
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @contextmanager
@@ -72,7 +68,7 @@ def postgres_instance(bin_dir: Path) -> Iterator[PostgresInstance]:
         shutil.chown(base, "postgres")
         shutil.chown(sock, "postgres")
     user = "postgres" if as_root else None
-    port = _free_port()
+    port = free_port()
     subprocess.run(
         [str(bin_dir / "initdb"), "-D", str(data), "-U", "oncelog", "-A", "trust", "--no-sync", "-E", "UTF8"],
         check=True,

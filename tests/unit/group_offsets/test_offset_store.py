@@ -5,13 +5,7 @@ The cache tests run a real ``redis-server`` (skipped with the reason when it is 
 
 from __future__ import annotations
 
-import os
-import shutil
-import socket
-import subprocess
-import tempfile
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -31,6 +25,7 @@ from oncelog.group_offsets.offset_manager import (
 )
 from oncelog.group_offsets.offset_store import CachedOffsetStore, SqlOffsetStore
 from oncelog.storage.sql import create_engine
+from oncelog.testing.servers import free_port
 
 GROUP = "payments"
 T0, T1 = TopicPartition("orders", 0), TopicPartition("orders", 1)
@@ -170,49 +165,6 @@ def test_pending_rows_are_keyed_by_producer_epoch_and_deleted_below_an_epoch(sql
 # ---------------------------------------------------------------------------------------------- Redis cache
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture(scope="module")
-def redis_url() -> Iterator[str]:
-    """A throwaway redis-server without persistence; skipped with the reason when Redis is not installed."""
-    binary = shutil.which("redis-server")
-    if binary is None:
-        if os.environ.get("ONCELOG_REQUIRE_REDIS") == "1":
-            pytest.fail("redis-server is required (ONCELOG_REQUIRE_REDIS=1) but was not found")
-        pytest.skip("redis-server is not installed (apt-get install -y redis-server)")
-    import redis
-
-    port = _free_port()
-    with tempfile.TemporaryDirectory() as directory:
-        args = ["--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", directory]
-        server = subprocess.Popen(
-            [binary, *args],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        try:
-            url = f"redis://127.0.0.1:{port}/0"
-            client = redis.Redis.from_url(url)
-            deadline = time.monotonic() + 10
-            while True:
-                try:
-                    client.ping()
-                    break
-                except redis.ConnectionError:
-                    if time.monotonic() > deadline or server.poll() is not None:
-                        raise
-                    time.sleep(0.02)
-            client.close()
-            yield url
-        finally:
-            server.terminate()
-            server.wait(10)
-
-
 @pytest.fixture
 def redis_client(redis_url: str) -> Iterator[object]:
     import redis
@@ -342,7 +294,7 @@ def test_read_racing_a_write_does_not_cache_the_old_view(sqlite_store: SqlOffset
 def test_cache_stays_correct_when_redis_is_unreachable(sqlite_store: SqlOffsetStore) -> None:
     import redis
 
-    dead = redis.Redis(host="127.0.0.1", port=_free_port(), socket_timeout=0.2, socket_connect_timeout=0.2)
+    dead = redis.Redis(host="127.0.0.1", port=free_port(), socket_timeout=0.2, socket_connect_timeout=0.2)
     cached = CachedOffsetStore(sqlite_store, dead, incarnation="a")
     commit(cached, 10)
     assert offsets(cached) == {T0: 10}
