@@ -38,6 +38,7 @@ from oncelog.client import (
     TransactionState,
 )
 from oncelog.testing import LocalCluster
+from oncelog.testing.reading import read_all
 from oncelog.testing.servers import free_port
 
 pytestmark = pytest.mark.timeout(180)
@@ -54,32 +55,6 @@ def new_topic(bootstrap: str, partitions: int, prefix: str = "eos") -> str:
     with AdminClient(bootstrap) as admin:
         admin.create_topics([NewTopic(name, num_partitions=partitions)])
     return name
-
-
-def read_all(
-    bootstrap: str, topic: str, isolation: str = "read_committed", *, settle: bool = True, timeout_s: float = 60
-) -> list[ConsumerRecord]:
-    """Every record of ``topic`` up to its end for ``isolation`` (the LSO at read_committed).
-
-    With ``settle`` it first waits until no transaction is undecided on the topic: a commit returns once the
-    decision is durable, and its markers reach the partitions moments later.
-    """
-    deadline = time.monotonic() + timeout_s
-    with Consumer(bootstrap, isolation_level=isolation) as consumer:
-        partitions = consumer.partitions_for(topic)
-        consumer.assign(partitions)
-        consumer.seek_to_beginning()
-        if settle:
-            with Consumer(bootstrap, isolation_level="read_uncommitted") as uncommitted:
-                while consumer.end_offsets(partitions) != uncommitted.end_offsets(partitions):
-                    assert time.monotonic() < deadline, f"a transaction on {topic} stayed open"
-                    time.sleep(0.02)
-        end = consumer.end_offsets(partitions)
-        records: list[ConsumerRecord] = []
-        while any(consumer.position(tp) < end[tp] for tp in partitions):
-            assert time.monotonic() < deadline, f"could not read {topic} up to {end} at {isolation}"
-            records.extend(consumer.poll(timeout_ms=200))
-        return records
 
 
 def values(records: list[ConsumerRecord]) -> list[bytes]:

@@ -23,33 +23,12 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from oncelog.client import AdminClient, Consumer, ConsumerRecord, NewTopic, Producer
+from oncelog.client import AdminClient, NewTopic, Producer
 from oncelog.testing import LocalCluster
+from oncelog.testing.reading import read_all
 
 console = Console()
 COPIER = Path(__file__).resolve().parents[3] / "examples" / "consume_transform_produce.py"
-
-
-def _read_committed_all(bootstrap: str, topic: str, timeout_s: float = 120) -> list[ConsumerRecord]:
-    """Every committed record of ``topic``, once no transaction on it is undecided."""
-    deadline = time.monotonic() + timeout_s
-    with Consumer(bootstrap, isolation_level="read_committed") as consumer:
-        partitions = consumer.partitions_for(topic)
-        consumer.assign(partitions)
-        consumer.seek_to_beginning()
-        with Consumer(bootstrap, isolation_level="read_uncommitted") as uncommitted:
-            # a commit returns once the decision is durable; its markers reach the partitions moments later
-            while consumer.end_offsets(partitions) != uncommitted.end_offsets(partitions):
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"a transaction on {topic} stayed open")
-                time.sleep(0.05)
-        end = consumer.end_offsets(partitions)
-        records: list[ConsumerRecord] = []
-        while any(consumer.position(tp) < end[tp] for tp in partitions):
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"could not read {topic} up to {end}")
-            records.extend(consumer.poll(timeout_ms=200))
-        return records
 
 
 def _log_events(log: Path) -> tuple[int, int]:
@@ -143,7 +122,7 @@ def demo(
                 copier.wait()
                 progress.update(copy, description=f"copy with crashes ({kill + 1} killed)")
                 aborted += _log_events(log)[1]
-                progress.update(copy, completed=min(records, len(_read_committed_all(bootstrap, "demo-out"))))
+                progress.update(copy, completed=min(records, len(read_all(bootstrap, "demo-out", timeout_s=120))))
             log = data_dir / "copier-final.log"
             final = _start_copier(bootstrap, group, log, idle_exit=3.0)
             while final.poll() is None:
@@ -151,7 +130,7 @@ def demo(
                 time.sleep(0.2)
             aborted += _log_events(log)[1]
             elapsed = time.monotonic() - started
-            output = [r.value or b"" for r in _read_committed_all(bootstrap, "demo-out")]
+            output = [r.value or b"" for r in read_all(bootstrap, "demo-out", timeout_s=120)]
             progress.update(copy, completed=min(records, len(output)))
         expected = Counter(v.upper() for v in inputs)
         got = Counter(output)
