@@ -97,6 +97,7 @@ class CatalogStore:
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
+        self._cluster: ClusterInfo | None = None  # fixed at creation, so read once
 
     # -- schema and cluster -------------------------------------------------------------------------
 
@@ -131,11 +132,14 @@ class CatalogStore:
 
     def cluster_info(self) -> ClusterInfo:
         """The cluster row; raises StorageUnavailable if the cluster was never created."""
+        if self._cluster is not None:
+            return self._cluster
         with self._begin() as conn:
             row = conn.execute(sa.select(t.cluster).where(t.cluster.c.id == 1)).first()
         if row is None:
             raise StorageUnavailable("the catalog has no cluster yet; start a service against it first")
-        return ClusterInfo(row.cluster_id, row.txn_coordinator_shards, row.group_offsets_shards)
+        self._cluster = ClusterInfo(row.cluster_id, row.txn_coordinator_shards, row.group_offsets_shards)
+        return self._cluster
 
     # -- nodes ---------------------------------------------------------------------------------------
 
