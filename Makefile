@@ -6,7 +6,7 @@ EXTRAS ?= dev,postgres,spark
 STAMP := $(VENV)/.installed-$(shell echo "$(EXTRAS)" | tr ',' '-')
 PYTEST_ARGS ?=
 
-.PHONY: run cluster test dev gen-protos api-docs check-protos lint typecheck bench clean venv
+.PHONY: run demo cluster test dev gen-protos api-docs check-protos lint typecheck bench clean venv
 
 venv: $(STAMP)
 
@@ -16,8 +16,12 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e ".[$(EXTRAS)]"
 	touch $(STAMP)
 
-## run: the exactly-once demo: a local cluster, a copier killed with SIGKILL, output == input once
+## run: the main job: the Spark orders pipeline on a local cluster, its driver killed with SIGKILL, output checked
 run: $(STAMP)
+	$(VENV)/bin/oncelog spark-demo
+
+## demo: the client-library demo: a transactional copier killed with SIGKILL, output == input once (no Spark)
+demo: $(STAMP)
 	$(VENV)/bin/oncelog demo
 
 ## cluster: start the local cluster (every service as its own process) until Ctrl-C

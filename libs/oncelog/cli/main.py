@@ -12,6 +12,7 @@ from rich.table import Table
 
 from oncelog.cli.commands import consume, groups_app, produce, producers_app, topics_app, transactions_app
 from oncelog.cli.demo import demo
+from oncelog.cli.spark_demo import spark_demo
 from oncelog.testing import SERVICES, ClusterStartError, LocalCluster
 
 app = typer.Typer(
@@ -85,6 +86,7 @@ def dev(
 
 
 app.command("demo")(demo)
+app.command("spark-demo")(spark_demo)
 app.add_typer(topics_app, name="topics")
 app.command("produce")(produce)
 app.command("consume")(consume)

@@ -1,0 +1,335 @@
+"""``oncelog spark-demo``: the orders pipeline on Spark, exactly once through driver crashes (``make run``).
+
+It starts the local cluster, streams JSON orders into ``orders`` from a background producer, and runs the
+Structured Streaming job of ``examples/spark_orders_pipeline.py`` (parse, enrich, write through the
+exactly-once ``oncelog`` sink) as its own driver process. While orders still flow, it kills the whole driver
+(JVM and Python workers) with SIGKILL at random points — often in the middle of a micro-batch, sometimes
+between the sink's commit and the checkpoint's — and restarts it from the same checkpoint. A last run stops
+when the input is drained. A read_committed consumer then checks that every order appears in
+``orders-enriched`` exactly once and that each output equals the pipeline's reference function.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from oncelog.client import AdminClient, Consumer, NewTopic, Producer
+from oncelog.testing import LocalCluster
+from oncelog.testing.reading import read_all
+
+console = Console()
+PIPELINE = Path(__file__).resolve().parents[3] / "examples" / "spark_orders_pipeline.py"
+SOURCE, SINK = "orders", "orders-enriched"
+PARTITIONS = 4
+
+
+def _missing_spark() -> str | None:
+    """Why Spark cannot run here, or None."""
+    try:
+        import pyarrow  # noqa: F401
+        import pyspark  # noqa: F401
+    except ImportError as exc:
+        return f"the spark extra is not installed ({exc}): pip install -e '.[spark]'"
+    if not (shutil.which("java") or os.environ.get("JAVA_HOME")):
+        return "Java 17 or 21 is needed for Spark: install a JDK or set JAVA_HOME"
+    return None
+
+
+def _load_pipeline() -> ModuleType:
+    """The example module itself, so the verification uses the pipeline's own reference function."""
+    spec = importlib.util.spec_from_file_location("spark_orders_pipeline", PIPELINE)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+class _OrderFeed(threading.Thread):
+    """Produces ``count`` orders at ``rate`` per second; remembers where each one was written."""
+
+    def __init__(self, bootstrap: str, count: int, rate: float, customers: int, seed: int) -> None:
+        super().__init__(name="order-feed", daemon=True)
+        self._address, self._count, self._rate = bootstrap, count, rate
+        self._rng = random.Random(seed)
+        self._customers = customers
+        self.orders: dict[str, tuple[dict[str, Any], int, int]] = {}
+        self.produced = 0
+        self.error: BaseException | None = None
+
+    def order(self, i: int) -> dict[str, Any]:
+        """Order number ``i``: a random customer, SKU, quantity and price."""
+        return {
+            "order_id": f"o-{i:07d}",
+            "customer": f"c-{self._rng.randrange(self._customers):03d}",
+            "sku": f"sku-{self._rng.randrange(40)}",
+            "quantity": self._rng.randint(1, 9),
+            "unit_price_cents": self._rng.randint(99, 4_999),
+        }
+
+    def run(self) -> None:
+        try:
+            with Producer(self._address, linger_ms=20) as producer:
+                pending = []
+                started = time.monotonic()
+                for i in range(self._count):
+                    order = self.order(i)
+                    value = json.dumps(order, separators=(",", ":")).encode()
+                    pending.append((order, producer.send(SOURCE, value, key=order["customer"].encode())))
+                    ahead = (i + 1) / self._rate - (time.monotonic() - started)
+                    if ahead > 0.05 or i + 1 == self._count:
+                        producer.flush()
+                        for sent, future in pending:
+                            meta = future.result()
+                            self.orders[sent["order_id"]] = (sent, meta.partition, meta.offset)
+                        self.produced += len(pending)
+                        pending.clear()
+                        time.sleep(max(0.0, ahead))
+        except BaseException as exc:  # reported by the demo, which stops
+            self.error = exc
+
+
+class _OutputTally(threading.Thread):
+    """A read_committed consumer of the output topic counting what the pipeline has committed so far."""
+
+    def __init__(self, bootstrap: str) -> None:
+        super().__init__(name="output-tally", daemon=True)
+        self._address = bootstrap
+        self._halt = threading.Event()
+        self.count = 0
+
+    def run(self) -> None:
+        with Consumer(self._address, isolation_level="read_committed") as consumer:
+            consumer.assign(consumer.partitions_for(SINK))
+            consumer.seek_to_beginning()
+            while not self._halt.is_set():
+                self.count += len(consumer.poll(timeout_ms=200))
+
+    def stop(self) -> None:
+        """Stop polling and wait for the thread."""
+        self._halt.set()
+        if self.is_alive():
+            self.join(10)
+
+
+def _start_driver(bootstrap: str, checkpoint: Path, log: Path, per_trigger: int, idle_stop: float = 0):
+    args = [
+        sys.executable,
+        str(PIPELINE),
+        "--bootstrap",
+        bootstrap,
+        "--checkpoint",
+        str(checkpoint),
+        "--master",
+        "local[2,2]",
+        "--max-records-per-trigger",
+        str(per_trigger),
+    ]
+    if idle_stop:
+        args += ["--stop-when-idle", str(idle_stop)]
+    with log.open("ab") as out:
+        # its own process group: one killpg reaches the JVM and every Python worker of this driver
+        return subprocess.Popen(
+            args, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+        )
+
+
+def _kill_driver(driver: subprocess.Popen[bytes]) -> None:
+    try:
+        os.killpg(driver.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    driver.wait()
+
+
+def _batch_ids(checkpoint: Path, kind: str) -> list[int]:
+    """Batch ids Spark logged under ``checkpoint/<kind>`` (``offsets``: planned, ``commits``: finished)."""
+    folder = checkpoint / kind
+    return sorted(int(p.name) for p in folder.iterdir() if p.name.isdigit()) if folder.is_dir() else []
+
+
+def _cut_by_kill(checkpoint: Path) -> bool:
+    """True when the last planned micro-batch has no commit: the restart replays it (the sink must skip it)."""
+    planned, finished = _batch_ids(checkpoint, "offsets"), _batch_ids(checkpoint, "commits")
+    return bool(planned) and (not finished or planned[-1] > finished[-1])
+
+
+def _log_tail(log: Path, lines: int = 15) -> str:
+    return "\n".join(log.read_text(errors="replace").splitlines()[-lines:])
+
+
+def spark_demo(
+    orders: int = typer.Option(20_000, "--orders", min=100, max=2_000_000, help="orders to stream in"),
+    rate: float = typer.Option(1_000, "--rate", min=10, help="orders produced per second"),
+    kills: int = typer.Option(2, "--kills", min=0, max=10, help="SIGKILLs of the Spark driver while orders flow"),
+    per_trigger: int = typer.Option(2_000, "--max-records-per-trigger", min=10, help="input rows per micro-batch"),
+    data_dir: Path = typer.Option(Path(".oncelog-spark-demo"), "--data-dir", help="recreated on every run"),
+    seed: int = typer.Option(0, "--seed", help="random seed for orders and kill points (0 = random)"),
+) -> None:
+    """Run the Spark orders pipeline, kill its driver with SIGKILL, restart it, and prove exactly-once.
+
+    Needs the spark extra and Java. The pipeline is examples/spark_orders_pipeline.py; the same file runs
+    on a real cluster with spark-submit (see the README).
+
+    Example: oncelog spark-demo --orders 50000 --kills 3
+    """
+    reason = _missing_spark()
+    if reason:
+        console.print(f"[red]cannot run the Spark demo:[/red] {reason}")
+        raise typer.Exit(2)
+    if not PIPELINE.exists():
+        console.print(f"[red]the pipeline {PIPELINE} is missing[/red]; run the demo from a source checkout")
+        raise typer.Exit(2)
+    pipeline = _load_pipeline()
+    seed = seed or random.SystemRandom().randrange(1, 2**31)
+    rng = random.Random(seed)
+    shutil.rmtree(data_dir, ignore_errors=True)
+    with console.status("starting the local cluster (4 services, 2 storage nodes)…"):
+        cluster = LocalCluster(data_dir, storage_nodes=2).start()
+    tally: _OutputTally | None = None
+    driver: subprocess.Popen[bytes] | None = None
+    try:
+        bootstrap = cluster.bootstrap
+        console.print(f"cluster up, bootstrap [bold]{bootstrap}[/bold]; logs in {data_dir}/logs, seed {seed}")
+        with AdminClient(bootstrap) as admin:
+            admin.create_topics(
+                [NewTopic(SOURCE, num_partitions=PARTITIONS), NewTopic(SINK, num_partitions=PARTITIONS)]
+            )
+        checkpoint = data_dir / "checkpoint"
+        feed = _OrderFeed(bootstrap, orders, rate, pipeline.CUSTOMERS, rng.randrange(2**31))
+        tally = _OutputTally(bootstrap)
+        progress = Progress(
+            TextColumn("{task.description:<40}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=console,
+        )
+        replayed = 0
+        started = time.monotonic()
+        with progress:
+            fed = progress.add_task("orders produced (idempotent)", total=orders)
+            out = progress.add_task("enriched orders committed (read_committed)", total=orders)
+
+            def tick() -> None:
+                if feed.error is not None:
+                    raise RuntimeError(f"producing orders failed: {feed.error!r}")
+                progress.update(fed, completed=feed.produced)
+                progress.update(out, completed=min(orders, tally.count))
+
+            feed.start()
+            tally.start()
+            # kill points: spread over the stream, each after some output is committed
+            targets = sorted(
+                rng.randint(orders * k // (kills + 1) + 1, orders * (2 * k + 1) // (2 * kills + 2))
+                for k in range(kills)
+            )
+            for k, target in enumerate(targets):
+                log = data_dir / f"driver-{k}.log"
+                driver = _start_driver(bootstrap, checkpoint, log, per_trigger)
+                progress.update(out, description=f"enriched orders committed ({k} driver kills)")
+                deadline = time.monotonic() + 300
+                while tally.count < target:
+                    tick()
+                    if driver.poll() is not None:
+                        raise RuntimeError(f"the Spark driver exited with {driver.returncode}:\n{_log_tail(log)}")
+                    if time.monotonic() > deadline:
+                        raise RuntimeError(f"the pipeline made no progress in 300 s; see {log}")
+                    time.sleep(0.1)
+                time.sleep(rng.uniform(0, 1.5))  # land anywhere: mid-batch, or between sink and checkpoint commit
+                _kill_driver(driver)
+                driver = None
+                replayed += _cut_by_kill(checkpoint)
+            progress.update(out, description=f"enriched orders committed ({kills} driver kills)")
+            log = data_dir / "driver-final.log"
+            while feed.is_alive():
+                tick()
+                time.sleep(0.1)
+            tick()
+            driver = _start_driver(bootstrap, checkpoint, log, per_trigger, idle_stop=4)
+            deadline = time.monotonic() + 600
+            while driver.poll() is None:
+                tick()
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"the final pipeline run did not drain the input in 600 s; see {log}")
+                time.sleep(0.2)
+            if driver.returncode != 0:
+                raise RuntimeError(f"the Spark driver exited with {driver.returncode}:\n{_log_tail(log)}")
+            driver = None
+            elapsed = time.monotonic() - started
+            output = read_all(bootstrap, SINK, timeout_s=120)
+            progress.update(out, completed=min(orders, len(output)))
+        committed_batches = len(_batch_ids(checkpoint, "commits"))
+        _verdict(pipeline, feed.orders, output, orders, kills, (committed_batches, replayed), elapsed)
+    finally:
+        if driver is not None:
+            _kill_driver(driver)
+        if tally is not None:
+            tally.stop()
+        with console.status("stopping the cluster…"):
+            cluster.stop()
+
+
+def _verdict(
+    pipeline: ModuleType,
+    produced: dict[str, tuple[dict[str, Any], int, int]],
+    output: list[Any],
+    orders: int,
+    kills: int,
+    batches: tuple[int, int],
+    elapsed: float,
+) -> None:
+    """Compare the output with the reference function; print the table; exit 1 unless exactly once."""
+    seen: Counter[str] = Counter()
+    wrong = unexpected = 0
+    for record in output:
+        value = json.loads(record.value or b"{}")
+        order_id = value.get("order_id")
+        if order_id not in produced:
+            unexpected += 1
+            continue
+        seen[order_id] += 1
+        order, partition, offset = produced[order_id]
+        wrong += value != pipeline.enrich(order, partition, offset)
+    duplicates = sum(n - 1 for n in seen.values())
+    missing = sum(1 for order_id in produced if order_id not in seen)
+    table = Table(title="Spark orders pipeline: exactly-once under driver SIGKILL")
+    table.add_column("measure")
+    table.add_column("value", justify="right")
+    for name, value in (
+        ("orders produced", f"{len(produced):,}"),
+        ("enriched orders (read_committed)", f"{len(output):,}"),
+        ("duplicates", duplicates),
+        ("missing", missing),
+        ("not matching the reference function", wrong),
+        ("unexpected", unexpected),
+        ("driver SIGKILLs / restarts from checkpoint", f"{kills} / {kills}"),
+        ("micro-batches committed / cut by a kill and replayed", f"{batches[0]} / {batches[1]}"),
+        ("end-to-end rate incl. restarts", f"{len(output) / elapsed:,.0f} orders/s"),
+    ):
+        table.add_row(name, str(value))
+    console.print(table)
+    if duplicates or missing or wrong or unexpected or len(produced) != orders:
+        console.print("[red bold]FAILED: the output is not every order exactly once[/red bold]")
+        raise typer.Exit(1)
+    console.print(
+        "[green bold]every order is in the output exactly once[/green bold] (batches cut by a kill were replayed "
+        "from the checkpoint; the sink's batch markers skipped what had already been committed)"
+    )
