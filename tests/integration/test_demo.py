@@ -1,4 +1,4 @@
-"""`oncelog demo` (the main job behind `make run`) proves its claim on a small run."""
+"""`oncelog demo` (`make demo`, the copier proof without Spark) proves its claim on a small run."""
 
 from __future__ import annotations
 
