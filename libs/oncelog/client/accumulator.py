@@ -1,8 +1,10 @@
 """The producer's per-partition batches between ``send()`` and the network (Kafka's ``RecordAccumulator``).
 
-``send()`` appends a record to the open batch of its partition and gets a
+``send()`` appends a record to the open batch of its partition and gets a :class:`RecordFuture`, a
 :class:`concurrent.futures.Future` that resolves to the record's
-:class:`~oncelog.client.records.RecordMetadata`. The sender thread asks :meth:`RecordAccumulator.ready`
+:class:`~oncelog.client.records.RecordMetadata`. Like Kafka's ``FutureRecordMetadata`` over a
+``ProduceRequestResult``, it is a light view of one future per batch (:attr:`ProducerBatch.outcome`), so
+settling a batch costs one future, not one per record. The sender thread asks :meth:`RecordAccumulator.ready`
 which partitions have a batch worth sending — full, older than ``linger_ms``, or everything when
 a flush, a close or a memory shortage is pending — and :meth:`RecordAccumulator.drain` hands
 over at most one batch per partition. Draining closes a batch to new records and, for an
@@ -44,9 +46,11 @@ __all__ = [
     "MAX_BATCH_SIZE",
     "AppendResult",
     "ProducerBatch",
+    "RecordFuture",
     "ReadyCheck",
     "RecordAccumulator",
     "estimate_record_size",
+    "gather_records",
 ]
 
 DEFAULT_BATCH_SIZE = 16 * 1024
@@ -102,6 +106,138 @@ def _normalize_headers(
     return tuple(normalized)
 
 
+# What concurrent.futures.wait() and as_completed() read directly instead of through methods.
+_FUTURE_INTERNALS = frozenset({"_condition", "_state", "_result", "_exception", "_waiters", "_done_callbacks"})
+
+
+class RecordFuture(Future):  # type: ignore[type-arg]
+    """The future of one record: its batch's outcome plus the record's place in it (``FutureRecordMetadata``).
+
+    It is a :class:`concurrent.futures.Future` (``result``, ``exception``, ``done``, ``add_done_callback``,
+    ``asyncio.wrap_future``, ``concurrent.futures.wait``) that holds no lock of its own: ``result()`` waits
+    on the batch's future and derives the record's :class:`~oncelog.client.records.RecordMetadata` from the
+    batch's base offset. Only ``concurrent.futures.wait``/``as_completed``, which reach into a future's
+    internals, give it full future state, chained to the batch. It cannot be cancelled.
+    """
+
+    def __init__(self, outcome: Future[tuple[int, int]], tp: TopicPartition, index: int, timestamp: int) -> None:
+        # Future.__init__ is deliberately not called: its Condition is most of the cost of a send()
+        self._outcome = outcome
+        self._tp = tp
+        self._index = index
+        self._timestamp = timestamp
+
+    def __getattr__(self, name: str) -> object:
+        # reached only for attributes never set: Future's internals, read by concurrent.futures.wait()
+        if name in _FUTURE_INTERNALS:
+            self._materialize()
+            return object.__getattribute__(self, name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def _materialize(self) -> None:
+        with self._outcome._condition:  # one upgrade even when two threads wait on the same record
+            if "_condition" in self.__dict__:
+                return
+            Future.__init__(self)
+            Future.set_running_or_notify_cancel(self)
+        self._outcome.add_done_callback(self._settle)
+
+    def _settle(self, outcome: Future[tuple[int, int]]) -> None:
+        error = outcome.exception()
+        if error is not None:
+            Future.set_exception(self, error)
+        else:
+            Future.set_result(self, self._metadata(outcome.result()))
+
+    def _metadata(self, outcome: tuple[int, int]) -> RecordMetadata:
+        base_offset, log_append_time_ms = outcome
+        return RecordMetadata(
+            self._tp.topic,
+            self._tp.partition,
+            base_offset + self._index if base_offset >= 0 else -1,
+            log_append_time_ms if log_append_time_ms >= 0 else self._timestamp,
+        )
+
+    def cancel(self) -> bool:
+        """Records handed to the producer cannot be cancelled: always False."""
+        return False
+
+    def cancelled(self) -> bool:
+        """Always False."""
+        return False
+
+    def running(self) -> bool:
+        """True until the record is acknowledged or failed."""
+        return not self._outcome.done()
+
+    def done(self) -> bool:
+        """True once the record is acknowledged or failed."""
+        return self._outcome.done()
+
+    def result(self, timeout: float | None = None) -> RecordMetadata:
+        """Wait for the acknowledgement and return where the record was written.
+
+        Raises:
+            TimeoutError: ``timeout`` seconds passed first.
+            OncelogError: the error that failed the record's batch.
+        """
+        return self._metadata(self._outcome.result(timeout))
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        """Wait for the outcome and return the error that failed the record, or None."""
+        return self._outcome.exception(timeout)
+
+    def add_done_callback(self, fn: Callable[[Future[RecordMetadata]], object]) -> None:
+        """Call ``fn(self)`` once the record is settled (on the producer's I/O thread, or now if it is)."""
+        self._outcome.add_done_callback(lambda _: fn(self))
+
+    def set_running_or_notify_cancel(self) -> bool:
+        """Always True: the producer owns the record from ``send()`` on."""
+        return True
+
+    def set_result(self, result: object) -> None:
+        """Not supported: the record's batch settles it."""
+        raise RuntimeError("a record's future is settled by its batch")
+
+    def set_exception(self, exception: BaseException | None) -> None:
+        """Not supported: the record's batch settles it."""
+        raise RuntimeError("a record's future is settled by its batch")
+
+    def __repr__(self) -> str:
+        state = "pending" if not self._outcome.done() else "failed" if self._outcome.exception() else "done"
+        return f"<RecordFuture {self._tp} #{self._index} {state}>"
+
+
+def gather_records(futures: Sequence[RecordFuture]) -> Future[list[RecordMetadata]]:
+    """One future for many records: their metadata in the given order, or the first error of their batches.
+
+    It waits on the distinct batches behind ``futures`` (usually one or two), not on each record.
+    """
+    combined: Future[list[RecordMetadata]] = Future()
+    combined.set_running_or_notify_cancel()
+    outcomes = list({id(f._outcome): f._outcome for f in futures}.values())
+    if not outcomes:
+        combined.set_result([])
+        return combined
+    remaining = [len(outcomes)]
+    lock = threading.Lock()
+
+    def settled(outcome: Future[tuple[int, int]]) -> None:
+        error = outcome.exception()
+        with lock:
+            if combined.done():
+                return
+            remaining[0] -= 1
+            if error is not None:
+                combined.set_exception(error)
+            elif remaining[0] == 0:
+                combined.set_result([f.result() for f in futures])
+
+    for outcome in outcomes:
+        outcome.add_done_callback(settled)
+    return combined
+
+
 @dataclass(frozen=True, slots=True)
 class AppendResult:
     """What :meth:`RecordAccumulator.append` did.
@@ -117,7 +253,7 @@ class AppendResult:
         appended_bytes: the record's encoded size.
     """
 
-    future: Future[RecordMetadata]
+    future: RecordFuture
     batch_is_full: bool
     open_batch_is_full: bool
     new_batch_created: bool
@@ -148,6 +284,8 @@ class ProducerBatch:
         last_attempt_ms: clock time of the last retry (``created_ms`` before any).
         drained_ms: clock time of the first drain, None while never drained.
         transactional: the batch belongs to a transaction (set when drained).
+        outcome: settles once for the whole batch, to ``(base_offset, log_append_time_ms)`` or the error
+            that failed it; every record's :class:`RecordFuture` derives from it.
     """
 
     def __init__(self, tp: TopicPartition, *, created_ms: int, batch_size: int, compression: Compression) -> None:
@@ -161,7 +299,9 @@ class ProducerBatch:
         self._batch_size = batch_size
         self._compression = compression
         self._records: list[Record] = []
-        self._futures: list[Future[RecordMetadata]] = []
+        self._futures: list[RecordFuture] = []
+        self.outcome: Future[tuple[int, int]] = Future()
+        self.outcome.set_running_or_notify_cancel()
         self._size = BATCH_OVERHEAD
         self._reserved = 0
         self._closed = False
@@ -181,7 +321,7 @@ class ProducerBatch:
         return tuple(self._records)
 
     @property
-    def futures(self) -> tuple[Future[RecordMetadata], ...]:
+    def futures(self) -> tuple[RecordFuture, ...]:
         """One future per record, in record order."""
         return tuple(self._futures)
 
@@ -246,12 +386,14 @@ class ProducerBatch:
     def _fits(self, size: int) -> bool:
         return not self._closed and self._size + size <= self._batch_size
 
-    def _append(self, record: Record, size: int, future: Future[RecordMetadata]) -> None:
+    def _append(self, record: Record, size: int) -> RecordFuture:
         """Add a record whose memory the accumulator reserved (``size``, plus the header for the first)."""
         self._reserved += size if self._records else BATCH_OVERHEAD + size
+        future = RecordFuture(self.outcome, self.topic_partition, len(self._records), record.timestamp)  # type: ignore[arg-type]
         self._records.append(record)
         self._futures.append(future)
         self._size += size
+        return future
 
     def _record_size(
         self, key: bytes | None, value: bytes | None, headers: Sequence[tuple[bytes, bytes | None]], timestamp: int
@@ -373,44 +515,100 @@ class RecordAccumulator:
         """
         key = _as_bytes(key, "key")
         value = _as_bytes(value, "value")
-        header_tuple = _normalize_headers(headers)
-        encoded_headers = [(name.encode("utf-8"), header_value) for name, header_value in header_tuple]
+        if headers:
+            header_tuple = _normalize_headers(headers)
+            encoded_headers = [(name.encode("utf-8"), header_value) for name, header_value in header_tuple]
+        else:
+            header_tuple, encoded_headers = (), []
         if timestamp is not None and timestamp < 0:
             raise ValueError(f"record timestamp must be >= 0 (Unix milliseconds), got {timestamp}")
-        alone = BATCH_OVERHEAD + estimate_record_size(key, value, encoded_headers)
+        self._check_size(key, value, encoded_headers)
+        deadline = time.monotonic() + max_block_s
+        with self._lock:
+            return self._append_locked(tp, key, value, header_tuple, encoded_headers, timestamp, deadline)
+
+    def append_many(
+        self,
+        tp: TopicPartition,
+        keys: Sequence[bytes | None] | None,
+        values: Sequence[bytes | None],
+        timestamp: int | None = None,
+        *,
+        max_block_s: float = 0.0,
+    ) -> tuple[list[RecordFuture], bool]:
+        """Add ``values`` (with ``keys``, if given) to ``tp`` in order, under one lock; see :meth:`append`.
+
+        Every record is checked before the first is added, so a bad one adds none. Records may span
+        several batches.
+
+        Returns:
+            The records' futures, and whether a batch was created or filled (the sender should look).
+
+        Raises:
+            The exceptions of :meth:`append`; ``ValueError`` also when ``keys`` and ``values`` differ in length.
+        """
+        if keys is not None and len(keys) != len(values):
+            raise ValueError(f"{len(keys)} keys for {len(values)} values; pass one key per value or none")
+        if timestamp is not None and timestamp < 0:
+            raise ValueError(f"record timestamp must be >= 0 (Unix milliseconds), got {timestamp}")
+        checked_keys = [None] * len(values) if keys is None else [_as_bytes(k, "key") for k in keys]
+        checked_values = [_as_bytes(v, "value") for v in values]
+        for key, value in zip(checked_keys, checked_values, strict=True):
+            self._check_size(key, value, ())
+        deadline = time.monotonic() + max_block_s
+        futures: list[RecordFuture] = []
+        wake = False
+        with self._lock:
+            for key, value in zip(checked_keys, checked_values, strict=True):
+                result = self._append_locked(tp, key, value, (), [], timestamp, deadline)
+                futures.append(result.future)
+                wake = wake or result.new_batch_created or result.open_batch_is_full
+        return futures, wake
+
+    def _check_size(self, key: bytes | None, value: bytes | None, encoded_headers: Headers) -> None:
+        alone = BATCH_OVERHEAD + estimate_record_size(key, value, encoded_headers)  # type: ignore[arg-type]
         if alone > self._max_request_size:
             raise MessageTooLarge(
                 f"a record of {alone} bytes (batch header included) exceeds max_request_size={self._max_request_size}; "
                 "send a smaller record or raise max_request_size (the topic's max_message_bytes also applies)"
             )
-        deadline = time.monotonic() + max_block_s
-        future: Future[RecordMetadata] = Future()
-        future.set_running_or_notify_cancel()  # a record handed to the producer cannot be cancelled
-        with self._lock:
-            while True:
-                self._ensure_open()
-                now = self._clock()
-                ts = now if timestamp is None else timestamp
-                record = Record(key=key, value=value, headers=header_tuple, timestamp=ts)
-                queue = self._batches.setdefault(tp, deque())
-                last = queue[-1] if queue and not queue[-1]._closed else None
-                if last is not None:
-                    size = last._record_size(key, value, encoded_headers, ts)
-                    if last._fits(size):
-                        if not self._reserve(size):
-                            self._wait_for_memory(size, deadline)
-                            continue
-                        last._append(record, size, future)
-                        return AppendResult(future, len(queue) > 1 or last.is_full, last.is_full, False, size)
-                size = estimate_record_size(key, value, encoded_headers)
-                if not self._reserve(BATCH_OVERHEAD + size):
-                    self._wait_for_memory(BATCH_OVERHEAD + size, deadline)
-                    continue
-                batch = ProducerBatch(tp, created_ms=now, batch_size=self._batch_size, compression=self._compression)
-                batch._append(record, size, future)
-                queue.append(batch)
-                self._incomplete.add(batch)
-                return AppendResult(future, len(queue) > 1 or batch.is_full, batch.is_full, True, size)
+
+    def _append_locked(
+        self,
+        tp: TopicPartition,
+        key: bytes | None,
+        value: bytes | None,
+        header_tuple: tuple[tuple[str, bytes | None], ...],
+        encoded_headers: list[tuple[bytes, bytes | None]],
+        timestamp: int | None,
+        deadline: float,
+    ) -> AppendResult:
+        while True:
+            self._ensure_open()
+            now = self._clock()
+            ts = now if timestamp is None else timestamp
+            record = Record(key=key, value=value, headers=header_tuple, timestamp=ts)
+            queue = self._batches.get(tp)
+            if queue is None:
+                queue = self._batches[tp] = deque()
+            last = queue[-1] if queue and not queue[-1]._closed else None
+            if last is not None:
+                size = last._record_size(key, value, encoded_headers, ts)
+                if last._fits(size):
+                    if not self._reserve(size):
+                        self._wait_for_memory(size, deadline)
+                        continue
+                    future = last._append(record, size)
+                    return AppendResult(future, len(queue) > 1 or last.is_full, last.is_full, False, size)
+            size = estimate_record_size(key, value, encoded_headers)
+            if not self._reserve(BATCH_OVERHEAD + size):
+                self._wait_for_memory(BATCH_OVERHEAD + size, deadline)
+                continue
+            batch = ProducerBatch(tp, created_ms=now, batch_size=self._batch_size, compression=self._compression)
+            future = batch._append(record, size)
+            queue.append(batch)
+            self._incomplete.add(batch)
+            return AppendResult(future, len(queue) > 1 or batch.is_full, batch.is_full, True, size)
 
     def ready(self) -> ReadyCheck:
         """Partitions whose first batch should be sent now, and when to check again (``RecordAccumulator.ready``).
@@ -514,12 +712,7 @@ class RecordAccumulator:
                 return False
             if self._sequences is not None and batch.base_sequence != NO_SEQUENCE:
                 self._sequences.complete(batch, base_offset)
-        tp = batch.topic_partition
-        for index, (record, future) in enumerate(zip(batch._records, batch._futures, strict=True)):
-            offset = base_offset + index if base_offset >= 0 else -1
-            timestamp = log_append_time_ms if log_append_time_ms >= 0 else record.timestamp
-            assert timestamp is not None
-            future.set_result(RecordMetadata(tp.topic, tp.partition, offset, timestamp))
+        batch.outcome.set_result((base_offset, log_append_time_ms))
         return True
 
     def fail(self, batch: ProducerBatch, error: BaseException, *, definite: bool = True) -> bool:
@@ -623,8 +816,7 @@ class RecordAccumulator:
                 return False
             if track_sequences and self._sequences is not None and batch.base_sequence != NO_SEQUENCE:
                 self._sequences.fail(batch, definite=definite)
-        for future in batch._futures:
-            future.set_exception(error)
+        batch.outcome.set_exception(error)
         return True
 
     # -- internals, called with the lock held -------------------------------------------------

@@ -87,7 +87,7 @@ class _Sticky:
     """Enough bytes went to ``partition``; the next keyless record moves on."""
 
 
-def _next_after(partition: int, candidates: list[int]) -> int:
+def _next_after(partition: int, candidates: Sequence[int]) -> int:
     for candidate in candidates:
         if candidate > partition:
             return candidate
@@ -165,7 +165,10 @@ class DefaultPartitioner:
             if (enable_switch and sticky.produced_bytes >= limit) or sticky.produced_bytes >= 2 * limit:
                 sticky.done = True
 
-    def _candidates(self, num_partitions: int, available: Sequence[int] | None) -> list[int]:
+    def _candidates(self, num_partitions: int, available: Sequence[int] | None) -> Sequence[int]:
+        if available is not None and len(available) == num_partitions:
+            # every partition has a leader (the usual case): skip building a sorted copy on each send()
+            return range(num_partitions)
         if available:
             usable = sorted({p for p in available if 0 <= p < num_partitions})
             if usable:

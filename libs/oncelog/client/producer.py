@@ -46,7 +46,7 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -63,6 +63,8 @@ from oncelog.client.accumulator import (
     DEFAULT_MAX_REQUEST_SIZE,
     ProducerBatch,
     RecordAccumulator,
+    RecordFuture,
+    gather_records,
 )
 from oncelog.client.errors import (
     AbortableError,
@@ -107,7 +109,11 @@ _COMPRESSION = {
     "lz4": Compression.LZ4,
     "zstd": Compression.ZSTD,
 }
-_CONCURRENT_TRANSACTIONS_BACKOFF_MS = 20  # Kafka retries the first AddPartitions of a transaction this fast
+# CONCURRENT_TRANSACTIONS mostly means "the previous transaction is still writing its markers", which takes a
+# few milliseconds here: retry fast at first and back off to Kafka's 20 ms (ADD_PARTITIONS_RETRY_BACKOFF_MS)
+# only when the coordinator stays busy, instead of the general retry_backoff_ms.
+_CONCURRENT_TRANSACTIONS_BACKOFF_MS = 2
+_CONCURRENT_TRANSACTIONS_BACKOFF_MAX_MS = 20
 _SENDER_TICK_S = 0.1  # longest sleep of the sender: delivery timeouts and request timeouts are checked this often
 
 
@@ -631,6 +637,9 @@ class _TransactionManager:
         self._pending_partitions: set[TopicPartition] = set()
         self._groups: set[str] = set()
         self._add_task: asyncio.Task[None] | None = None
+        # One transaction-changing request at a time, as Kafka's TransactionManager does: two in flight
+        # would make the coordinator answer the second with CONCURRENT_TRANSACTIONS and cost a retry.
+        self._coordinator_turn = asyncio.Lock()
 
     # -------------------------------------------------------------------------------- state
 
@@ -718,29 +727,30 @@ class _TransactionManager:
             self._add_task = asyncio.get_running_loop().create_task(self._add_partitions())
 
     async def _add_partitions(self) -> None:
-        with self._lock:
-            partitions = sorted(self._pending_partitions)
-        if not partitions:
-            return
-        identity = self._sequences.identity
-        request = txn_pb.AddPartitionsToTxnRequest(
-            transactional_id=self._tid,
-            producer=_identity_pb(identity),
-            partitions=[common_pb.TopicPartition(topic=tp.topic, partition=tp.partition) for tp in partitions],
-        )
-        self._started = True
-        try:
-            await self._coordinator_call(
-                "AddPartitionsToTxn",
-                lambda stub: call(stub.AddPartitionsToTxn, request, timeout_s=self._request_timeout_s),
-                Deadline(self._accumulator.delivery_timeout_ms / 1000),
-                concurrent_backoff_ms=_CONCURRENT_TRANSACTIONS_BACKOFF_MS,
+        async with self._coordinator_turn:
+            # taken after the wait for our turn, so partitions seen meanwhile join this request
+            with self._lock:
+                partitions = sorted(self._pending_partitions)
+            if not partitions:
+                return
+            identity = self._sequences.identity
+            request = txn_pb.AddPartitionsToTxnRequest(
+                transactional_id=self._tid,
+                producer=_identity_pb(identity),
+                partitions=[common_pb.TopicPartition(topic=tp.topic, partition=tp.partition) for tp in partitions],
             )
-        except OncelogError as err:
-            self._on_call_failed(err, f"adding {', '.join(map(str, partitions))} to the transaction")
-            return
-        finally:
-            self._wake()
+            self._started = True
+            try:
+                await self._coordinator_call(
+                    "AddPartitionsToTxn",
+                    lambda stub: call(stub.AddPartitionsToTxn, request, timeout_s=self._request_timeout_s),
+                    Deadline(self._accumulator.delivery_timeout_ms / 1000),
+                )
+            except OncelogError as err:
+                self._on_call_failed(err, f"adding {', '.join(map(str, partitions))} to the transaction")
+                return
+            finally:
+                self._wake()
         with self._lock:
             self._partitions.update(partitions)
             self._pending_partitions.difference_update(partitions)
@@ -756,8 +766,6 @@ class _TransactionManager:
         name: str,
         rpc: Callable[[txn_pb.TransactionCoordinatorServiceStub], Awaitable[T]],
         deadline: Deadline,
-        *,
-        concurrent_backoff_ms: int | None = None,
     ) -> T:
         """Call the transactional id's coordinator, retrying retriable errors until ``deadline``.
 
@@ -767,6 +775,7 @@ class _TransactionManager:
             OncelogError: a non-retriable answer, for the caller to classify.
         """
         backoff = Backoff(self._config.retry_backoff_ms, self._config.retry_backoff_max_ms)
+        concurrent = Backoff(_CONCURRENT_TRANSACTIONS_BACKOFF_MS, _CONCURRENT_TRANSACTIONS_BACKOFF_MAX_MS)
         while True:
             try:
                 address = await self._metadata.find_coordinator(self._tid, _TRANSACTION)
@@ -782,9 +791,7 @@ class _TransactionManager:
                         f"{name} for transactional id {self._tid!r} did not complete in time: {err.message}",
                         cause=err,
                     ) from err
-                pause = backoff.next_s()
-                if err.reason is Reason.CONCURRENT_TRANSACTIONS and concurrent_backoff_ms is not None:
-                    pause = concurrent_backoff_ms / 1000
+                pause = concurrent.next_s() if err.reason is Reason.CONCURRENT_TRANSACTIONS else backoff.next_s()
                 await asyncio.sleep(deadline.cap(pause))
 
     def _on_call_failed(self, err: OncelogError, doing: str) -> OncelogError:
@@ -874,12 +881,12 @@ class _TransactionManager:
         )
         self._started = True
         try:
-            response = await self._coordinator_call(
-                "AddOffsetsToTxn",
-                lambda stub: call(stub.AddOffsetsToTxn, request, timeout_s=self._request_timeout_s),
-                deadline,
-                concurrent_backoff_ms=_CONCURRENT_TRANSACTIONS_BACKOFF_MS,
-            )
+            async with self._coordinator_turn:
+                response = await self._coordinator_call(
+                    "AddOffsetsToTxn",
+                    lambda stub: call(stub.AddOffsetsToTxn, request, timeout_s=self._request_timeout_s),
+                    deadline,
+                )
         except OncelogError as err:
             raise self._on_call_failed(err, f"adding the offsets of group {group.group_id!r}") from err
         self._groups.add(group.group_id)
@@ -1126,6 +1133,7 @@ class Producer:
         self._closed = False
         self._close_lock = threading.Lock()
         self._fatal: OncelogError | None = None
+        self._wake_pending = False
         self._io = IoThread(f"oncelog-{self._config.client_id}")
         self._channels = Channels(credentials=credentials)
         self._metadata = ClusterMetadata(
@@ -1166,10 +1174,15 @@ class Producer:
     # -------------------------------------------------------------------------------- helpers
 
     def _wake_on_loop(self) -> None:
+        self._wake_pending = False
         self._sender.wakeup()
 
     def _wake(self) -> None:
-        self._io.call_soon(self._sender.wakeup)
+        # A cross-thread wakeup is a syscall on the loop's self-pipe: coalesce them, so a burst of send()
+        # calls costs one until the sender has run (a lost race only costs one extra wakeup).
+        if not self._wake_pending:
+            self._wake_pending = True
+            self._io.call_soon(self._wake_on_loop)
 
     def _enter_fatal(self, error: OncelogError) -> None:
         """Runs on the loop: fail everything pending, refuse everything later."""
@@ -1255,7 +1268,7 @@ class Producer:
         headers: Iterable[tuple[str, bytes | None]] | Mapping[str, bytes | None] | None = None,
         partition: int | None = None,
         timestamp_ms: int | None = None,
-    ) -> Future[RecordMetadata]:
+    ) -> RecordFuture:
         """Queue a record and return a future for its :class:`RecordMetadata` (topic, partition, offset).
 
         The record goes to ``partition`` if given, else to murmur2(key) mod partitions (Kafka's default
@@ -1279,6 +1292,22 @@ class Producer:
             ProducerFencedError: a newer instance with the same transactional id exists.
             TypeError: key or value is not bytes and no serializer was given.
         """
+        # waiting for memory on the I/O thread (a send() from a callback) would wait for ourselves
+        max_block_s = 0.0 if self._io.on_loop_thread else self._config.max_block_ms / 1000
+        return self._send(topic, value, key, headers, partition, timestamp_ms, max_block_s=max_block_s)
+
+    def _send(
+        self,
+        topic: str,
+        value: Any,
+        key: Any,
+        headers: Iterable[tuple[str, bytes | None]] | Mapping[str, bytes | None] | None,
+        partition: int | None,
+        timestamp_ms: int | None,
+        *,
+        max_block_s: float,
+    ) -> RecordFuture:
+        """:meth:`send` without the wait for memory beyond ``max_block_s`` (the asyncio producer passes 0)."""
         self._ensure_usable()
         if self._txn is not None:
             self._txn.check_send()
@@ -1303,16 +1332,113 @@ class Producer:
         tp = TopicPartition(topic, chosen)
         if self._txn is not None:
             self._txn.maybe_add_partition(tp)
-        # waiting for memory on the I/O thread (a send() from a callback) would wait for ourselves
-        max_block_s = 0.0 if self._io.on_loop_thread else self._config.max_block_ms / 1000
         result = self._accumulator.append(
             tp, key_bytes, value_bytes, headers or (), timestamp_ms, max_block_s=max_block_s
         )
         if partition is None and key_bytes is None:
             self._partitioner.on_append(topic, chosen, result.appended_bytes, enable_switch=result.open_batch_is_full)
-        if result.batch_is_full or result.new_batch_created:
+        # the sender needs to hear of a batch only when it starts (linger clock) or fills up
+        if result.new_batch_created or result.open_batch_is_full:
             self._wake()
         return result.future
+
+    def send_batch(
+        self,
+        topic: str,
+        values: Sequence[Any],
+        keys: Sequence[Any] | None = None,
+        partition: int | None = None,
+        timestamp_ms: int | None = None,
+    ) -> Future[list[RecordMetadata]]:
+        """Queue many records at once and return one future for all their :class:`RecordMetadata`, in order.
+
+        The bulk form of :meth:`send` for high throughput: the records are checked, partitioned and appended
+        under one lock, and the returned future settles once per underlying batch instead of once per
+        record. Records keep their order within each partition, exactly as the same ``send()`` calls would;
+        records without keys and without ``partition`` all go to the current sticky partition.
+
+        Args:
+            topic: an existing topic.
+            values: the values (bytes or None, or what ``value_serializer`` accepts).
+            keys: one key per value, or None for keyless records.
+            partition: an explicit partition for every record.
+            timestamp_ms: the CreateTime of every record; default now.
+
+        Returns:
+            A future resolving to one :class:`RecordMetadata` per value, or raising the first error of the
+            batches that hold the records.
+
+        Raises:
+            ValueError: ``keys`` and ``values`` differ in length.
+            The exceptions of :meth:`send`; a record that is refused (too large, wrong type) refuses all.
+        """
+        max_block_s = 0.0 if self._io.on_loop_thread else self._config.max_block_ms / 1000
+        return self._send_batch(topic, values, keys, partition, timestamp_ms, max_block_s=max_block_s)
+
+    def _send_batch(
+        self,
+        topic: str,
+        values: Sequence[Any],
+        keys: Sequence[Any] | None,
+        partition: int | None,
+        timestamp_ms: int | None,
+        *,
+        max_block_s: float,
+    ) -> Future[list[RecordMetadata]]:
+        self._ensure_usable()
+        if self._txn is not None:
+            self._txn.check_send()
+        if keys is not None and len(keys) != len(values):
+            raise ValueError(f"{len(keys)} keys for {len(values)} values; pass one key per value or none")
+        if self._value_serializer is not None:
+            serialize = self._value_serializer
+            values = [None if v is None else serialize(v) for v in values]
+        if keys is not None and self._key_serializer is not None:
+            serialize = self._key_serializer
+            keys = [None if k is None else serialize(k) for k in keys]
+        info = self._metadata.cached_topic(topic)
+        if info is None:
+            info = self._run(self._topic(topic, self._deadline(None)))
+        elif self._metadata.needs_update(topic):
+            self._wake()
+        count = len(info.partitions)
+        groups: dict[int, tuple[list[int], list[Any] | None, list[Any]]]
+        if partition is not None:
+            if not 0 <= partition < count:
+                raise UnknownTopicOrPartition(
+                    f"partition {partition} of topic {topic!r} does not exist (the topic has {count} partition(s))"
+                )
+            groups = {partition: (list(range(len(values))), None if keys is None else list(keys), list(values))}
+        elif keys is None:
+            chosen = self._partitioner.partition(topic, None, count, info.available_partitions())
+            groups = {chosen: (list(range(len(values))), None, list(values))}
+        else:
+            groups = {}
+            for index, (key, value) in enumerate(zip(keys, values, strict=True)):
+                target = self._partitioner.partition(topic, key, count, info.available_partitions())
+                indexes, group_keys, group_values = groups.setdefault(target, ([], [], []))
+                indexes.append(index)
+                assert group_keys is not None
+                group_keys.append(key)
+                group_values.append(value)
+        ordered: list[RecordFuture | None] = [None] * len(values)
+        wake = False
+        for target, (indexes, group_keys, group_values) in groups.items():
+            tp = TopicPartition(topic, target)
+            if self._txn is not None:
+                self._txn.maybe_add_partition(tp)
+            futures, created = self._accumulator.append_many(
+                tp, group_keys, group_values, timestamp_ms, max_block_s=max_block_s
+            )
+            wake = wake or created
+            for index, future in zip(indexes, futures, strict=True):
+                ordered[index] = future
+            if partition is None and keys is None:
+                appended = sum(len(v) for v in group_values if v is not None)
+                self._partitioner.on_append(topic, target, appended, enable_switch=True)
+        if wake:
+            self._wake()
+        return gather_records(ordered)  # type: ignore[arg-type]
 
     def flush(self, timeout: float | None = None) -> None:
         """Send every queued record now and wait until each is acknowledged or failed.
@@ -1330,8 +1456,7 @@ class Producer:
         self._accumulator.begin_flush()
         self._sender.wakeup()
         try:
-            # a batch's futures settle together, so its newest one stands for all of them
-            futures = [batch.futures[-1] for batch in self._accumulator.incomplete() if batch.record_count]
+            futures = [batch.outcome for batch in self._accumulator.incomplete() if batch.record_count]
             if futures:
                 waiters = [asyncio.wrap_future(f) for f in futures]
                 done, pending = await asyncio.wait(waiters, timeout=deadline.remaining())
@@ -1361,8 +1486,11 @@ class Producer:
             RetriableError: the coordinator did not answer within ``timeout`` (default ``max_block_ms``).
             IllegalStateError: not transactional, or already initialised.
         """
+        self._run(self._init_transactions(timeout))
+
+    def _init_transactions(self, timeout: float | None) -> Coroutine[Any, Any, None]:
         txn = self._require_transactional("init_transactions()")
-        self._run(txn.init_transactions(self._deadline(timeout)))
+        return txn.init_transactions(self._deadline(timeout))
 
     def begin_transaction(self) -> None:
         """Start a transaction; every record sent until commit or abort belongs to it.
@@ -1391,6 +1519,14 @@ class Producer:
             RetriableError: no answer within ``timeout`` (default ``max_block_ms``); call again.
             IllegalStateError: no open transaction.
         """
+        self._run(self._send_offsets_to_transaction(offsets, group_metadata, timeout))
+
+    def _send_offsets_to_transaction(
+        self,
+        offsets: Mapping[TopicPartition, OffsetAndMetadata | int],
+        group_metadata: ConsumerGroupMetadata | str,
+        timeout: float | None,
+    ) -> Coroutine[Any, Any, None]:
         txn = self._require_transactional("send_offsets_to_transaction()")
         group = ConsumerGroupMetadata(group_metadata) if isinstance(group_metadata, str) else group_metadata
         if not group.group_id:
@@ -1399,7 +1535,7 @@ class Producer:
             TopicPartition(*tp): om if isinstance(om, OffsetAndMetadata) else OffsetAndMetadata(int(om))
             for tp, om in offsets.items()
         }
-        self._run(txn.send_offsets(normalized, group, self._deadline(timeout)))
+        return txn.send_offsets(normalized, group, self._deadline(timeout))
 
     def commit_transaction(self, timeout: float | None = None) -> None:
         """Flush the transaction's records, then commit it; returns once the commit is durable.
@@ -1412,8 +1548,11 @@ class Producer:
                 be unknown: call ``commit_transaction()`` again — never ``abort_transaction()``.
             IllegalStateError: no open transaction.
         """
+        self._run(self._commit_transaction(timeout))
+
+    def _commit_transaction(self, timeout: float | None) -> Coroutine[Any, Any, None]:
         txn = self._require_transactional("commit_transaction()")
-        self._run(txn.commit_transaction(self._flush, self._deadline(timeout)))
+        return txn.commit_transaction(self._flush, self._deadline(timeout))
 
     def abort_transaction(self, timeout: float | None = None) -> None:
         """Abort the transaction: unsent records are dropped, sent ones and its offsets never become visible.
@@ -1424,8 +1563,11 @@ class Producer:
             RetriableError: no answer within ``timeout`` (default ``max_block_ms``); call again.
             IllegalStateError: no open transaction, or a commit with unknown outcome is pending.
         """
+        self._run(self._abort_transaction(timeout))
+
+    def _abort_transaction(self, timeout: float | None) -> Coroutine[Any, Any, None]:
         txn = self._require_transactional("abort_transaction()")
-        self._run(txn.abort_transaction(self._wait_in_flight, self._deadline(timeout)))
+        return txn.abort_transaction(self._wait_in_flight, self._deadline(timeout))
 
     def close(self, timeout: float | None = None) -> None:
         """Send what is queued and release the connections. Idempotent.

@@ -15,6 +15,7 @@ writes.
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import random
 import threading
@@ -224,6 +225,13 @@ class IoThread:
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+            # grpc.aio feeds intercepted streaming calls through async generators. One left suspended is
+            # finalized whenever it is garbage collected, by scheduling aclose() on its loop: after the
+            # loop closed, that prints "Event loop is closed". Close them while the loop still runs, and
+            # collect cycles now so finalizers of dropped calls run here rather than at exit.
+            gc.collect()
+            await self.loop.shutdown_asyncgens()
+            await asyncio.sleep(0)  # let callbacks of the cancelled calls run
 
         try:
             asyncio.run_coroutine_threadsafe(cancel_all(), self.loop).result(timeout_s)
