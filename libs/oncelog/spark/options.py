@@ -31,6 +31,9 @@ from oncelog.spark.offsets import EARLIEST, LATEST, offsets_from_json
 __all__ = [
     "BOOTSTRAP_ENV",
     "DEFAULT_CLUSTER_FILE",
+    "ATOMICITY_BATCH",
+    "ATOMICITY_TASK",
+    "DEFAULT_MAX_BATCH_BYTES",
     "DEFAULT_TRANSACTIONAL_ID_PREFIX",
     "OffsetsSpec",
     "OptionError",
@@ -76,12 +79,19 @@ _SINK_OPTIONS = {
         "transactionTimeoutMs",
         "requestTimeoutMs",
         "atomicity",
+        "maxBatchBytes",
     )
 }
 # keys Spark itself puts into the option map
 _SPARK_KEYS = {"path", "checkpointlocation", "queryname"}
 
 DEFAULT_TRANSACTIONAL_ID_PREFIX = "oncelog-spark"
+
+ATOMICITY_TASK = "task"
+"""``atomicity=task`` (default): each Spark task commits its own output (design (a), ``spark.writer``)."""
+ATOMICITY_BATCH = "batch"
+"""``atomicity=batch``: the driver commits each micro-batch in one transaction (design (c1), ``spark.atomic``)."""
+DEFAULT_MAX_BATCH_BYTES = 64 * 1024 * 1024
 
 
 class OptionError(ValueError):
@@ -242,6 +252,10 @@ class SinkOptions:
         transaction_timeout_ms: the coordinator aborts a task's transaction open longer than this, so a
             dead executor holds back the last stable offset of the output for at most this long.
         request_timeout_s: deadline of one call, and of the retries of one operation.
+        atomicity: :data:`ATOMICITY_TASK` (one transaction per Spark task, committed by the task) or
+            :data:`ATOMICITY_BATCH` (one transaction per micro-batch, committed by the driver).
+        max_batch_bytes: with ``atomicity=batch``, the most bytes of keys, values and headers one micro-batch
+            may carry through the driver; a larger batch fails instead of exhausting the driver's memory.
     """
 
     bootstrap: tuple[str, ...]
@@ -250,6 +264,8 @@ class SinkOptions:
     transactional_id_prefix: str = DEFAULT_TRANSACTIONAL_ID_PREFIX
     transaction_timeout_ms: int = 60_000
     request_timeout_s: float = 30.0
+    atomicity: str = ATOMICITY_TASK
+    max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES
 
 
 def parse_sink_options(options: Mapping[str, str], *, environ: Mapping[str, str] | None = None) -> SinkOptions:
@@ -279,11 +295,14 @@ def parse_sink_options(options: Mapping[str, str], *, environ: Mapping[str, str]
     prefix = opts.get("transactionalidprefix", DEFAULT_TRANSACTIONAL_ID_PREFIX).strip()
     if not prefix:
         problems.append("transactionalIdPrefix: must not be empty")
-    atomicity = opts.get("atomicity", "task").strip().lower()
-    if atomicity != "task":
+    atomicity = str(opts.get("atomicity", ATOMICITY_TASK)).strip().lower()
+    if atomicity not in (ATOMICITY_TASK, ATOMICITY_BATCH):
         problems.append(
-            f"atomicity: {atomicity!r} is not supported; 'task' commits each Spark task's output in one transaction"
+            f"atomicity: {atomicity!r} is not 'task' (each Spark task commits its output in one transaction, "
+            "the default) or 'batch' (the driver commits each micro-batch in one transaction)"
         )
+    if "maxbatchbytes" in opts and atomicity != ATOMICITY_BATCH:
+        problems.append("maxBatchBytes: only atomicity=batch stages output through the driver; drop the option")
     parsed = SinkOptions(
         bootstrap=bootstrap,
         topic=topic,
@@ -291,6 +310,8 @@ def parse_sink_options(options: Mapping[str, str], *, environ: Mapping[str, str]
         transactional_id_prefix=prefix,
         transaction_timeout_ms=_positive_int(opts, "transactionTimeoutMs", problems) or 60_000,
         request_timeout_s=(_positive_int(opts, "requestTimeoutMs", problems) or 30_000) / 1000,
+        atomicity=atomicity,
+        max_batch_bytes=_positive_int(opts, "maxBatchBytes", problems) or DEFAULT_MAX_BATCH_BYTES,
     )
     if problems:
         raise OptionError(problems)

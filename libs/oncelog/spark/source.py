@@ -30,8 +30,9 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from oncelog.errors import OncelogError, UnknownTopicOrPartition
+from oncelog.spark.atomic import OncelogAtomicBatchWriter, OncelogAtomicStreamWriter
 from oncelog.spark.channels import LogClient
-from oncelog.spark.options import OptionError, SinkOptions, parse_sink_options, parse_source_options
+from oncelog.spark.options import ATOMICITY_BATCH, OptionError, SinkOptions, parse_sink_options, parse_source_options
 from oncelog.spark.reader import SCHEMA, OncelogBatchReader, OncelogStreamReader
 from oncelog.spark.writer import OncelogBatchWriter, OncelogStreamWriter, RowEncoder
 
@@ -65,13 +66,17 @@ class OncelogDataSource(DataSource):
         return OncelogStreamReader(parse_source_options(self.options, streaming=True))
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
-        """The batch writer (``df.write``): each task's rows in one transaction."""
+        """The batch writer (``df.write``): each task's rows in one transaction, or (``atomicity=batch``) all."""
         options, encoder = self._sink(schema, overwrite)
+        if options.atomicity == ATOMICITY_BATCH:
+            return OncelogAtomicBatchWriter(options, encoder)
         return OncelogBatchWriter(options, encoder)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
-        """The exactly-once micro-batch writer (``df.writeStream``)."""
+        """The exactly-once micro-batch writer (``df.writeStream``): per task, or per batch with ``atomicity=batch``."""
         options, encoder = self._sink(schema, overwrite)
+        if options.atomicity == ATOMICITY_BATCH:
+            return OncelogAtomicStreamWriter(options, encoder)
         return OncelogStreamWriter(options, encoder)
 
     def _sink(self, schema: StructType, overwrite: bool) -> tuple[SinkOptions, RowEncoder]:

@@ -28,6 +28,10 @@ check turns a violation into an error. A task with no rows opens no transaction.
 
 Batch writes (``df.write``) use the same protocol with a job id drawn on the driver and batch 0: task
 retries are fenced and never duplicate, but a failed job keeps the output of the tasks that committed.
+
+``atomicity=batch`` (:mod:`oncelog.spark.atomic`, design (c1)) commits a whole micro-batch in one driver
+transaction instead, and advances the same per-partition markers (groups ``<prefix>-<query id>-<partition
+id>``), so either mode finds what the other committed and a query may change mode between restarts.
 """
 
 from __future__ import annotations
@@ -36,9 +40,11 @@ import hashlib
 import itertools
 import json
 import logging
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -64,6 +70,7 @@ from oncelog.spark.options import OptionError, SinkOptions
 
 __all__ = [
     "BatchDigest",
+    "Marker",
     "NonDeterministicBatchError",
     "OncelogBatchWriter",
     "OncelogStreamWriter",
@@ -73,7 +80,15 @@ __all__ = [
     "SinkSchemaError",
     "TaskIdentity",
     "TaskWriter",
+    "arrow_rows",
+    "batch_transactional_id",
+    "commit_until_known",
+    "open_producer",
+    "marker_metadata",
+    "marker_partition",
+    "read_marker",
     "task_identity",
+    "task_transactional_id",
 ]
 
 log = logging.getLogger(__name__)
@@ -271,25 +286,164 @@ class BatchDigest:
     def __init__(self) -> None:
         self.rows = 0
         self._sum = 0
+        # the framed (topic, partition) prefix, which nearly every record of a task shares
+        self._prefixes: dict[tuple[str, int | None], bytes] = {}
 
     def add(self, record: OutputRecord) -> None:
         """Count one record."""
-        parts = [record.topic.encode(), str(record.partition).encode(), record.key, record.value]
-        for name, value in record.headers:
-            parts += (name.encode(), value)
-        encoded = b"".join(_NULL if part is None else len(part).to_bytes(4, "big") + part for part in parts)
-        self._sum = (self._sum + int.from_bytes(hashlib.blake2b(encoded, digest_size=16).digest(), "big")) % _MODULUS
+        prefix = self._prefixes.get((record.topic, record.partition))
+        if prefix is None:
+            prefix = _frame(record.topic.encode()) + _frame(str(record.partition).encode())
+            self._prefixes[(record.topic, record.partition)] = prefix
+        key, value = record.key, record.value
+        encoded = (
+            prefix
+            + (_NULL if key is None else len(key).to_bytes(4, "big") + key)
+            + (_NULL if value is None else len(value).to_bytes(4, "big") + value)
+        )
+        for name, data in record.headers:
+            encoded += _frame(name.encode()) + _frame(data)
+        # reduced modulo 2**128 once, when read: the unreduced sum of a task's hashes stays a small int
+        self._sum += int.from_bytes(hashlib.blake2b(encoded, digest_size=16).digest(), "big")
         self.rows += 1
 
     @property
     def hexdigest(self) -> str:
         """The digest as 32 hex digits."""
-        return f"{self._sum:032x}"
+        return f"{self._sum % _MODULUS:032x}"
+
+    @staticmethod
+    def combine(hexdigests: Iterable[str]) -> str:
+        """The digest of the union of several tasks' records, from their digests (the sums add up)."""
+        return f"{sum(int(h, 16) for h in hexdigests) % _MODULUS:032x}"
 
 
 # fields are length-prefixed, with None distinct from empty, so that field boundaries cannot shift
 _NULL = b"\xff\xff\xff\xff"
 _MODULUS = 1 << 128
+
+
+def _frame(part: bytes | None) -> bytes:
+    return _NULL if part is None else len(part).to_bytes(4, "big") + part
+
+
+# ------------------------------------------------------------------------------------------ batch markers
+
+
+def task_transactional_id(options: SinkOptions, query_id: str, partition_id: int) -> str:
+    """``<prefix>-<query id>-<partition id>``: a task's transactional id, and the group of its partition's marker.
+
+    Both modes keep a Spark partition's marker in this group; under ``atomicity=batch`` the driver commits it.
+    """
+    return f"{options.transactional_id_prefix}-{query_id}-{partition_id}"
+
+
+def batch_transactional_id(options: SinkOptions, query_id: str) -> str:
+    """``<prefix>-<query id>-batch``: the transactional id of a query's driver under ``atomicity=batch``.
+
+    The suffix is not a number, so it never equals a task's id of the same query.
+    """
+    return f"{options.transactional_id_prefix}-{query_id}-batch"
+
+
+@dataclass(frozen=True, slots=True)
+class Marker:
+    """The last batch a transactional id committed, read from its transactional offset commit.
+
+    Attributes:
+        batch_id: that batch, or -1 when the id never committed one.
+        rows: the batch's row count, as committed (None if the metadata is unreadable).
+        digest: the batch's :class:`BatchDigest`, as committed.
+    """
+
+    batch_id: int
+    rows: int | None = None
+    digest: str | None = None
+
+    def matches(self, rows: int, digest: str) -> bool:
+        """The replay gave the same records as the run that committed this marker."""
+        return (self.rows, self.digest) == (rows, digest)
+
+
+def marker_metadata(batch_id: int, rows: int, digest: str) -> str:
+    """The offset metadata committed with a batch: compact JSON, far below the 4 KiB metadata limit."""
+    return json.dumps({"v": _MARKER_VERSION, "batch": batch_id, "rows": rows, "digest": digest}, separators=(",", ":"))
+
+
+def marker_partition(options: SinkOptions) -> TopicPartition:
+    """The partition whose committed offset, in each transactional id's own group, is the batch marker."""
+    return TopicPartition(options.marker_topic, 0)
+
+
+def read_marker(options: SinkOptions, group_id: str) -> Marker:
+    """The marker of ``group_id``, read with ``require_stable`` (a pending commit is waited for, not read).
+
+    Call it only after ``init_transactions()`` of the same id, so that no zombie's commit can land after it.
+    """
+    client = LogClient(options.bootstrap, request_timeout_s=options.request_timeout_s)
+    offset, metadata = client.committed_offset(group_id, marker_partition(options))
+    try:
+        parsed = json.loads(metadata) if metadata else {}
+    except ValueError:
+        parsed = {}
+    if not isinstance(parsed, dict):
+        parsed = {}
+    return Marker(offset, parsed.get("rows"), parsed.get("digest"))
+
+
+def open_producer(
+    options: SinkOptions, transactional_id: str, client_id: str, factory: Callable[..., Any] = Producer
+) -> Any:
+    """A transactional producer for one task's or one batch's output.
+
+    Batches are as large as a request allows: a task sends thousands of records at once and then commits,
+    so fewer, fuller batches mean fewer produce round trips before the commit can complete.
+    """
+    return factory(
+        list(options.bootstrap),
+        transactional_id=transactional_id,
+        transaction_timeout_ms=options.transaction_timeout_ms,
+        request_timeout_ms=int(options.request_timeout_s * 1000),
+        batch_size=_PRODUCE_BATCH_BYTES,
+        client_id=client_id,
+    )
+
+
+_PRODUCE_BATCH_BYTES = 512 * 1024
+
+
+@contextmanager
+def closing(producer: Any) -> Iterator[Any]:
+    """Close ``producer`` when the block ends; after a success, without making the caller wait.
+
+    After a failure the close is synchronous, so that it aborts an open transaction before Spark retries
+    the task (otherwise the transaction would hold back the last stable offset until fenced or timed out).
+    After a commit or a skip nothing is left to send or abort, and tearing down the producer's I/O
+    thread and channels (tens of milliseconds) need not delay the task's result.
+    """
+    try:
+        yield producer
+    except BaseException:
+        producer.close()
+        raise
+    threading.Thread(target=producer.close, name="oncelog-sink-close", daemon=True).start()
+
+
+def commit_until_known(producer: Any, options: SinkOptions) -> None:
+    """Commit the producer's transaction; an unanswered commit has an unknown outcome, so ask again.
+
+    Aborting after a timeout could discard a commit the coordinator already decided (DESIGN §1.7); the
+    retries are bounded by four request timeouts, after which the error reaches Spark and the replay settles
+    the batch through its marker.
+    """
+    deadline = time.monotonic() + options.request_timeout_s * 4
+    while True:
+        try:
+            producer.commit_transaction()
+            return
+        except RetriableError:
+            if time.monotonic() > deadline:
+                raise
 
 
 # ------------------------------------------------------------------------------------------ the protocol
@@ -337,7 +491,7 @@ class TaskWriter:
 
     def transactional_id(self, task: TaskIdentity) -> str:
         """``<prefix>-<query id>-<partition id>``: one per query and Spark partition, reused by every batch."""
-        return f"{self.options.transactional_id_prefix}-{task.query_id}-{task.partition_id}"
+        return task_transactional_id(self.options, task.query_id, task.partition_id)
 
     def write(self, rows: Iterable[Sequence[Any]], task: TaskIdentity) -> SinkCommitMessage:
         """Write ``rows`` for ``task`` exactly once, or skip them if an earlier run committed this batch.
@@ -355,18 +509,12 @@ class TaskWriter:
                 task.partition_id, task.attempt, task.batch_id, 0, False, BatchDigest().hexdigest, tid
             )
         records = (self.encoder.encode(row) for row in itertools.chain([first], iterator))
-        producer = self.producer_factory(
-            list(self.options.bootstrap),
-            transactional_id=tid,
-            transaction_timeout_ms=self.options.transaction_timeout_ms,
-            request_timeout_ms=int(self.options.request_timeout_s * 1000),
-            client_id=f"{tid}-b{task.batch_id}-a{task.attempt}",
-        )
-        try:
+        client_id = f"{tid}-b{task.batch_id}-a{task.attempt}"
+        with closing(open_producer(self.options, tid, client_id, self.producer_factory)) as producer:
             producer.init_transactions()
-            committed_batch, metadata = self._marker(tid)
-            if committed_batch >= task.batch_id:
-                return self._skip(records, task, tid, committed_batch, metadata)
+            marker = read_marker(self.options, tid)
+            if marker.batch_id >= task.batch_id:
+                return self._skip(records, task, tid, marker)
             producer.begin_transaction()
             digest = BatchDigest()
             for record in records:
@@ -378,78 +526,39 @@ class TaskWriter:
                     headers=record.headers,
                     partition=record.partition,
                 )
-            marker = json.dumps(
-                {"v": _MARKER_VERSION, "batch": task.batch_id, "rows": digest.rows, "digest": digest.hexdigest},
-                separators=(",", ":"),
-            )
+            metadata = marker_metadata(task.batch_id, digest.rows, digest.hexdigest)
             producer.send_offsets_to_transaction(
-                {self._marker_partition: OffsetAndMetadata(task.batch_id, metadata=marker)}, tid
+                {marker_partition(self.options): OffsetAndMetadata(task.batch_id, metadata=metadata)}, tid
             )
-            self._commit(producer)
+            commit_until_known(producer, self.options)
             log.info("%s: batch %d committed, %d rows (attempt %d)", tid, task.batch_id, digest.rows, task.attempt)
             return SinkCommitMessage(
                 task.partition_id, task.attempt, task.batch_id, digest.rows, False, digest.hexdigest, tid
             )
-        finally:
-            producer.close()
 
-    @property
-    def _marker_partition(self) -> TopicPartition:
-        return TopicPartition(self.options.marker_topic, 0)
-
-    def _marker(self, tid: str) -> tuple[int, dict[str, Any]]:
-        client = LogClient(self.options.bootstrap, request_timeout_s=self.options.request_timeout_s)
-        offset, metadata = client.committed_offset(tid, self._marker_partition)
-        try:
-            parsed = json.loads(metadata) if metadata else {}
-        except ValueError:
-            parsed = {}
-        return offset, parsed if isinstance(parsed, dict) else {}
-
-    def _skip(
-        self,
-        records: Iterator[OutputRecord],
-        task: TaskIdentity,
-        tid: str,
-        committed_batch: int,
-        metadata: dict[str, Any],
-    ) -> SinkCommitMessage:
+    def _skip(self, records: Iterator[OutputRecord], task: TaskIdentity, tid: str, marker: Marker) -> SinkCommitMessage:
         digest = BatchDigest()
         for record in records:
             digest.add(record)
-        if committed_batch == task.batch_id and (metadata.get("rows"), metadata.get("digest")) != (
-            digest.rows,
-            digest.hexdigest,
-        ):
+        if marker.batch_id == task.batch_id and not marker.matches(digest.rows, digest.hexdigest):
             raise NonDeterministicBatchError(
-                f"{tid}: batch {task.batch_id} was committed with {metadata.get('rows')} rows (digest "
-                f"{metadata.get('digest')}), but its replay gives this task {digest.rows} rows (digest "
+                f"{tid}: batch {task.batch_id} was committed with {marker.rows} rows (digest "
+                f"{marker.digest}), but its replay gives this task {digest.rows} rows (digest "
                 f"{digest.hexdigest}). The pipeline is not deterministic per Spark partition (rand(), "
                 "current_timestamp(), changed partitioning or input) or its code changed between the crash and "
                 "the restart. The committed output is kept; fix the pipeline, or restart with a new checkpoint "
                 "and output topic."
             )
-        log.info("%s: batch %d already committed (marker at batch %d); skipped", tid, task.batch_id, committed_batch)
+        log.info("%s: batch %d already committed (marker at batch %d); skipped", tid, task.batch_id, marker.batch_id)
         return SinkCommitMessage(
             task.partition_id, task.attempt, task.batch_id, digest.rows, True, digest.hexdigest, tid
         )
-
-    def _commit(self, producer: Any) -> None:
-        # an unanswered commit has an unknown outcome: ask again, never abort (DESIGN §1.7)
-        deadline = time.monotonic() + self.options.request_timeout_s * 4
-        while True:
-            try:
-                producer.commit_transaction()
-                return
-            except RetriableError:
-                if time.monotonic() > deadline:
-                    raise
 
 
 # -------------------------------------------------------------------------------------- Spark writers
 
 
-def _arrow_rows(batches: Iterator[pa.RecordBatch]) -> Iterator[tuple[Any, ...]]:
+def arrow_rows(batches: Iterator[pa.RecordBatch]) -> Iterator[tuple[Any, ...]]:
     """Rows of Arrow batches as tuples in column order, without building a Spark ``Row`` per record."""
     for batch in batches:
         yield from zip(*(column.to_pylist() for column in batch.columns), strict=True)
@@ -481,7 +590,7 @@ class OncelogStreamWriter(DataSourceStreamArrowWriter):
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommitMessage:
         """One task: see :meth:`TaskWriter.write`."""
-        return TaskWriter(self.options, self.encoder).write(_arrow_rows(iterator), task_identity())
+        return TaskWriter(self.options, self.encoder).write(arrow_rows(iterator), task_identity())
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Every task has committed (or skipped) its part of ``batchId``; check their reports."""
@@ -519,7 +628,7 @@ class OncelogBatchWriter(DataSourceArrowWriter):
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommitMessage:
         """One task: see :meth:`TaskWriter.write`."""
-        return TaskWriter(self.options, self.encoder).write(_arrow_rows(iterator), task_identity(self.job_id))
+        return TaskWriter(self.options, self.encoder).write(arrow_rows(iterator), task_identity(self.job_id))
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         """Every task committed; check their reports."""

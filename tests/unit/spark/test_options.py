@@ -10,7 +10,15 @@ import pytest
 from oncelog.client.fetch_filter import IsolationLevel
 from oncelog.client.records import TopicPartition
 from oncelog.spark.offsets import EARLIEST, LATEST
-from oncelog.spark.options import OptionError, parse_source_options, resolve_bootstrap
+from oncelog.spark.options import (
+    ATOMICITY_BATCH,
+    ATOMICITY_TASK,
+    DEFAULT_MAX_BATCH_BYTES,
+    OptionError,
+    parse_sink_options,
+    parse_source_options,
+    resolve_bootstrap,
+)
 
 BASE = {"bootstrap": "127.0.0.1:7101", "topic": "orders"}
 
@@ -126,3 +134,31 @@ def test_near_miss_option_name_is_flagged_but_spark_keys_are_not() -> None:
 def test_topic_and_topics_together_are_ambiguous() -> None:
     assert problems({**BASE, "topics": "a,b"})[0].startswith("topic/topics:")
     assert problems({"bootstrap": "h:1", "topic": "a,b"})[0].startswith("topic:")
+
+
+# ------------------------------------------------------------------------------------------------- sink
+
+
+def sink_problems(options: dict[str, str]) -> list[str]:
+    with pytest.raises(OptionError) as caught:
+        parse_sink_options(options, environ={})
+    return caught.value.problems
+
+
+def test_atomicity_defaults_to_task_and_accepts_batch() -> None:
+    assert parse_sink_options(BASE, environ={}).atomicity == ATOMICITY_TASK
+    parsed = parse_sink_options({**BASE, "Atomicity": " BATCH ", "maxBatchBytes": "1024"}, environ={})
+    assert (parsed.atomicity, parsed.max_batch_bytes) == (ATOMICITY_BATCH, 1024)
+    assert parse_sink_options({**BASE, "atomicity": "batch"}, environ={}).max_batch_bytes == DEFAULT_MAX_BATCH_BYTES
+
+
+def test_unknown_atomicity_is_named() -> None:
+    [problem] = sink_problems({**BASE, "atomicity": "job"})
+    assert problem.startswith("atomicity: 'job' is not 'task'") and "'batch'" in problem
+
+
+def test_max_batch_bytes_needs_batch_atomicity_and_a_positive_size() -> None:
+    assert sink_problems({**BASE, "maxBatchBytes": "10"})[0].startswith("maxBatchBytes: only atomicity=batch")
+    assert sink_problems({**BASE, "atomicity": "batch", "maxBatchBytes": "0"}) == [
+        "maxBatchBytes: must be at least 1, got 0"
+    ]

@@ -172,6 +172,29 @@ def test_task_retry_fences_earlier_attempt_and_its_data_never_shows(cluster: Loc
         Producer.close(producer)
 
 
+def test_failed_task_aborts_its_transaction_before_raising(cluster: LocalCluster, topic: Topic) -> None:
+    """A task that fails after producing closes its producer at once, so its transaction never holds the LSO."""
+
+    class FailBeforeMarker(Producer):
+        def send_offsets_to_transaction(self, *args: Any, **kwargs: Any) -> None:
+            self.flush()
+            raise SimulatedCrash
+
+    with pytest.raises(SimulatedCrash):
+        TaskWriter(sink_options(cluster, topic), RowEncoder(KV, topic.name), producer_factory=FailBeforeMarker).write(
+            rows("a"), task(0)
+        )
+    client = LogClient([cluster.bootstrap])
+    tps = client.topic_partitions([topic.name])
+    deadline = time.monotonic() + 10  # the abort's markers are written asynchronously after EndTxn
+    while client.list_offsets(tps, LATEST, IsolationLevel.READ_COMMITTED) != client.list_offsets(
+        tps, LATEST, IsolationLevel.READ_UNCOMMITTED
+    ):
+        assert time.monotonic() < deadline, "the failed attempt's transaction stayed open"
+        time.sleep(0.02)
+    assert visible(cluster, topic) == [] and visible(cluster, topic, "read_uncommitted") == ["a"]
+
+
 def test_speculative_twin_fences_the_first_attempt(cluster: LocalCluster, topic: Topic) -> None:
     """Attempt A produced; twin B inits (fencing A), writes and commits; A's commit then fails (ref §3.4)."""
     options = sink_options(cluster, topic)
@@ -300,7 +323,7 @@ def test_arrow_batches_become_records_in_column_order() -> None:
     """Spark hands the sink Arrow batches (DataSourceStreamArrowWriter); headers come as Kafka's array form."""
     import pyarrow as pa
 
-    from oncelog.spark.writer import _arrow_rows
+    from oncelog.spark.writer import arrow_rows
 
     header = pa.struct([("key", pa.string()), ("value", pa.binary())])
     batch = pa.RecordBatch.from_arrays(
@@ -311,5 +334,5 @@ def test_arrow_batches_become_records_in_column_order() -> None:
     encoder = RowEncoder(
         StructType([StructField("value", StringType()), StructField("headers", ArrayType(element))]), "out"
     )
-    records = [encoder.encode(row) for row in _arrow_rows(iter([batch, batch]))]
+    records = [encoder.encode(row) for row in arrow_rows(iter([batch, batch]))]
     assert [(r.value, r.headers) for r in records] == [(b"v1", (("h", b"1"),)), (b"v2", ())] * 2
