@@ -5,8 +5,9 @@
 A transaction is Kafka's smallest useful one: AddPartitionsToTxn of 4 partitions, one record produced to each
 (one Produce call per storage node), EndTxn(COMMIT). 1, 8 and 32 transactional producers run it back to back,
 concurrently, over the raw stubs (:class:`~oncelog.testing.txn_driver.TransactionalDriver`, asyncio); a
-producer's next AddPartitions waits (CONCURRENT_TRANSACTIONS, retried) until the coordinator wrote
-CompleteCommit for its previous transaction, so the figure includes the marker round trip. The cluster is a
+producer's next AddPartitions is parked by the coordinator until it wrote CompleteCommit for the previous
+transaction (``completion_wait_ms``; a Kafka coordinator answers CONCURRENT_TRANSACTIONS and the client
+retries), so the figure includes the marker round trip. The cluster is a
 LocalCluster with two storage nodes, one txn-coordinator, group-offsets and the pid-allocator; the topic has
 8 partitions and producer i writes to partitions i..i+3 (two on each storage node), ``flush=sync``.
 

@@ -262,21 +262,29 @@ class TxnClient:
         return pb.TransactionCoordinatorServiceStub(self.channel(self.find(transactional_id).address))
 
     def init(
-        self, transactional_id: str, timeout_ms: int = 60_000, producer: tuple[int, int] | None = None
+        self,
+        transactional_id: str,
+        timeout_ms: int = 60_000,
+        producer: tuple[int, int] | None = None,
+        *,
+        deadline_s: float | None = None,
     ) -> tuple[int, int]:
         request = pb.InitProducerIdRequest(transactional_id=transactional_id, transaction_timeout_ms=timeout_ms)
         if producer is not None:
             request.producer.CopyFrom(_identity(producer))
-        response = self.stub(transactional_id).InitProducerId(request)
+        response = self.stub(transactional_id).InitProducerId(request, timeout=deadline_s)
         return response.producer.producer_id, response.producer.producer_epoch
 
-    def add_partitions(self, transactional_id: str, producer: tuple[int, int], *partitions: int) -> None:
+    def add_partitions(
+        self, transactional_id: str, producer: tuple[int, int], *partitions: int, deadline_s: float | None = None
+    ) -> None:
         self.stub(transactional_id).AddPartitionsToTxn(
             pb.AddPartitionsToTxnRequest(
                 transactional_id=transactional_id,
                 producer=_identity(producer),
                 partitions=[common_pb.TopicPartition(topic=TOPIC, partition=p) for p in partitions],
-            )
+            ),
+            timeout=deadline_s,
         )
 
     def add_offsets(self, transactional_id: str, producer: tuple[int, int], group: str = GROUP) -> str:
@@ -489,6 +497,34 @@ def test_zombie_commit_after_fence_rejected(client: TxnClient, dest: Destination
     assert [m.producer_epoch for m in commits] == [successor[1] + 1], "only the new owner's work commits"
 
 
+def test_add_partitions_waits_for_previous_markers_instead_of_rejecting(
+    client: TxnClient, dest: Destinations
+) -> None:
+    tid = "parked-add"
+    partition = dest.partition_on(sorted(dest.storage)[0])
+    double = dest.leader_of(partition)
+    producer = client.init(tid)
+    client.add_partitions(tid, producer, partition)
+    double.hold()
+    next_identity = client.end(tid, producer, COMMIT)
+    double.wait_for(lambda: double.markers(producer[0]), "the marker is in flight")
+
+    request = pb.AddPartitionsToTxnRequest(
+        transactional_id=tid,
+        producer=_identity(next_identity),
+        partitions=[common_pb.TopicPartition(topic=TOPIC, partition=partition)],
+    )
+    add = client.stub(tid).AddPartitionsToTxn.future(request, timeout=30)
+    # Sent on the same connection after the AddPartitions stream opened, so answered while that one is parked.
+    assert client.describe(tid).state == pb.TRANSACTION_STATE_PREPARE_COMMIT
+    assert not add.done()
+    double.release()
+    add.result()  # no CONCURRENT_TRANSACTIONS: the call waited for CompleteCommit
+    described = client.describe(tid)
+    assert (described.state, described.producer_epoch) == (pb.TRANSACTION_STATE_ONGOING, next_identity[1])
+    client.end(tid, next_identity, ABORT)
+
+
 def test_concurrent_transactions_while_markers_pending(client: TxnClient, dest: Destinations) -> None:
     tid = "pending-markers"
     partition = dest.partition_on(sorted(dest.storage)[0])
@@ -499,10 +535,11 @@ def test_concurrent_transactions_while_markers_pending(client: TxnClient, dest: 
     next_identity = client.end(tid, producer, COMMIT)
     double.wait_for(lambda: double.markers(producer[0]), "the marker is in flight")
 
-    code, err = rpc_error(lambda: client.add_partitions(tid, next_identity, partition))
+    # Parked for the markers at most until shortly before the caller's deadline, then refused as Kafka does.
+    code, err = rpc_error(lambda: client.add_partitions(tid, next_identity, partition, deadline_s=1.0))
     assert code == grpc.StatusCode.ABORTED
     assert err.reason is Reason.CONCURRENT_TRANSACTIONS and err.retriable and err.definite
-    code, err = rpc_error(lambda: client.init(tid))
+    code, err = rpc_error(lambda: client.init(tid, deadline_s=1.0))
     assert err.reason is Reason.CONCURRENT_TRANSACTIONS
     assert client.end(tid, producer, COMMIT) == next_identity, "a retried EndTxn gets the same answer"
     assert client.describe(tid).state == pb.TRANSACTION_STATE_PREPARE_COMMIT

@@ -79,7 +79,8 @@ _RPC_TIMEOUT_S = 30.0
 _FIRST_BACKOFF_S = 0.002
 _MAX_BACKOFF_S = 0.05
 """Retry pauses double from the first to the max. CONCURRENT_TRANSACTIONS after an EndTxn lasts one marker round
-trip (a few ms when idle, more under load); Kafka's client waits a fixed 20 ms before retrying AddPartitions."""
+trip (a few ms when idle, more under load) and reaches the driver only when the coordinator's parking is off or
+timed out; Kafka's client waits a fixed 20 ms before retrying AddPartitions."""
 
 
 async def eventually(condition: Callable[[], Awaitable[T | None]], what: str, timeout: float = 30.0) -> T:

@@ -102,6 +102,7 @@ def build(settings: TxnCoordinatorSettings) -> ServiceSpec:
         clock=wall_clock_ms,
         shard_for=shard_of,
         max_transaction_timeout_ms=settings.transaction_max_timeout_ms,
+        completion_wait_ms=settings.completion_wait_ms,
     )
     leases = ShardLeaseManager(
         catalog=node.store,

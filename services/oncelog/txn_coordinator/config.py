@@ -7,7 +7,7 @@ from typing import ClassVar
 
 from oncelog.config import ServiceSettings
 from oncelog.config.settings import setting
-from oncelog.txn_coordinator.coordinator import DEFAULT_MAX_TRANSACTION_TIMEOUT_MS
+from oncelog.txn_coordinator.coordinator import DEFAULT_COMPLETION_WAIT_MS, DEFAULT_MAX_TRANSACTION_TIMEOUT_MS
 
 
 @dataclass(frozen=True)
@@ -34,6 +34,11 @@ class TxnCoordinatorSettings(ServiceSettings):
     marker_retry_backoff_ms: int = setting(100, help="first pause before a failed WriteTxnMarkers is sent again")
     marker_retry_backoff_max_ms: int = setting(1_000, help="the retry pause doubles up to this value")
     marker_request_timeout_ms: int = setting(30_000, help="deadline of one WriteTxnMarkers call")
+    completion_wait_ms: int = setting(
+        DEFAULT_COMPLETION_WAIT_MS,
+        help="how long AddPartitions/AddOffsets/InitProducerId wait server-side for the previous transaction's "
+        "markers before answering CONCURRENT_TRANSACTIONS (0: answer at once, as Kafka does)",
+    )
 
     def validate(self) -> list[str]:
         problems = super().validate()
@@ -57,6 +62,8 @@ class TxnCoordinatorSettings(ServiceSettings):
         ):
             if getattr(self, name) <= 0:
                 problems.append(f"{name} must be positive, got {getattr(self, name)}")
+        if self.completion_wait_ms < 0:
+            problems.append(f"completion_wait_ms must not be negative, got {self.completion_wait_ms}")
         if self.transaction_max_timeout_ms > 2**31 - 1:
             problems.append(f"transaction_max_timeout_ms={self.transaction_max_timeout_ms} does not fit in int32")
         if self.marker_retry_backoff_max_ms < self.marker_retry_backoff_ms:

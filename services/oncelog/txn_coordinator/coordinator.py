@@ -26,8 +26,18 @@ Choices where Kafka leaves room or where this coordinator differs (documented fo
   the fencing abort. Kafka reaches the same result by bumping twice when fencing under TV2.
 * InitProducerId on an Ongoing transaction fences it (one epoch bump, PrepareAbort, markers) and
   answers CONCURRENT_TRANSACTIONS; the caller retries and then receives a further bump. This is Kafka's
-  behaviour. Waiting for the markers inside the RPC instead would tie the call to the slowest storage
-  node (markers are retried without limit while the lease holds), and the client already retries this error.
+  behaviour; the retry is parked as described next, so it usually answers as soon as the abort completed.
+* Parking instead of rejecting. Kafka answers AddPartitionsToTxn, AddOffsetsToTxn and InitProducerId with
+  CONCURRENT_TRANSACTIONS while the id's previous transaction is in PrepareCommit/PrepareAbort, and its
+  client retries after ``retry.backoff.ms`` (20 ms for AddPartitions, ref §2.4). With KIP-890 the next
+  transaction's first AddPartitions arrives right after EndTxn answered, so nearly every transaction of a
+  busy producer paid one or more such round trips plus the backoff. Here such a request waits server-side
+  for the Complete* write (any transition of the id wakes it, and it re-validates from scratch), at most
+  ``completion_wait_ms`` and never past the caller's own deadline; only then does it answer
+  CONCURRENT_TRANSACTIONS as Kafka would. The wait holds no lock, so the markers' completion, the sweepers
+  and other ids proceed; a shard unload wakes every waiter, which then answers NOT_COORDINATOR. A pending
+  write of another transition (not Prepare*) is still answered CONCURRENT_TRANSACTIONS at once: it can only
+  come from a second concurrent request of the same producer, which Kafka's client never sends.
 * A producer fenced by the transaction timeout gets PRODUCER_FENCED, as in Kafka; the KIP-588 idea of
   letting it claim the bumped epoch is not implemented (ref §5.2).
 * Transactional ids map to shards through the injected ``shard_for`` (the cluster-wide mapping that
@@ -46,7 +56,7 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Iterable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import NamedTuple, Protocol
+from typing import NamedTuple, Protocol, TypeVar
 
 from oncelog.errors import (
     ConcurrentTransactions,
@@ -76,8 +86,12 @@ from .state import TransactionResult, TransactionState
 
 log = logging.getLogger(__name__)
 
+T = TypeVar("T")
+
 DEFAULT_MAX_TRANSACTION_TIMEOUT_MS = 900_000
 """Kafka's ``transaction.max.timeout.ms`` default (15 minutes)."""
+DEFAULT_COMPLETION_WAIT_MS = 5_000
+"""How long a request arriving while the previous transaction completes is parked (see the module doc)."""
 
 Clock = Callable[[], int]
 """Wall-clock time in milliseconds."""
@@ -202,6 +216,19 @@ class _Shard:
     """Cached ids whose state has an open transaction (Ongoing or Prepare*)."""
 
 
+class _PreviousTransactionCompleting(Exception):
+    """The id's last transaction is in Prepare*: the request may be parked until ``settled`` resolves.
+
+    Not an OncelogError on purpose: it never leaves the coordinator. The parking loop either retries the
+    request once the id settled or raises :attr:`error` (CONCURRENT_TRANSACTIONS) when the wait is over.
+    """
+
+    def __init__(self, error: OncelogError, settled: asyncio.Future[None]) -> None:
+        super().__init__(error.message)
+        self.error = error
+        self.settled = settled
+
+
 @dataclass(eq=False, slots=True)
 class _LockEntry:
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
@@ -240,6 +267,9 @@ class TransactionCoordinator:
         clock: milliseconds since the epoch.
         shard_for: maps a transactional id to its shard (must match FindCoordinator).
         max_transaction_timeout_ms: upper bound for a producer's transaction timeout.
+        completion_wait_ms: how long AddPartitions, AddOffsets and InitProducerId are parked while the id's
+            previous transaction completes before they answer CONCURRENT_TRANSACTIONS; 0 answers at once,
+            as Kafka does.
         metrics: where open and completed transactions are reported; the process-wide instruments by default.
     """
 
@@ -252,8 +282,11 @@ class TransactionCoordinator:
         clock: Clock,
         shard_for: Callable[[str], int],
         max_transaction_timeout_ms: int = DEFAULT_MAX_TRANSACTION_TIMEOUT_MS,
+        completion_wait_ms: int = DEFAULT_COMPLETION_WAIT_MS,
         metrics: OncelogMetrics | None = None,
     ) -> None:
+        if completion_wait_ms < 0:
+            raise ValueError(f"completion_wait_ms must not be negative, got {completion_wait_ms}")
         self._metrics = default_metrics() if metrics is None else metrics
         self._store = store
         self._producer_ids = producer_ids
@@ -263,6 +296,9 @@ class TransactionCoordinator:
         self._max_timeout_ms = max_transaction_timeout_ms
         self._shards: dict[int, _Shard] = {}
         self._locks = _KeyedLocks()
+        self._completion_wait_s = completion_wait_ms / 1000
+        self._settled: dict[str, asyncio.Future[None]] = {}
+        """Per transactional id, resolved at its next applied or abandoned transition (parked requests wait on it)."""
 
     # ------------------------------------------------------------------------------ shard ownership
 
@@ -290,6 +326,7 @@ class TransactionCoordinator:
             raise NotCoordinator(f"shard {shard} is loaded at coordinator epoch {current.coordinator_epoch}")
         entry = _Shard(shard, coordinator_epoch)
         self._shards[shard] = entry
+        self._wake_parked(shard)
         try:
             rows = await self._store.load_shard(shard)
         except BaseException:
@@ -329,6 +366,7 @@ class TransactionCoordinator:
         del self._shards[shard]
         # the next owner reports the shard; a stale value here would count its transactions twice
         self._metrics.set_transactions_open(shard, 0)
+        self._wake_parked(shard)
 
     # ------------------------------------------------------------------------------ InitProducerId
 
@@ -338,17 +376,22 @@ class TransactionCoordinator:
         txn_timeout_ms: int,
         expected_pid: int | None = None,
         expected_epoch: int | None = None,
+        *,
+        max_wait_ms: int | None = None,
     ) -> ProducerIdAndEpoch:
         """InitProducerId (ref §2.3): give the caller the identity it must use, fencing older instances.
 
         ``expected_pid``/``expected_epoch`` are the caller's current identity (KIP-360); both or neither.
         Without a transactional id (idempotent producer) a fresh producer id with epoch 0 is returned.
+        While the previous transaction's markers are being written the call is parked (module doc), at most
+        ``completion_wait_ms`` and ``max_wait_ms`` (the caller's remaining deadline).
 
         Raises:
             InvalidRequest: empty transactional id, or only one of the expected fields given.
             InvalidTransactionTimeout: timeout <= 0 or above the maximum.
-            ConcurrentTransactions: a transition is in flight, the previous transaction's markers are
-                still being written, or an Ongoing transaction was just fenced and is being aborted.
+            ConcurrentTransactions: a transition is in flight, the previous transaction's markers were
+                still being written when the wait ended, or an Ongoing transaction was just fenced and is
+                being aborted.
             ProducerFenced: the expected identity belongs to an instance that was replaced.
         """
         if transactional_id is None:
@@ -362,6 +405,13 @@ class TransactionCoordinator:
                 f"transaction timeout {txn_timeout_ms} ms is outside (0, {self._max_timeout_ms}]"
             )
         expected = None if expected_pid is None or expected_epoch is None else (expected_pid, expected_epoch)
+        return await self._parked(
+            functools.partial(self._init_transactional, transactional_id, txn_timeout_ms, expected), max_wait_ms
+        )
+
+    async def _init_transactional(
+        self, transactional_id: str, txn_timeout_ms: int, expected: tuple[int, int] | None
+    ) -> ProducerIdAndEpoch:
         entry = self._shard_of(transactional_id)
         async with self._locks.hold(transactional_id):
             self._check_still_owned(entry)
@@ -400,8 +450,8 @@ class TransactionCoordinator:
             )
         state = md.state
         if state.is_prepare:
-            raise ConcurrentTransactions(
-                f"transactional id {md.transactional_id!r}: markers of the last transaction are being written"
+            raise self._completing(
+                md, f"transactional id {md.transactional_id!r}: markers of the last transaction are being written"
             )
         if state is TransactionState.ONGOING:
             return md.prepare_fence_and_abort(self._clock())
@@ -419,28 +469,53 @@ class TransactionCoordinator:
     # ------------------------------------------------------------------------------ AddPartitions / AddOffsets
 
     async def add_partitions(
-        self, transactional_id: str, producer_id: int, producer_epoch: int, partitions: Collection[TopicPartition]
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        partitions: Collection[TopicPartition],
+        *,
+        max_wait_ms: int | None = None,
     ) -> None:
         """AddPartitionsToTxn (ref §2.4): make ``partitions`` participants of the open transaction.
+
+        Arriving while the previous transaction completes (the usual case right after EndTxn under KIP-890),
+        the call is parked until Complete* is durable, at most ``completion_wait_ms`` and ``max_wait_ms``.
 
         Raises:
             InvalidRequest: empty id or no partitions.
             InvalidProducerIdMapping: unknown id or another producer id.
             ProducerFenced: another epoch.
-            ConcurrentTransactions: a transition is in flight or the last transaction is completing.
+            ConcurrentTransactions: a transition is in flight, or the last transaction was still completing
+                when the wait ended.
         """
         if not partitions:
             raise InvalidRequest("AddPartitionsToTxn needs at least one partition")
-        await self._add_participants(transactional_id, producer_id, producer_epoch, frozenset(partitions), frozenset())
+        add = functools.partial(
+            self._add_participants, transactional_id, producer_id, producer_epoch, frozenset(partitions), frozenset()
+        )
+        await self._parked(add, max_wait_ms)
 
-    async def add_offsets(self, transactional_id: str, producer_id: int, producer_epoch: int, group: str) -> None:
+    async def add_offsets(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        group: str,
+        *,
+        max_wait_ms: int | None = None,
+    ) -> None:
         """AddOffsetsToTxn (ref §2.4): make ``group``'s offsets part of the transaction.
 
-        The group-offsets shard then receives a marker like any partition. Errors as :meth:`add_partitions`.
+        The group-offsets shard then receives a marker like any partition. Parking and errors as
+        :meth:`add_partitions`.
         """
         if not group:
             raise InvalidRequest("AddOffsetsToTxn needs a group id")
-        await self._add_participants(transactional_id, producer_id, producer_epoch, frozenset(), frozenset({group}))
+        add = functools.partial(
+            self._add_participants, transactional_id, producer_id, producer_epoch, frozenset(), frozenset({group})
+        )
+        await self._parked(add, max_wait_ms)
 
     async def _add_participants(
         self,
@@ -457,14 +532,18 @@ class TransactionCoordinator:
             self._check_still_owned(entry)
             md = self._known(entry, transactional_id)
             if md.producer_id != producer_id:
-                self._raise_foreign_producer_id(md, producer_id, producer_epoch)
+                self._raise_foreign_producer_id(md, producer_id, producer_epoch, parkable=True)
             if md.producer_epoch != producer_epoch or producer_epoch > LAST_USABLE_EPOCH:
                 # The reserved epoch only ever ends a fenced transaction; nobody may open one with it.
                 raise ProducerFenced(
                     f"transactional id {transactional_id!r}: epoch {producer_epoch} is not the current "
                     f"epoch {md.producer_epoch}"
                 )
-            if md.pending_state is not None or md.state.is_prepare:
+            if md.state.is_prepare:
+                raise self._completing(
+                    md, f"transactional id {transactional_id!r}: the previous transaction has not completed"
+                )
+            if md.pending_state is not None:
                 raise ConcurrentTransactions(
                     f"transactional id {transactional_id!r}: the previous transition has not completed"
                 )
@@ -811,13 +890,15 @@ class TransactionCoordinator:
             raise InvalidProducerIdMapping(f"transactional id {transactional_id!r} is unknown; call InitProducerId")
         return md
 
-    @staticmethod
-    def _raise_foreign_producer_id(md: TransactionMetadata, producer_id: int, producer_epoch: int) -> None:
+    def _raise_foreign_producer_id(
+        self, md: TransactionMetadata, producer_id: int, producer_epoch: int, *, parkable: bool = False
+    ) -> None:
         if md.state.is_prepare and producer_id == md.next_producer_id and producer_epoch == 0:
             # The caller already holds the identity the running completion will switch to.
-            raise ConcurrentTransactions(
-                f"transactional id {md.transactional_id!r}: the previous transaction is completing"
-            )
+            message = f"transactional id {md.transactional_id!r}: the previous transaction is completing"
+            if parkable:
+                raise self._completing(md, message)
+            raise ConcurrentTransactions(message)
         raise InvalidProducerIdMapping(
             f"transactional id {md.transactional_id!r} is mapped to producer id {md.producer_id}, not {producer_id}"
         )
@@ -846,14 +927,62 @@ class TransactionCoordinator:
             # later write supersedes a row that may have landed.
             md.abort_pending()
             self._forget_if_unpersisted(entry, md)
+            self._wake(md.transactional_id)
             raise
         if self._shards.get(entry.shard) is not entry or entry.txns.get(md.transactional_id) is not md:
+            self._wake(md.transactional_id)
             raise NotCoordinator(f"shard {entry.shard} changed owner while writing {md.transactional_id!r}")
         was_open = md.state.has_open_transaction
         md.complete_transition(transition)
         if md.state.has_open_transaction != was_open:
             entry.open_transactions += 1 if md.state.has_open_transaction else -1
             self._metrics.set_transactions_open(entry.shard, entry.open_transactions)
+        self._wake(md.transactional_id)
+
+    # ------------------------------------------------------------------------------ parking
+
+    def _completing(self, md: TransactionMetadata, message: str) -> _PreviousTransactionCompleting:
+        """The parkable form of CONCURRENT_TRANSACTIONS for ``md`` (called under the id's lock).
+
+        The signal is taken here, before the lock is released, so a transition applied between this
+        refusal and the wait cannot be missed.
+        """
+        settled = self._settled.get(md.transactional_id)
+        if settled is None or settled.done():
+            settled = self._settled[md.transactional_id] = asyncio.get_running_loop().create_future()
+        return _PreviousTransactionCompleting(ConcurrentTransactions(message), settled)
+
+    def _wake(self, transactional_id: str) -> None:
+        settled = self._settled.pop(transactional_id, None)
+        if settled is not None and not settled.done():
+            settled.set_result(None)
+
+    def _wake_parked(self, shard: int) -> None:
+        """Wake every request parked on ``shard``: its cache was replaced, they re-validate against the new one."""
+        for transactional_id in [t for t in self._settled if self._shard_for(t) == shard]:
+            self._wake(transactional_id)
+
+    async def _parked(self, attempt: Callable[[], Awaitable[T]], max_wait_ms: int | None) -> T:
+        """Run ``attempt``; while it finds the previous transaction completing, wait for that and run it again.
+
+        The wait ends after ``completion_wait_ms`` or ``max_wait_ms``, whichever is shorter; the request is
+        then answered CONCURRENT_TRANSACTIONS, exactly what it got before waiting.
+        """
+        loop = asyncio.get_running_loop()
+        budget_s = self._completion_wait_s if max_wait_ms is None else min(self._completion_wait_s, max_wait_ms / 1000)
+        deadline = loop.time() + budget_s
+        while True:
+            try:
+                return await attempt()
+            except _PreviousTransactionCompleting as busy:
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    raise busy.error from None
+                try:
+                    # shielded: the signal is shared by every request parked on the id
+                    await asyncio.wait_for(asyncio.shield(busy.settled), remaining)
+                except TimeoutError:
+                    raise busy.error from None
 
     @staticmethod
     def _forget_if_unpersisted(entry: _Shard, md: TransactionMetadata) -> None:
@@ -899,6 +1028,7 @@ def _expirable(md: TransactionMetadata, now_ms: int, expiration_ms: int) -> bool
 
 
 __all__ = [
+    "DEFAULT_COMPLETION_WAIT_MS",
     "DEFAULT_MAX_TRANSACTION_TIMEOUT_MS",
     "Clock",
     "MarkerCompletion",

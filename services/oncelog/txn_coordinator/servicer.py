@@ -23,6 +23,8 @@ from .state import TransactionState
 from .state_manager import MAX_TRANSACTIONAL_ID_BYTES
 
 _STATE_PREFIX = "TRANSACTION_STATE_"
+_REPLY_MARGIN_MS = 50
+"""Part of the caller's deadline kept back from a parked wait for sending the answer."""
 
 
 class CatalogLookups:
@@ -105,7 +107,11 @@ class TransactionCoordinatorServicer(pb.TransactionCoordinatorServiceServicer):
             if request.producer.producer_epoch >= 0:
                 expected_epoch = request.producer.producer_epoch
         identity = await self._coordinator.init_producer_id(
-            transactional_id, request.transaction_timeout_ms, expected_pid, expected_epoch
+            transactional_id,
+            request.transaction_timeout_ms,
+            expected_pid,
+            expected_epoch,
+            max_wait_ms=_wait_budget_ms(context),
         )
         return pb.InitProducerIdResponse(producer=_identity_pb(identity))
 
@@ -119,7 +125,11 @@ class TransactionCoordinatorServicer(pb.TransactionCoordinatorServiceServicer):
             raise InvalidRequest("AddPartitionsToTxn needs at least one partition")
         await self._lookups.check_partitions_exist(partitions)
         await self._coordinator.add_partitions(
-            request.transactional_id, producer.producer_id, producer.producer_epoch, partitions
+            request.transactional_id,
+            producer.producer_id,
+            producer.producer_epoch,
+            partitions,
+            max_wait_ms=_wait_budget_ms(context),
         )
         return pb.AddPartitionsToTxnResponse(partitions=request.partitions)
 
@@ -129,7 +139,11 @@ class TransactionCoordinatorServicer(pb.TransactionCoordinatorServiceServicer):
         _check_transactional_id(request.transactional_id)
         producer = _required_producer(request)
         await self._coordinator.add_offsets(
-            request.transactional_id, producer.producer_id, producer.producer_epoch, request.group_id
+            request.transactional_id,
+            producer.producer_id,
+            producer.producer_epoch,
+            request.group_id,
+            max_wait_ms=_wait_budget_ms(context),
         )
         address = await self._lookups.group_coordinator_address(request.group_id)
         return pb.AddOffsetsToTxnResponse(group_coordinator_address=address)
@@ -209,6 +223,18 @@ class TransactionCoordinatorServicer(pb.TransactionCoordinatorServiceServicer):
             coordinator_epoch=self._coordinator.owned_shards.get(self._shard_for(d.transactional_id), -1),
             last_update_time_ms=d.txn_last_update_timestamp,
         )
+
+
+def _wait_budget_ms(context: object) -> int | None:
+    """How long a parked request may wait so that its CONCURRENT_TRANSACTIONS answer beats the caller's deadline.
+
+    None when the call has no deadline (the coordinator's ``completion_wait_ms`` alone bounds the wait).
+    """
+    time_remaining = getattr(context, "time_remaining", None)
+    remaining_s = time_remaining() if callable(time_remaining) else None
+    if remaining_s is None:
+        return None
+    return max(0, int(remaining_s * 1000) - _REPLY_MARGIN_MS)
 
 
 def _check_transactional_id(transactional_id: str) -> None:

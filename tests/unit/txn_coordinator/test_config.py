@@ -41,3 +41,15 @@ def test_every_problem_is_reported_at_once() -> None:
     assert "lease_ms must be positive" in problems
     assert "marker_retry_backoff_max_ms must not be below" in problems
     assert "does not fit in int32" in problems
+
+
+def test_completion_wait_defaults_to_parking_and_zero_keeps_kafka_behaviour() -> None:
+    assert TxnCoordinatorSettings.from_env({}).completion_wait_ms == 5_000
+    kafka_like = TxnCoordinatorSettings.from_env({"ONCELOG_TXN_COORDINATOR_COMPLETION_WAIT_MS": "0"})
+    assert kafka_like.completion_wait_ms == 0
+
+
+def test_negative_completion_wait_is_a_problem() -> None:
+    with pytest.raises(ConfigError) as info:
+        TxnCoordinatorSettings.from_env({"ONCELOG_TXN_COORDINATOR_COMPLETION_WAIT_MS": "-1"})
+    assert info.value.problems == ["completion_wait_ms must not be negative, got -1"]

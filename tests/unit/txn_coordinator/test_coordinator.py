@@ -185,7 +185,11 @@ class FakeMarkers:
 
 
 class Harness:
-    def __init__(self) -> None:
+    """Coordinator over fakes; ``completion_wait_ms=0`` by default so requests behave exactly as Kafka's
+    (CONCURRENT_TRANSACTIONS at once while markers are pending); the parking tests pass a positive one."""
+
+    def __init__(self, completion_wait_ms: int = 0) -> None:
+        self.completion_wait_ms = completion_wait_ms
         self.clock = FakeClock()
         self.store = FakeStore()
         self.pids = FakeProducerIds()
@@ -200,6 +204,7 @@ class Harness:
             markers=self.markers,
             clock=self.clock,
             shard_for=shard_for,
+            completion_wait_ms=self.completion_wait_ms,
         )
 
     async def load_all(self, coordinator: TransactionCoordinator | None = None) -> None:
@@ -1127,3 +1132,131 @@ async def test_retry_racing_new_producer_at_producer_id_boundary(h: Harness, ret
 async def test_start_timestamp_is_unset_after_init(h: Harness) -> None:
     await h.init("t")
     assert h.describe("t").txn_start_timestamp == NO_TIMESTAMP
+
+
+# ------------------------------------------------------------------------------------- parking (completion_wait_ms)
+
+
+async def parked(task: asyncio.Task[object]) -> bool:
+    """Whether ``task`` is still waiting after everything else runnable ran (it is not spinning or done)."""
+    for _ in range(20):
+        await asyncio.sleep(0)
+    return not task.done()
+
+
+@pytest.mark.parametrize("commit", [True, False])
+async def test_add_partitions_waits_for_previous_markers_instead_of_rejecting(commit: bool) -> None:
+    """Parked, not refused: the request succeeds once Complete* is durable, and never writes before it."""
+    h = Harness(completion_wait_ms=10_000)
+    await h.load_all()
+    pid, epoch = await h.begin("t")
+    next_identity = await h.coordinator.end_txn("t", pid, epoch, commit=commit)
+    add = asyncio.create_task(h.coordinator.add_partitions("t", *next_identity, {TP1}))
+    assert await parked(add)
+    assert h.store.states_written("t")[-1] is (S.PREPARE_COMMIT if commit else S.PREPARE_ABORT)
+
+    await h.markers.deliver_all()
+    await add
+    complete = S.COMPLETE_COMMIT if commit else S.COMPLETE_ABORT
+    assert h.store.states_written("t")[-2:] == [complete, S.ONGOING], "Complete* is durable before the next txn"
+    described = h.describe("t")
+    assert (described.state, described.producer_epoch, described.partitions) == (S.ONGOING, next_identity[1], {TP1})
+
+
+async def test_add_offsets_waits_for_previous_markers_instead_of_rejecting() -> None:
+    h = Harness(completion_wait_ms=10_000)
+    await h.load_all()
+    pid, epoch = await h.begin("t")
+    next_identity = await h.coordinator.end_txn("t", pid, epoch, commit=True)
+    add = asyncio.create_task(h.coordinator.add_offsets("t", *next_identity, "copier-group"))
+    assert await parked(add)
+    await h.markers.deliver_all()
+    await add
+    assert (h.describe("t").state, h.describe("t").groups) == (S.ONGOING, {"copier-group"})
+
+
+async def test_init_producer_id_waits_for_previous_markers_instead_of_rejecting() -> None:
+    h = Harness(completion_wait_ms=10_000)
+    await h.load_all()
+    pid, epoch = await h.begin("t")
+    await h.coordinator.end_txn("t", pid, epoch, commit=True)
+    init = asyncio.create_task(h.init("t"))
+    assert await parked(init)
+    await h.markers.deliver_all()
+    assert await init == (pid, epoch + 2), "the commit completed, then the new instance's bump"
+    assert h.store.states_written("t")[-2:] == [S.COMPLETE_COMMIT, S.EMPTY]
+
+
+async def test_add_partitions_after_epoch_overflow_waits_for_rotation() -> None:
+    """The caller already holds the next producer id (epoch 0) the completion switches to: parked as well."""
+    h = Harness(completion_wait_ms=10_000)
+    h.seed("t", S.ONGOING, producer_id=10, epoch=LAST_USABLE_EPOCH)
+    await h.load_all()
+    next_identity = await h.coordinator.end_txn("t", 10, LAST_USABLE_EPOCH, commit=True)
+    assert next_identity.producer_id != 10 and next_identity.producer_epoch == 0
+    add = asyncio.create_task(h.coordinator.add_partitions("t", *next_identity, {TP1}))
+    assert await parked(add)
+    await h.markers.deliver_all()
+    await add
+    assert (h.describe("t").producer_id, h.describe("t").state) == (next_identity.producer_id, S.ONGOING)
+
+
+async def test_transaction_stuck_in_prepare_still_gets_concurrent_transactions_after_the_wait() -> None:
+    h = Harness(completion_wait_ms=30)
+    await h.load_all()
+    pid, epoch = await h.begin("t")
+    next_identity = await h.coordinator.end_txn("t", pid, epoch, commit=True)
+    writes = len(h.store.writes)
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    await expect(ConcurrentTransactions, h.coordinator.add_partitions("t", *next_identity, {TP1}))
+    assert loop.time() - started >= 0.03, "the request waited for the markers first"
+    await expect(ConcurrentTransactions, h.coordinator.add_offsets("t", *next_identity, "group"))
+    await expect(ConcurrentTransactions, h.init("t"))
+    assert len(h.store.writes) == writes, "nothing was written while the transaction is stuck"
+    assert h.describe("t").state is S.PREPARE_COMMIT
+
+
+async def test_caller_deadline_bounds_the_wait() -> None:
+    h = Harness(completion_wait_ms=60_000)
+    await h.load_all()
+    pid, epoch = await h.begin("t")
+    next_identity = await h.coordinator.end_txn("t", pid, epoch, commit=True)
+    call = h.coordinator.add_partitions("t", *next_identity, {TP1}, max_wait_ms=20)
+    await asyncio.wait_for(expect(ConcurrentTransactions, call), timeout=5)
+
+
+async def test_parked_request_revalidates_and_is_fenced_by_a_new_instance() -> None:
+    """Woken by any transition: a parked request of an instance replaced meanwhile is refused, not applied."""
+    h = Harness(completion_wait_ms=10_000)
+    await h.load_all()
+    pid, epoch = await h.begin("t")
+    next_identity = await h.coordinator.end_txn("t", pid, epoch, commit=True)
+    init = asyncio.create_task(h.init("t"))
+    add = asyncio.create_task(h.coordinator.add_partitions("t", *next_identity, {TP1}))
+    assert await parked(init) and await parked(add)
+    await h.markers.deliver_all()
+    assert await init == (pid, next_identity.producer_epoch + 1)
+    outcome = (await asyncio.gather(add, return_exceptions=True))[0]
+    # woken behind the new instance's bump: refused while that write is in flight, fenced after it
+    assert isinstance(outcome, ConcurrentTransactions | ProducerFenced), outcome
+    await expect(ProducerFenced, h.coordinator.add_partitions("t", *next_identity, {TP1}))
+    described = h.describe("t")
+    assert (described.state, described.partitions) == (S.EMPTY, frozenset())
+
+
+async def test_unload_wakes_parked_requests_with_not_coordinator() -> None:
+    h = Harness(completion_wait_ms=10_000)
+    await h.load_all()
+    pid, epoch = await h.begin("t")
+    next_identity = await h.coordinator.end_txn("t", pid, epoch, commit=True)
+    add = asyncio.create_task(h.coordinator.add_partitions("t", *next_identity, {TP1}))
+    assert await parked(add)
+    h.coordinator.unload(shard_for("t"))
+    with pytest.raises(NotCoordinator):
+        await asyncio.wait_for(add, timeout=5)
+
+
+def test_negative_completion_wait_is_rejected() -> None:
+    with pytest.raises(ValueError, match="completion_wait_ms"):
+        Harness(completion_wait_ms=-1)

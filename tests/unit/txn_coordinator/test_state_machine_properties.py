@@ -48,6 +48,8 @@ pytestmark = pytest.mark.timeout(600)
 S = TransactionState
 SHARDS = 2
 TIMEOUT_MS = 10_000
+PARK_MS = 0
+"""completion_wait_ms of the coordinators under test (no parking, see ``_start_generation``)."""
 EXPIRATION_MS = 10 * TIMEOUT_MS
 IDS = ("t-a", "t-b", "t-exhausted")
 SLOTS = (0, 1)
@@ -356,8 +358,15 @@ class CoordinatorInterleavings(RuleBasedStateMachine):
         for shard in range(SHARDS):
             self.store.lease_epochs[shard] = epoch
         sink = FakeSink()
+        # Kafka's immediate CONCURRENT_TRANSACTIONS: a parked request's wait is bounded in real time, which
+        # would make the machine's steps depend on the wall clock; parking has its own named tests.
         coordinator = TransactionCoordinator(
-            store=self.store, producer_ids=self.pids, markers=sink, clock=self.clock, shard_for=shard_for
+            store=self.store,
+            producer_ids=self.pids,
+            markers=sink,
+            clock=self.clock,
+            shard_for=shard_for,
+            completion_wait_ms=PARK_MS,
         )
         self.generations.append(Generation(epoch, coordinator, sink))
 
