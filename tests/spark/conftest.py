@@ -7,8 +7,6 @@ Spark test shares it; each test gets its own topics and checkpoint directory.
 from __future__ import annotations
 
 import os
-import shutil
-import sys
 import time
 import uuid
 from collections.abc import Iterator, Sequence
@@ -23,22 +21,12 @@ from oncelog.api.storage import v1 as pb
 from oncelog.records import Record, build_batch
 from oncelog.rpc import from_error_info, sync_channel
 from oncelog.testing import LocalCluster
-
-
-def _missing() -> str | None:
-    try:
-        import pyarrow  # noqa: F401
-        import pyspark  # noqa: F401
-    except ImportError as exc:
-        return f"the spark extra is not installed ({exc}); pip install -e '.[spark]'"
-    if not (shutil.which("java") or os.environ.get("JAVA_HOME")):
-        return "Java 17 or 21 is not installed (Spark needs a JVM)"
-    return None
+from oncelog.testing.spark import QUICK_JVM, local_spark_session, spark_unavailable
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark every test here ``spark`` and skip them all, with the reason, when Spark cannot run."""
-    reason = _missing()
+    reason = spark_unavailable()
     here = Path(__file__).parent
     for item in items:
         if here in Path(item.fspath).parents:
@@ -50,42 +38,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.fixture(scope="session")
 def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """``local[2,2]``: two task threads, two attempts per task (retries need the second number, §3.4)."""
-    # workers must run this interpreter, which has pyarrow, not whatever python3 is on PATH (§7)
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    # the host name may resolve to loopback; keep every Spark socket there instead of the first NIC (§7)
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    from pyspark.sql import SparkSession
-
-    from oncelog.spark import OncelogDataSource
-
-    tmp = tmp_path_factory.mktemp("spark")
-    log4j = tmp / "log4j2.properties"
-    log4j.write_text(
-        "rootLogger.level = error\nrootLogger.appenderRef.stderr.ref = console\n"
-        "appender.console.type = Console\nappender.console.name = console\nappender.console.target = SYSTEM_ERR\n"
-        "appender.console.layout.type = PatternLayout\nappender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n\n"
-    )
-    java_options = os.environ.get("SPARK_TEST_JOPTS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
-    session = (
-        SparkSession.builder.master("local[2,2]")
-        .appName("oncelog-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.default.parallelism", "2")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.local.dir", str(tmp))
-        .config("spark.sql.warehouse.dir", str(tmp / "warehouse"))
-        .config("spark.sql.streaming.noDataMicroBatches.enabled", "false")
-        .config("spark.driver.extraJavaOptions", f"{java_options} -Dlog4j2.configurationFile=file:{log4j}")
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("ERROR")
-    session.dataSource.register(OncelogDataSource)
-    yield session
-    session.stop()
+    java_options = os.environ.get("SPARK_TEST_JOPTS", QUICK_JVM)
+    with local_spark_session(
+        tmp_path_factory.mktemp("spark"), app_name="oncelog-tests", java_options=java_options
+    ) as session:
+        yield session
 
 
 @pytest.fixture(scope="session")

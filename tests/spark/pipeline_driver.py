@@ -7,52 +7,33 @@ the whole process group (driver JVM and Python workers) with SIGKILL, then resta
 
 from __future__ import annotations
 
-import os
 import sys
 import tempfile
+from pathlib import Path
+
+from oncelog.testing.spark import local_spark_session
 
 
 def main(bootstrap: str, source: str, sink: str, checkpoint: str) -> None:
     """Run the pipeline until killed."""
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    from pyspark.sql import SparkSession
-
-    from oncelog.spark import OncelogDataSource
-
-    local = tempfile.mkdtemp(prefix="spark-driver-")
-    spark = (
-        SparkSession.builder.master("local[2,2]")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.local.dir", local)
-        .config("spark.sql.streaming.noDataMicroBatches.enabled", "false")
-        .config("spark.driver.extraJavaOptions", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    spark.dataSource.register(OncelogDataSource)
-    frame = (
-        spark.readStream.format("oncelog")
-        .option("bootstrap", bootstrap)
-        .option("topic", source)
-        .option("startingOffsets", "earliest")
-        .option("maxRecordsPerTrigger", "30")
-        .load()
-        .selectExpr("CAST(offset AS STRING) AS key", "upper(CAST(value AS STRING)) AS value")
-    )
-    query = (
-        frame.writeStream.format("oncelog")
-        .option("bootstrap", bootstrap)
-        .option("topic", sink)
-        .option("checkpointLocation", checkpoint)
-        .start()
-    )
-    query.awaitTermination()
+    with local_spark_session(Path(tempfile.mkdtemp(prefix="spark-driver-")), app_name="oncelog-crash-test") as spark:
+        frame = (
+            spark.readStream.format("oncelog")
+            .option("bootstrap", bootstrap)
+            .option("topic", source)
+            .option("startingOffsets", "earliest")
+            .option("maxRecordsPerTrigger", "30")
+            .load()
+            .selectExpr("CAST(offset AS STRING) AS key", "upper(CAST(value AS STRING)) AS value")
+        )
+        query = (
+            frame.writeStream.format("oncelog")
+            .option("bootstrap", bootstrap)
+            .option("topic", sink)
+            .option("checkpointLocation", checkpoint)
+            .start()
+        )
+        query.awaitTermination()
 
 
 if __name__ == "__main__":

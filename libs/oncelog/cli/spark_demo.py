@@ -34,23 +34,12 @@ from rich.table import Table
 from oncelog.client import AdminClient, Consumer, NewTopic, Producer
 from oncelog.testing import LocalCluster
 from oncelog.testing.reading import read_all
+from oncelog.testing.spark import spark_unavailable
 
 console = Console()
 PIPELINE = Path(__file__).resolve().parents[3] / "examples" / "spark_orders_pipeline.py"
 SOURCE, SINK = "orders", "orders-enriched"
 PARTITIONS = 4
-
-
-def _missing_spark() -> str | None:
-    """Why Spark cannot run here, or None."""
-    try:
-        import pyarrow  # noqa: F401
-        import pyspark  # noqa: F401
-    except ImportError as exc:
-        return f"the spark extra is not installed ({exc}): pip install -e '.[spark]'"
-    if not (shutil.which("java") or os.environ.get("JAVA_HOME")):
-        return "Java 17 or 21 is needed for Spark: install a JDK or set JAVA_HOME"
-    return None
 
 
 def _load_pipeline() -> ModuleType:
@@ -190,7 +179,7 @@ def spark_demo(
 
     Example: oncelog spark-demo --orders 50000 --kills 3
     """
-    reason = _missing_spark()
+    reason = spark_unavailable()
     if reason:
         console.print(f"[red]cannot run the Spark demo:[/red] {reason}")
         raise typer.Exit(2)

@@ -1,0 +1,83 @@
+"""A local SparkSession set up the way this machine needs it (reference pyspark-connector §7, §8).
+
+Shared by the Spark tests, the Spark benchmark and ``oncelog spark-demo``: Python workers run this interpreter
+(which has pyarrow and oncelog), every Spark socket stays on loopback, the UI is off, logging goes to stderr at
+ERROR, and the ``oncelog`` data source is registered.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+QUICK_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+"""JVM flags that start Spark faster on a small machine: C1 only and the serial collector (§8)."""
+
+
+def spark_unavailable() -> str | None:
+    """Why Spark cannot run here (the extra or Java missing), with the fix; None when it can."""
+    try:
+        import pyarrow  # noqa: F401
+        import pyspark  # noqa: F401
+    except ImportError as exc:
+        return f"the spark extra is not installed ({exc}): pip install -e '.[spark]'"
+    if not (shutil.which("java") or os.environ.get("JAVA_HOME")):
+        return "Java 17 or 21 is needed for Spark: install a JDK or set JAVA_HOME"
+    return None
+
+
+def use_this_python() -> None:
+    """Make Spark's Python workers run this interpreter and bind to loopback (§7)."""
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    # the host name may resolve to loopback; keep every Spark socket there instead of the first NIC
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+
+
+@contextmanager
+def local_spark_session(
+    tmp: Path, *, master: str = "local[2,2]", app_name: str = "oncelog", java_options: str = QUICK_JVM
+) -> Iterator[Any]:
+    """A started ``SparkSession`` on ``master`` with its scratch space under ``tmp``; stopped on exit.
+
+    ``local[2,2]`` gives two task threads and two attempts per task, so task retries happen as on a
+    cluster (§3.4). Shuffles use two partitions, and empty micro-batches are not run.
+    """
+    use_this_python()
+    from pyspark.sql import SparkSession
+
+    from oncelog.spark import OncelogDataSource
+
+    tmp.mkdir(parents=True, exist_ok=True)
+    log4j = tmp / "log4j2.properties"
+    log4j.write_text(
+        "rootLogger.level = error\nrootLogger.appenderRef.stderr.ref = console\n"
+        "appender.console.type = Console\nappender.console.name = console\nappender.console.target = SYSTEM_ERR\n"
+        "appender.console.layout.type = PatternLayout\nappender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n\n"
+    )
+    session = (
+        SparkSession.builder.master(master)
+        .appName(app_name)
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.default.parallelism", "2")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.local.dir", str(tmp))
+        .config("spark.sql.warehouse.dir", str(tmp / "warehouse"))
+        .config("spark.sql.streaming.noDataMicroBatches.enabled", "false")
+        .config("spark.driver.extraJavaOptions", f"{java_options} -Dlog4j2.configurationFile=file:{log4j}".strip())
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    session.dataSource.register(OncelogDataSource)
+    try:
+        yield session
+    finally:
+        session.stop()
