@@ -18,6 +18,11 @@ one), so both sides make every acknowledged commit durable, as storage does on `
 cluster's catalog and coordinator table live on that server (``postgres`` backend) or on SQLite files
 (``sqlite`` backend; the baseline is still PostgreSQL).
 
+A third line puts the target in proportion: empty gRPC calls (health ``Check``) per second from 32 concurrent
+callers to the coordinator process, divided by the 4 client calls a transaction needs (AddPartitionsToTxn,
+Produce to each of the 2 nodes, EndTxn; markers ride RPCs batched across transactions). That is the rate of
+a transaction that did no work at all in this stack on this machine.
+
 Each figure is the median of ``--runs`` runs with its spread ((max - min) / median); runs interleave the
 producer counts and the baseline, so the ratios compare figures taken under the same machine load.
 """
@@ -38,7 +43,9 @@ from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
+import grpc
 import psycopg
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from bench.common import Series, report
 from oncelog.client.records import TopicPartition
@@ -88,6 +95,37 @@ async def transactions_per_second(view: ClusterView, producers: int, seconds: fl
 
     await asyncio.gather(*(loop(d, _partitions(i)) for i, d in enumerate(drivers)))
     return committed / seconds
+
+
+# ---------------------------------------------------------------------------------------------- floor
+
+
+RPCS_PER_TRANSACTION = 4
+"""Client calls of one benchmark transaction: AddPartitionsToTxn, Produce to each of 2 nodes, EndTxn."""
+
+
+async def empty_calls_per_second(address: str, callers: int, seconds: float) -> float:
+    """Health ``Check`` calls per second from ``callers`` concurrent callers to one service process.
+
+    The cheapest call a service answers (through the same server, interceptors included): what the Python
+    gRPC stack alone costs on this machine. A transaction needs :data:`RPCS_PER_TRANSACTION` client calls
+    (markers ride batched RPCs), so this divided by that is the ceiling of a transaction that did no work.
+    """
+    async with grpc.aio.insecure_channel(address) as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        request = health_pb2.HealthCheckRequest()
+        await stub.Check(request, timeout=10)
+        calls = 0
+        deadline = time.perf_counter() + seconds
+
+        async def loop() -> None:
+            nonlocal calls
+            while time.perf_counter() < deadline:
+                await stub.Check(request, timeout=10)
+                calls += 1
+
+        await asyncio.gather(*(loop() for _ in range(callers)))
+    return calls / seconds
 
 
 # ---------------------------------------------------------------------------------------------- baseline
@@ -185,25 +223,29 @@ def durable_postgres(bin_dir: Path) -> Iterator[str]:
 
 async def _measure(
     cluster: LocalCluster, baseline_url: str, runs: int, seconds: float
-) -> tuple[dict[int, Series], Series]:
+) -> tuple[dict[int, Series], Series, Series]:
     view = ClusterView(lambda: cluster.addresses("txn-coordinator") + cluster.addresses("partition-storage"))
     await view.create_topic(TOPIC, TOPIC_PARTITIONS)
     series = {n: Series(f"{n} producers", []) for n in PRODUCER_COUNTS}
     baseline = Series(f"PostgreSQL, {BASELINE_CONNECTIONS} connections", [])
+    floor = Series(f"empty gRPC calls / {RPCS_PER_TRANSACTION}", [])
+    coordinator = cluster.addresses("txn-coordinator")[0]
     try:
         for run in range(runs):
             for n in PRODUCER_COUNTS:
                 series[n].rates.append(await transactions_per_second(view, n, seconds))
             baseline.rates.append(await postgres_commits_per_second(baseline_url, BASELINE_CONNECTIONS, seconds))
+            calls = await empty_calls_per_second(coordinator, max(PRODUCER_COUNTS), seconds)
+            floor.rates.append(calls / RPCS_PER_TRANSACTION)
             print(
                 f"  run {run + 1}/{runs}: "
                 + ", ".join(f"{n} producers {series[n].rates[-1]:,.0f}/s" for n in PRODUCER_COUNTS)
-                + f"; PostgreSQL {baseline.rates[-1]:,.0f}/s",
+                + f"; PostgreSQL {baseline.rates[-1]:,.0f}/s; empty gRPC calls {calls:,.0f}/s",
                 flush=True,
             )
     finally:
         await view.close()
-    return series, baseline
+    return series, baseline, floor
 
 
 def main() -> None:
@@ -226,7 +268,7 @@ def main() -> None:
             database_url = server_url if backend == "postgres" else ""
             print(f"{backend}: starting the cluster in {tmp}", flush=True)
             with LocalCluster(tmp, storage_nodes=2, database_url=database_url) as cluster:
-                series, baseline = asyncio.run(_measure(cluster, server_url, args.runs, args.seconds))
+                series, baseline, floor = asyncio.run(_measure(cluster, server_url, args.runs, args.seconds))
             title = (
                 f"small transactions (4 partitions x 1 record) on {backend}, PostgreSQL fsync={args.pg_fsync} "
                 f"({args.runs} runs x {args.seconds}s)"
@@ -235,6 +277,9 @@ def main() -> None:
                 ("baseline: " + baseline.name + ", 4 INSERTs/txn", baseline, None)
             ]
             rows += [(f"oncelog, {n} transactional producers", series[n], baseline) for n in PRODUCER_COUNTS]
+            rows.append(
+                (f"ceiling: {max(PRODUCER_COUNTS)} callers' empty gRPC calls / {RPCS_PER_TRANSACTION}", floor, baseline)
+            )
             print(report(title, rows))
             print(flush=True)
 
