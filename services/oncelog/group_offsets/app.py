@@ -19,7 +19,7 @@ from oncelog.group_offsets.offset_manager import OffsetMetadataManager, OffsetSt
 from oncelog.group_offsets.offset_store import CachedOffsetStore, SqlOffsetStore
 from oncelog.group_offsets.partitions import CatalogPartitions
 from oncelog.group_offsets.servicer import GroupOffsetsServicer
-from oncelog.group_offsets.shards import ShardLeaseManager
+from oncelog.group_offsets.shards import GroupShardOwnership, group_shard_leases
 from oncelog.rpc import ServiceSpec
 from oncelog.rpc.runner import run_service
 from oncelog.storage.sql import create_engine
@@ -47,7 +47,7 @@ def build(settings: GroupOffsetsSettings) -> ServiceSpec:
             ttl_s=settings.cache_ttl_s,
             key_prefix=cache_key_prefix(node.cluster.cluster_id),
         )
-    leases = ShardLeaseManager(
+    leases = group_shard_leases(
         node.store,
         node_id=node.membership.node_id,
         shard_count=node.cluster.group_offsets_shards,
@@ -57,14 +57,21 @@ def build(settings: GroupOffsetsSettings) -> ServiceSpec:
         role=ROLE,
     )
     manager = OffsetMetadataManager(
-        store, leases, partitions=CatalogPartitions(node.store), max_metadata_bytes=settings.max_metadata_bytes
+        store,
+        GroupShardOwnership(leases),
+        partitions=CatalogPartitions(node.store),
+        max_metadata_bytes=settings.max_metadata_bytes,
     )
     node.spec.add(
         pb.add_GroupOffsetsServiceServicer_to_server,
         GroupOffsetsServicer(manager),
         group_offsets_service_pb2.DESCRIPTOR.services_by_name["GroupOffsetsService"].full_name,
     )
-    node.spec.on_start.append(leases.start)
+
+    async def start(address: str) -> None:
+        await leases.start()  # shards are claimed before the server reports SERVING
+
+    node.spec.on_start.append(start)
 
     async def dispose() -> None:
         if redis_client is not None:

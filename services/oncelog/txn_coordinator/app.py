@@ -27,7 +27,7 @@ from oncelog.txn_coordinator.marker_channel import (
     TransactionMarkerChannelManager,
 )
 from oncelog.txn_coordinator.servicer import CatalogLookups, TransactionCoordinatorServicer
-from oncelog.txn_coordinator.shards import ROLE, ShardLeaseManager
+from oncelog.txn_coordinator.shards import ROLE, txn_shard_leases
 from oncelog.txn_coordinator.state_manager import TransactionStateManager
 
 log = logging.getLogger(__name__)
@@ -104,7 +104,7 @@ def build(settings: TxnCoordinatorSettings) -> ServiceSpec:
         max_transaction_timeout_ms=settings.transaction_max_timeout_ms,
         completion_wait_ms=settings.completion_wait_ms,
     )
-    leases = ShardLeaseManager(
+    leases = txn_shard_leases(
         catalog=node.store,
         coordinator=coordinator,
         table=store,

@@ -1,4 +1,8 @@
-"""ShardLeaseManager over a real SQLite catalog: acquisition, renewal, takeover, loss and release (ref §2.10)."""
+"""The coordinator's shard leases over a real SQLite catalog: claim, load, takeover, loss and release (ref §2.10).
+
+The lease mechanics are tested in tests/unit/catalog/test_leases.py; these tests check the coordinator's hooks:
+claim before load, unload plus dropped markers on loss.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +13,7 @@ import pytest
 from oncelog.catalog.store import CatalogStore, ShardLease
 from oncelog.errors import StorageUnavailable
 from oncelog.storage.sql import create_engine
-from oncelog.txn_coordinator.shards import ROLE, ShardLeaseManager
+from oncelog.txn_coordinator.shards import ROLE, txn_shard_leases
 
 pytestmark = pytest.mark.timeout(20)
 
@@ -58,10 +62,12 @@ class FakeCoordinator:
 
 
 class Node:
-    def __init__(self, catalog: CatalogStore, node_id: str, clock: Clock) -> None:
-        self.events: list[tuple[str, int, int]] = []
+    def __init__(
+        self, catalog: CatalogStore, node_id: str, clock: Clock, events: list[tuple[str, int, int]] | None = None
+    ) -> None:
+        self.events: list[tuple[str, int, int]] = [] if events is None else events
         self.coordinator = FakeCoordinator(self.events)
-        self.manager = ShardLeaseManager(
+        self.manager = txn_shard_leases(
             catalog=catalog,
             coordinator=self.coordinator,  # type: ignore[arg-type]
             table=self,
@@ -169,3 +175,23 @@ async def test_a_fenced_write_stops_serving_the_shard_at_once(catalog: FlakyCata
     a.manager.fenced(2, coordinator_epoch=1)
     assert 2 not in a.coordinator.loaded
     assert ("drop-markers", 2, -1) in a.events
+
+
+async def test_lease_lost_unloads_and_drops_markers_before_another_coordinator_loads(
+    catalog: FlakyCatalog, clock: Clock
+) -> None:
+    timeline: list[tuple[str, int, int]] = []
+    a, b = Node(catalog, "a", clock, timeline), Node(catalog, "b", clock, timeline)
+    await a.manager.run_once()
+    catalog.unavailable = True  # a cannot renew any more
+    for _ in range(3):
+        clock.now += LEASE_MS // 3
+        await a.manager.run_once()
+    assert a.coordinator.loaded == {}
+    catalog.unavailable = False
+    clock.now = catalog.shard_lease(ROLE, 0).lease_expires_at_ms  # type: ignore[union-attr]
+    await b.manager.run_once()
+    assert b.coordinator.loaded == dict.fromkeys(range(SHARDS), 2)
+    for shard in range(SHARDS):
+        assert timeline.index(("unload", shard, 1)) < timeline.index(("drop-markers", shard, -1))
+        assert timeline.index(("drop-markers", shard, -1)) < timeline.index(("takeover", shard, 2))
