@@ -6,20 +6,24 @@ Needs the ``spark`` extra and Java 17/21. Everything runs in one process: a Loca
 one SparkSession ``local[2]`` (reference pyspark-connector §8 settings, default JVM flags), and these
 measurements:
 
-1. **Sink ratio.** A 2-partition source topic holds ``(runs + 1) * rows`` small records. Three streaming
-   queries read it from the start with ``maxRecordsPerTrigger=rows`` and the same transform
-   (``key = offset``, ``value = upper(value)``), each into its own sink: Spark's ``noop`` sink, the oncelog
-   sink with ``atomicity=task`` (one transaction per Spark task) and with ``atomicity=batch`` (one driver
-   transaction per micro-batch). The first batch of each query is cold (Python workers start, pyarrow is
-   imported) and is dropped; the figure is the median ``triggerExecution`` time of the ``runs`` warm
-   batches, and the ratio sink ÷ noop is the cost of exactly-once delivery (target <= 1.5). The queries
-   run one after another, so the ratio carries the machine's load drift between them; the spread column
-   shows how large it was.
-2. **Batch reader.** ``spark.read.format("oncelog")`` of the whole source topic into the ``noop`` sink
+1. **Sink ratio.** Four streaming queries run the same pipeline (``key = offset``, ``value = upper(value)``)
+   from a 2-partition source topic of their own, each into its own sink: Spark's ``noop`` sink, a Python
+   sink that only drains its rows (:class:`DrainDataSource`: the floor of any Python Data Source sink), the
+   oncelog sink with ``atomicity=task`` (one transaction per Spark task) and with ``atomicity=batch`` (one
+   driver transaction per micro-batch). The queries run side by side and take turns: each round commits
+   ``rows`` small records to each query's source in one transaction (so a micro-batch holds exactly
+   ``rows``) and waits until that query has processed them, rotating the order every round. Every batch
+   thus runs while the other queries only poll, and a drift of the machine's load reaches all sinks alike.
+   Round 0 is cold (Python workers start, pyarrow is imported) and is dropped; the figure is the median
+   ``triggerExecution`` time of the ``runs`` warm batches, and the ratio sink ÷ noop is the cost of
+   exactly-once delivery (target <= 1.5).
+2. **Batch reader.** ``spark.read.format("oncelog")`` of one whole source topic into the ``noop`` sink
    (every column materialized), ``runs`` times after one cold read; rows per second.
-3. **Where the sink's time goes.** Without Spark: one task's rows (``rows / 2``) through
+3. **Where the sink's time goes.** Without Spark: one task's rows (``rows / 2``, one Arrow batch) through
    :class:`~oncelog.spark.writer.TaskWriter`, and a batch through :class:`~oncelog.spark.atomic.OutputStager`
-   and :class:`~oncelog.spark.atomic.DriverCommitter`, with the producer's calls timed by a wrapper.
+   and :class:`~oncelog.spark.atomic.DriverCommitter`, with the producer's calls timed by a wrapper. The
+   rows are ready at once here, so the task's InitProducerId and marker read, which in Spark overlap with
+   computing the rows, show up as waiting time.
 
 Figures are medians with their spread ((max - min) / median); the machine is shared, so compare ratios
 taken in the same run.
@@ -37,8 +41,11 @@ import uuid
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from pyspark.sql.datasource import DataSource, DataSourceStreamArrowWriter, DataSourceStreamWriter, WriterCommitMessage
 
 from bench.common import Series
 from oncelog.client import AdminClient, NewTopic, Producer
@@ -46,6 +53,7 @@ from oncelog.testing import LocalCluster
 
 VALUE_BYTES = 64
 SOURCE_PARTITIONS = 2
+_PROFILE_GAP_S = 0.3
 
 
 def _topic(bootstrap: str, prefix: str, partitions: int) -> str:
@@ -55,18 +63,77 @@ def _topic(bootstrap: str, prefix: str, partitions: int) -> str:
     return name
 
 
-def fill_source(bootstrap: str, records: int) -> str:
-    """A 2-partition topic with ``records`` small records spread evenly (idempotent producer)."""
-    name = _topic(bootstrap, "bench-spark-in", SOURCE_PARTITIONS)
-    with Producer(bootstrap, batch_size=256 * 1024, linger_ms=20) as producer:
-        last = None
-        for i in range(records):
-            value = f"order-{i:08d}-".encode().ljust(VALUE_BYTES, b"x")
-            last = producer.send(name, value, partition=i % SOURCE_PARTITIONS)
-        producer.flush()
-        assert last is not None
-        last.result()
-    return name
+def _values(indexes: range) -> list[bytes]:
+    return [f"order-{i:08d}-".encode().ljust(VALUE_BYTES, b"x") for i in indexes]
+
+
+@dataclass(frozen=True)
+class Sink:
+    """A sink the pipeline writes into: its row label, Spark format and options (bootstrap and topic added)."""
+
+    label: str
+    format: str
+    options: dict[str, str] = field(default_factory=dict)
+
+
+class _DrainWriter(DataSourceStreamArrowWriter):
+    def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
+        for _ in iterator:
+            pass
+        return WriterCommitMessage()
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        pass
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        pass
+
+
+class DrainDataSource(DataSource):
+    """A Python streaming sink that reads its rows and does nothing else: what any Python Data Source sink costs.
+
+    Its distance to ``noop`` is the price of the Python Data Source API itself (an extra Python worker per task,
+    the rows shipped to it as Arrow batches, the commit messages), which the oncelog sink pays too.
+    """
+
+    @classmethod
+    def name(cls) -> str:
+        """The format name."""
+        return "oncelog-bench-drain"
+
+    def streamWriter(self, schema: Any, overwrite: bool) -> DataSourceStreamWriter:
+        """A writer that drains every task's rows."""
+        return _DrainWriter()
+
+
+class SourceFeeder:
+    """Appends one micro-batch worth of records to a source topic per call, in one transaction.
+
+    The streaming reader reads up to the last stable offset, so a query sees all of a round's records at
+    once or none of them: every micro-batch holds exactly ``rows`` records.
+    """
+
+    def __init__(self, bootstrap: str, rows: int) -> None:
+        self.rows = rows
+        self._producer = Producer(
+            bootstrap, transactional_id=f"bench-feed-{uuid.uuid4().hex[:8]}", batch_size=256 * 1024, linger_ms=20
+        )
+        self._producer.init_transactions()
+        self._next: dict[str, int] = defaultdict(int)
+
+    def feed(self, topic: str) -> None:
+        """Commit the next ``rows`` records of ``topic``, spread evenly over its partitions."""
+        first = self._next[topic]
+        self._next[topic] += self.rows
+        self._producer.begin_transaction()
+        for partition in range(SOURCE_PARTITIONS):
+            indexes = range(first + partition, first + self.rows, SOURCE_PARTITIONS)
+            self._producer.send_batch(topic, _values(indexes), partition=partition)
+        self._producer.commit_transaction()
+
+    def close(self) -> None:
+        """Release the producer."""
+        self._producer.close()
 
 
 @contextmanager
@@ -102,6 +169,7 @@ def spark_session(tmp: Path) -> Iterator[Any]:
     )
     session.sparkContext.setLogLevel("ERROR")
     session.dataSource.register(OncelogDataSource)
+    session.dataSource.register(DrainDataSource)
     try:
         yield session
     finally:
@@ -111,33 +179,103 @@ def spark_session(tmp: Path) -> Iterator[Any]:
 # ------------------------------------------------------------------------------------------ micro-batches
 
 
-def micro_batches(
-    spark: Any, bootstrap: str, source: str, rows: int, checkpoint: Path, sink: dict[str, str] | None
-) -> list[dict[str, Any]]:
-    """Run the pipeline over the whole source into ``sink`` (None: Spark's noop); the progress of each batch."""
+def start_query(spark: Any, bootstrap: str, source: str, rows: int, checkpoint: Path, sink: Sink) -> Any:
+    """The pipeline from ``source`` into ``sink``, running until stopped."""
     frame = (
         spark.readStream.format("oncelog")
         .option("bootstrap", bootstrap)
         .option("topic", source)
         .option("startingOffsets", "earliest")
-        .option("maxRecordsPerTrigger", str(rows))
+        # a round's transaction adds one commit marker per partition, which takes an offset of its own
+        .option("maxRecordsPerTrigger", str(rows + SOURCE_PARTITIONS))
         .load()
         .selectExpr("CAST(offset AS STRING) AS key", "upper(CAST(value AS STRING)) AS value")
     )
-    writer = frame.writeStream.option("checkpointLocation", str(checkpoint))
-    if sink is None:
-        writer = writer.format("noop")
-    else:
-        writer = writer.format("oncelog")
-        for key, value in sink.items():
-            writer = writer.option(key, value)
-    query = writer.trigger(availableNow=True).start()
-    query.awaitTermination()
-    if query.exception() is not None:
-        raise RuntimeError(f"the benchmark query failed: {query.exception()}")
-    progress = [p for p in query.recentProgress if p["numInputRows"]]
-    assert all(p["numInputRows"] == rows for p in progress), [p["numInputRows"] for p in progress]
-    return progress
+    writer = frame.writeStream.option("checkpointLocation", str(checkpoint)).format(sink.format)
+    for key, value in sink.options.items():
+        writer = writer.option(key, value)
+    # an idle query polls its source at every trigger; 100 ms instead of back to back keeps the two idle
+    # queries' polls from loading the machine while the third one runs its batch
+    return writer.trigger(processingTime="100 milliseconds").start()
+
+
+def interleaved_batches(
+    spark: Any, bootstrap: str, rows: int, runs: int, sinks: list[Sink], tmp: Path
+) -> tuple[dict[str, list[dict[str, Any]]], list[str]]:
+    """Warm micro-batches of every sink, taken in turns: each round feeds one batch to each query in a rotated order.
+
+    Each query reads its own source topic, so a batch runs while the other queries only poll for data:
+    all sinks are measured under the same background load, and drift of the machine's load over the run
+    reaches every sink alike instead of whichever ran last. Round 0 (Python workers start, pyarrow is
+    imported, channels open) is dropped.
+
+    Returns:
+        The progress of each sink's warm batches, and the source topics (each holding ``(runs + 1) * rows``).
+    """
+    feeder = SourceFeeder(bootstrap, rows)
+    sources = {sink.label: _topic(bootstrap, "bench-spark-in", SOURCE_PARTITIONS) for sink in sinks}
+    queries = {}
+    for index, sink in enumerate(sinks):
+        if sink.format == "oncelog":
+            out = _topic(bootstrap, "bench-spark-out", SOURCE_PARTITIONS)
+            sink = Sink(sink.label, sink.format, {"bootstrap": bootstrap, "topic": out, **sink.options})
+        queries[sink.label] = start_query(
+            spark, bootstrap, sources[sink.label], rows, tmp / f"checkpoint-{index}", sink
+        )
+    progress: dict[str, list[dict[str, Any]]] = {sink.label: [] for sink in sinks}
+    try:
+        for round_ in range(runs + 1):
+            order = [sink.label for sink in sinks]
+            order = order[round_ % len(order) :] + order[: round_ % len(order)]
+            for label in order:
+                query = queries[label]
+                seen = {_progress_id(p) for p in query.recentProgress}
+                feeder.feed(sources[label])
+                batches = _wait_for_rows(query, seen, rows, label)
+                if [p["numInputRows"] for p in batches] != [rows]:
+                    # the query polled between the commit markers of the two source partitions
+                    print(f"{label}: round {round_} split into {[p['numInputRows'] for p in batches]} rows; dropped")
+                elif round_:
+                    progress[label].extend(batches)
+            print(
+                f"round {round_}: " + ", ".join(f"{label} {_last_ms(queries[label])} ms" for label in order), flush=True
+            )
+    finally:
+        for query in queries.values():
+            query.stop()
+        feeder.close()
+    return progress, list(sources.values())
+
+
+def _progress_id(progress: Any) -> tuple[int, str]:
+    # an idle query reports the id of the batch it will run next, so the id alone does not tell reports apart
+    return progress["batchId"], progress["timestamp"]
+
+
+def _wait_for_rows(query: Any, seen: set[tuple[int, str]], rows: int, label: str) -> list[dict[str, Any]]:
+    """The progress reports not in ``seen``, once their batches hold ``rows`` input rows.
+
+    A commit returns before its markers move the last stable offset, so the query may first find nothing
+    new; ``processAllAvailable`` then returns at once and is called again.
+    """
+    deadline = time.monotonic() + 120
+    while True:
+        query.processAllAvailable()
+        if query.exception() is not None:
+            raise RuntimeError(f"the {label} query failed: {query.exception()}")
+        batches = [p for p in query.recentProgress if p["numInputRows"] and _progress_id(p) not in seen]
+        if sum(p["numInputRows"] for p in batches) >= rows:
+            return batches
+        if time.monotonic() > deadline:
+            raise RuntimeError(
+                f"the {label} query did not process {rows} new rows within 120 s: status {query.status}, "
+                f"batches {[(p['batchId'], p['numInputRows']) for p in batches]}, last {query.lastProgress}"
+            )
+        time.sleep(0.01)
+
+
+def _last_ms(query: Any) -> int:
+    return int(query.lastProgress["durationMs"]["triggerExecution"]) if query.lastProgress else -1
 
 
 def batch_read_rate(spark: Any, bootstrap: str, source: str, records: int) -> float:
@@ -186,12 +324,22 @@ class PhaseTimer:
 
 
 _TIMED = frozenset(
-    {"init_transactions", "begin_transaction", "send", "send_offsets_to_transaction", "commit_transaction", "close"}
+    {
+        "init_transactions",
+        "begin_transaction",
+        "send",
+        "send_batch",
+        "send_offsets_to_transaction",
+        "flush",
+        "commit_transaction",
+        "close",
+    }
 )
 
 
 def profile_sink(bootstrap: str, rows: int, runs: int) -> list[tuple[str, float, dict[str, float]]]:
     """Median share of each producer call in the sink's time, for one task (atomicity=task) and one batch."""
+    import pyarrow as pa
     from pyspark.sql.types import StringType, StructField, StructType
 
     from oncelog.spark.atomic import DriverCommitter, OutputStager
@@ -201,7 +349,14 @@ def profile_sink(bootstrap: str, rows: int, runs: int) -> list[tuple[str, float,
     schema = StructType([StructField("key", StringType()), StructField("value", StringType())])
     out = _topic(bootstrap, "bench-spark-profile", SOURCE_PARTITIONS)
     task_rows = rows // SOURCE_PARTITIONS
-    data = [(str(i), f"ORDER-{i:08d}-".ljust(VALUE_BYTES, "X")) for i in range(task_rows)]
+    # what Spark hands a task of the pipeline: one Arrow batch of (key, upper(value)) strings
+    data = pa.RecordBatch.from_arrays(
+        [
+            pa.array([str(i) for i in range(task_rows)]),
+            pa.array([f"ORDER-{i:08d}-".ljust(VALUE_BYTES, "X") for i in range(task_rows)]),
+        ],
+        names=["key", "value"],
+    )
     results = []
     for mode in ("task", "batch"):
         options = parse_sink_options({"bootstrap": bootstrap, "topic": out, "atomicity": mode})
@@ -210,14 +365,20 @@ def profile_sink(bootstrap: str, rows: int, runs: int) -> list[tuple[str, float,
         shares: defaultdict[str, list[float]] = defaultdict(list)
         for batch in range(runs + 1):
             timer = PhaseTimer()
+            # Spark runs a partition's next batch only after the driver's commit and the next trigger; back to
+            # back, InitProducerId would meet the previous commit's markers still being written and retry
+            time.sleep(_PROFILE_GAP_S)
             started = time.perf_counter()
             if mode == "task":
-                TaskWriter(options, encoder, producer_factory=timer.producer_factory()).write(
-                    data, TaskIdentity("profile", batch, 0, 0)
+                TaskWriter(options, encoder, producer_factory=timer.producer_factory()).write_columns(
+                    encoder.encode_arrow([data]), TaskIdentity("profile", batch, 0, 0)
                 )
             else:
                 stager = OutputStager(options, encoder)
-                staged = [stager.stage(data, TaskIdentity("profile", batch, p, 0)) for p in range(SOURCE_PARTITIONS)]
+                staged = [
+                    stager.stage_columns(encoder.encode_arrow([data]), TaskIdentity("profile", batch, p, 0))
+                    for p in range(SOURCE_PARTITIONS)
+                ]
                 stage_done = time.perf_counter()
                 timer.seconds["tasks: stage"] = stage_done - started
                 DriverCommitter(options, producer_factory=timer.producer_factory()).commit(staged, batch)
@@ -260,8 +421,12 @@ def main() -> None:
     args = parser.parse_args()
 
     records = (args.runs + 1) * args.rows
-    sinks: list[tuple[str, dict[str, str] | None]] = [("noop", None), ("oncelog, atomicity=task", {})]
-    sinks.append(("oncelog, atomicity=batch", {"atomicity": "batch"}))
+    sinks = [
+        Sink("noop", "noop"),
+        Sink("Python sink that only drains its rows", DrainDataSource.name()),
+        Sink("oncelog, atomicity=task", "oncelog"),
+        Sink("oncelog, atomicity=batch", "oncelog", {"atomicity": "batch"}),
+    ]
     trigger: dict[str, Series] = {}
     add_batch: dict[str, Series] = {}
     with (
@@ -269,21 +434,13 @@ def main() -> None:
         LocalCluster(Path(tmp, "cluster"), storage_nodes=1) as cluster,
     ):
         bootstrap = cluster.bootstrap
-        source = fill_source(bootstrap, records)
-        print(f"source: {records} records in {SOURCE_PARTITIONS} partitions", flush=True)
         with spark_session(Path(tmp)) as spark:
-            for label, sink in sinks:
-                options = None
-                if sink is not None:
-                    out = _topic(bootstrap, "bench-spark-out", SOURCE_PARTITIONS)
-                    options = {"bootstrap": bootstrap, "topic": out, **sink}
-                checkpoint = Path(tmp, f"checkpoint-{len(trigger)}")
-                progress = micro_batches(spark, bootstrap, source, args.rows, checkpoint, options)[1:]
-                name = label.split(",")[-1].strip()
-                trigger[label] = Series(name, [float(p["durationMs"]["triggerExecution"]) for p in progress])
-                add_batch[label] = Series(name, [float(p["durationMs"].get("addBatch", 0)) for p in progress])
-                print(f"{label}: {len(progress)} warm batches, median {trigger[label].median:.0f} ms", flush=True)
-            reads = [batch_read_rate(spark, bootstrap, source, records) for _ in range(args.runs + 1)][1:]
+            progress, sources = interleaved_batches(spark, bootstrap, args.rows, args.runs, sinks, Path(tmp))
+            for sink in sinks:
+                runs = progress[sink.label]
+                trigger[sink.label] = Series(sink.label, [float(p["durationMs"]["triggerExecution"]) for p in runs])
+                add_batch[sink.label] = Series(sink.label, [float(p["durationMs"].get("addBatch", 0)) for p in runs])
+            reads = [batch_read_rate(spark, bootstrap, sources[0], records) for _ in range(args.runs + 1)][1:]
         profile = profile_sink(bootstrap, args.rows, args.runs)
 
     noop = trigger["noop"]
@@ -292,7 +449,7 @@ def main() -> None:
         _ms_table(
             f"warm micro-batch of {args.rows:,} rows, {SOURCE_PARTITIONS} source partitions, local[2]"
             " (triggerExecution; target <= 1.5x noop)",
-            [(label, trigger[label], add_batch[label], None if label == "noop" else noop) for label, _ in sinks],
+            [(s.label, trigger[s.label], add_batch[s.label], None if s is sinks[0] else noop) for s in sinks],
         )
     )
     read = Series("batch read", reads)

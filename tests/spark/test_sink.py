@@ -214,3 +214,44 @@ def test_batch_atomicity_stream_survives_task_retry_and_replay(
     assert sink.values(cluster) == expected, "every row exactly once"
     assert sink.values(cluster, "read_uncommitted") == expected, "no attempt or replay wrote anything of its own"
     print(f"atomicity=batch, {last + 1} batches with a task retry and a replay: {time.monotonic() - started:.1f}s")
+
+
+def test_partition_and_header_columns_keep_each_partitions_row_order(
+    spark: Any, cluster: LocalCluster, tmp_path: Path
+) -> None:
+    """Explicit partitions, some rows with headers: Spark's own Arrow types through the sink's bulk path.
+
+    Rows without headers go out in bulk and rows with headers one by one; a consumer must still read each
+    output partition in the order of the Spark partition that wrote it.
+    """
+    from oncelog.spark import OncelogDataSource
+
+    source, sink = Topic(cluster), Topic(cluster, partitions=2)
+    fill(source, 40)
+    frame = (
+        pipeline(spark, cluster, source)
+        .selectExpr("key", "value", "CAST(key AS INT) % 2 AS partition")
+        .selectExpr(
+            "key",
+            "value",
+            "partition",
+            "IF(CAST(key AS INT) % 3 = 0, map('offset', CAST(key AS BINARY)), NULL) AS headers",
+        )
+    )
+    run_to_end(frame, cluster, sink, tmp_path / "checkpoint")
+    reader = OncelogDataSource({"bootstrap": cluster.bootstrap, "topic": sink.name}).reader(None)
+    read = [r for p in reader.partitions() for b in reader.read(p) for r in b.to_pylist()]
+    assert sorted(r["value"].decode() for r in read) == sorted(f"P{p}-{i}" for p in (0, 1) for i in range(40))
+    for record in read:
+        offset = int(record["key"])
+        assert record["partition"] == offset % 2
+        assert dict(record["headers"] or {}) == ({"offset": record["key"]} if offset % 3 == 0 else {})
+    for partition in (0, 1):
+        for source_partition in ("P0", "P1"):
+            # rows of one source partition reach one Spark task, which wrote them in offset order
+            offsets = [
+                int(r["key"])
+                for r in read
+                if r["partition"] == partition and r["value"].decode().startswith(source_partition)
+            ]
+            assert offsets == sorted(offsets), f"partition {partition} reordered {source_partition}'s rows"

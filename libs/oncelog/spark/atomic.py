@@ -47,6 +47,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,6 +57,7 @@ from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowW
 from oncelog.client.producer import Producer
 from oncelog.client.records import OffsetAndMetadata
 from oncelog.spark.options import OptionError, SinkOptions
+from oncelog.spark.output import BatchedSender, RecordColumns
 from oncelog.spark.writer import (
     BatchDigest,
     Marker,
@@ -63,7 +65,6 @@ from oncelog.spark.writer import (
     ProducerFactory,
     RowEncoder,
     TaskIdentity,
-    arrow_rows,
     batch_transactional_id,
     closing,
     commit_until_known,
@@ -83,16 +84,13 @@ __all__ = [
     "OncelogAtomicStreamWriter",
     "OutputStager",
     "StagedOutput",
-    "StagedRecord",
 ]
 
 log = logging.getLogger(__name__)
 
-StagedRecord = tuple[str, int | None, bytes | None, bytes | None, tuple[tuple[str, bytes | None], ...]]
-"""``(topic, partition, key, value, headers)``: a record as it travels to the driver (tuples pickle compactly)."""
-
-# per record, what pickling a tuple of five fields costs beyond the payload bytes counted
+# per record, what pickling it costs beyond the payload bytes counted
 _RECORD_OVERHEAD = 24
+_PARALLEL_MARKER_READS = 8
 
 
 class BatchTooLargeError(OptionError):
@@ -114,7 +112,8 @@ class StagedOutput(WriterCommitMessage):
         rows: number of records.
         digest: :class:`~oncelog.spark.writer.BatchDigest` of the records, for the replay check.
         size: payload bytes of the records (keys, values, headers), counted against ``maxBatchBytes``.
-        records: the records, in the task's order.
+        chunks: the records, in the task's order, column by column (lists of bytes pickle compactly, and the
+            driver hands them to ``send_batch`` as they are).
     """
 
     query_id: str
@@ -124,7 +123,7 @@ class StagedOutput(WriterCommitMessage):
     rows: int
     digest: str
     size: int
-    records: list[StagedRecord]
+    chunks: list[RecordColumns]
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,19 +158,23 @@ class OutputStager:
         self.encoder = encoder
 
     def stage(self, rows: Iterable[Sequence[Any]], task: TaskIdentity) -> StagedOutput:
-        """Encode ``rows`` of ``task`` into a commit message.
+        """Encode ``rows`` (``Row`` objects or tuples) of ``task``; see :meth:`stage_columns`."""
+        return self.stage_columns(self.encoder.encode_rows(rows), task)
+
+    def stage_columns(self, chunks: Iterable[RecordColumns], task: TaskIdentity) -> StagedOutput:
+        """Collect the records of ``chunks`` of ``task`` into a commit message.
 
         Raises:
             BatchTooLargeError: the task alone stages more than ``maxBatchBytes``.
         """
         digest = BatchDigest()
-        records: list[StagedRecord] = []
+        staged: list[RecordColumns] = []
         size = 0
         limit = self.options.max_batch_bytes
-        for row in rows:
-            record = self.encoder.encode(row)
-            digest.add(record)
-            size += _payload_size(record.key, record.value, record.headers)
+        for chunk in chunks:
+            if not len(chunk):
+                continue
+            size += chunk.payload_size() + _RECORD_OVERHEAD * len(chunk)
             if size > limit:
                 raise BatchTooLargeError(
                     [
@@ -180,7 +183,8 @@ class OutputStager:
                         "the source's maxRecordsPerTrigger, or use atomicity=task for high-volume outputs"
                     ]
                 )
-            records.append((record.topic, record.partition, record.key, record.value, record.headers))
+            digest.add_columns(chunk)
+            staged.append(chunk)
         return StagedOutput(
             query_id=task.query_id,
             batch_id=task.batch_id,
@@ -189,15 +193,8 @@ class OutputStager:
             rows=digest.rows,
             digest=digest.hexdigest,
             size=size,
-            records=records,
+            chunks=staged,
         )
-
-
-def _payload_size(key: bytes | None, value: bytes | None, headers: tuple[tuple[str, bytes | None], ...]) -> int:
-    size = _RECORD_OVERHEAD + (len(key) if key else 0) + (len(value) if value else 0)
-    for name, data in headers:
-        size += len(name) + (len(data) if data else 0)
-    return size
 
 
 class DriverCommitter:
@@ -251,14 +248,18 @@ class DriverCommitter:
                 log.info("%s: batch %d already committed; skipped", tid, batch_id)
                 return BatchCommitOutcome(batch_id, tid, 0, (), skipped)
             producer.begin_transaction()
+            sender = BatchedSender(producer)
             for message in to_write:
-                for topic, partition, key, value, headers in message.records:
-                    producer.send(topic, value, key=key, headers=headers, partition=partition)
+                for chunk in message.chunks:
+                    sender.add(chunk)
+            sender.flush_buffers()
             marker = marker_partition(self.options)
+            # the markers' coordinator calls overlap with the produce requests in flight
             for message in to_write:
                 group = task_transactional_id(self.options, query_id, message.partition_id)
                 metadata = marker_metadata(batch_id, message.rows, message.digest)
                 producer.send_offsets_to_transaction({marker: OffsetAndMetadata(batch_id, metadata=metadata)}, group)
+            sender.finish()
             commit_until_known(producer, self.options)
         rows = sum(m.rows for m in to_write)
         written = tuple(m.partition_id for m in to_write)
@@ -267,11 +268,13 @@ class DriverCommitter:
 
     def _unwritten(self, staged: list[StagedOutput], batch_id: int) -> tuple[list[StagedOutput], tuple[int, ...]]:
         """Split the messages into partitions still to write and partitions an earlier run committed."""
+        groups = [task_transactional_id(self.options, m.query_id, m.partition_id) for m in staged]
+        # independent reads, each a round trip to its group's coordinator: in parallel, not one after another
+        with ThreadPoolExecutor(min(len(groups), _PARALLEL_MARKER_READS), "oncelog-marker-read") as pool:
+            markers = list(pool.map(lambda group: read_marker(self.options, group), groups))
         to_write: list[StagedOutput] = []
         skipped: list[int] = []
-        for message in staged:
-            group = task_transactional_id(self.options, message.query_id, message.partition_id)
-            marker = read_marker(self.options, group)
+        for message, group, marker in zip(staged, groups, markers, strict=True):
             if marker.batch_id < batch_id:
                 to_write.append(message)
                 continue
@@ -328,7 +331,9 @@ class OncelogAtomicStreamWriter(DataSourceStreamArrowWriter):
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> StagedOutput:
         """One task: stage its rows for the driver (:meth:`OutputStager.stage`)."""
-        return OutputStager(self.options, self.encoder).stage(arrow_rows(iterator), task_identity())
+        return OutputStager(self.options, self.encoder).stage_columns(
+            self.encoder.encode_arrow(iterator), task_identity()
+        )
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Every task staged its rows: commit the micro-batch (:meth:`DriverCommitter.commit`)."""
@@ -362,7 +367,9 @@ class OncelogAtomicBatchWriter(DataSourceArrowWriter):
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> StagedOutput:
         """One task: stage its rows for the driver."""
-        return OutputStager(self.options, self.encoder).stage(arrow_rows(iterator), task_identity(self.job_id))
+        return OutputStager(self.options, self.encoder).stage_columns(
+            self.encoder.encode_arrow(iterator), task_identity(self.job_id)
+        )
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         """Every task staged its rows: commit them all in one transaction."""

@@ -10,7 +10,9 @@ cleanup hook. The sink turns that into exactly-once output with the platform's t
 2. **InitProducerId(tid)** (``init_transactions``) bumps the epoch: every earlier holder of the id — a
    failed attempt, a speculative twin, an executor of a crashed run — is fenced, and its open
    transaction aborted (or, if it was already committing, completed). This comes *before* reading the
-   marker, so the marker read cannot race a zombie's pending commit.
+   marker, so the marker read cannot race a zombie's pending commit. Neither step needs the task's rows,
+   so both run on a helper thread while Spark still computes them (the first Arrow batch reaches the sink
+   only once the upstream stages have finished the partition).
 3. **Read the batch marker**: the offset committed for ``(marker topic, 0)`` in group ``tid``, read with
    ``require_stable``. Its offset is the last batch this task committed; its metadata holds that batch's
    row count and digest. If the marker is at this batch or later, the task's output is already
@@ -19,12 +21,15 @@ cleanup hook. The sink turns that into exactly-once output with the platform's t
    duplicating output.
 4. Otherwise **produce** every row in one transaction, **commit the marker** (batch id, rows, digest)
    as transactional offset metadata in the same transaction, and **commit**: data and marker become
-   visible together or not at all.
+   visible together or not at all. Rows are encoded column by column from Spark's Arrow batches and sent
+   in bulk (:mod:`oncelog.spark.output`); the commit waits for every record's acknowledgement and is not
+   attempted when one failed.
 
 Atomicity is per task, not per micro-batch, as in Kafka Streams: a read_committed consumer may see task
 0's part of a batch before task 1's. The pipeline must be deterministic per Spark partition (no
 ``rand()``, ``current_timestamp()``, or changed partitioning between a crash and its restart); the digest
-check turns a violation into an error. A task with no rows opens no transaction.
+check turns a violation into an error. A task with no rows opens no transaction and commits no marker
+(having registered its id in step 2 before it knew).
 
 Batch writes (``df.write``) use the same protocol with a job id drawn on the driver and batch 0: task
 retries are fenced and never duplicate, but a failed job keeps the output of the tasks that committed.
@@ -36,6 +41,7 @@ id>``), so either mode finds what the other committed and a query may change mod
 
 from __future__ import annotations
 
+import concurrent.futures
 import hashlib
 import itertools
 import json
@@ -46,7 +52,7 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
@@ -67,6 +73,7 @@ from oncelog.client.producer import Producer
 from oncelog.client.records import OffsetAndMetadata, TopicPartition
 from oncelog.spark.channels import LogClient
 from oncelog.spark.options import OptionError, SinkOptions
+from oncelog.spark.output import SEND_CHUNK_ROWS, BatchedSender, Headers, RecordColumns
 
 __all__ = [
     "BatchDigest",
@@ -92,6 +99,8 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 _BATCH_ID = "streaming.sql.batchId"
 _QUERY_ID = "sql.streaming.queryId"
@@ -244,6 +253,69 @@ class RowEncoder:
             headers=() if self._headers is None else _headers(row[self._headers[0]]),
         )
 
+    def encode_rows(self, rows: Iterable[Sequence[Any]], chunk_rows: int = SEND_CHUNK_ROWS) -> Iterator[RecordColumns]:
+        """The records of ``rows`` (Spark ``Row`` objects or tuples), ``chunk_rows`` at a time."""
+        iterator = iter(rows)
+        while chunk := list(itertools.islice(iterator, chunk_rows)):
+            records = [self.encode(row) for row in chunk]
+            yield RecordColumns(
+                topics=[r.topic for r in records],
+                partitions=[r.partition for r in records],
+                keys=[r.key for r in records],
+                values=[r.value for r in records],
+                headers=None if self._headers is None else [r.headers for r in records],
+                target=self._target,
+            )
+
+    def encode_arrow(
+        self, batches: Iterable[pa.RecordBatch], chunk_rows: int = SEND_CHUNK_ROWS
+    ) -> Iterator[RecordColumns]:
+        """The records of Arrow batches (columns in schema order), ``chunk_rows`` at a time.
+
+        Columns are converted whole, in Arrow's C++ code (a string column is reinterpreted as binary
+        without a copy), rather than row by row, and in slices of ``chunk_rows``, so that no more rows than
+        that exist as Python objects at a time.
+        """
+        for batch in batches:
+            for start in range(0, batch.num_rows, chunk_rows):
+                yield self._arrow_columns(batch.slice(start, chunk_rows))
+
+    def _arrow_columns(self, batch: pa.RecordBatch) -> RecordColumns:
+        rows = batch.num_rows
+        values = _binary_list(batch.column(self._value[0]))
+        keys = [None] * rows if self._key is None else _binary_list(batch.column(self._key[0]))
+        if self._topic_index is None:
+            topics = [self.topic] * rows
+        else:
+            topics = batch.column(self._topic_index).to_pylist()
+            if None in topics or "" in topics:
+                raise ValueError("a row has no topic (its topic column is empty) and the topic option is not set")
+        partitions = (
+            [None] * rows
+            if self._partition_index is None
+            else [_int_or_none(p) for p in batch.column(self._partition_index).to_pylist()]
+        )
+        headers = None if self._headers is None else [_headers(h) for h in batch.column(self._headers[0]).to_pylist()]
+        return RecordColumns(topics, partitions, keys, values, headers, self._target)
+
+    @property
+    def _target(self) -> tuple[str, int | None] | None:
+        """The ``(topic, partition)`` of every record, when no column can change it."""
+        if self.topic is None or self._partition_index is not None:
+            return None
+        return (self.topic, None)
+
+
+def _binary_list(column: pa.Array) -> list[bytes | None]:
+    """The column's values as bytes (None for null); strings become their UTF-8 bytes."""
+    if pa.types.is_string(column.type):
+        column = column.view(pa.binary())  # same layout: no copy, no validation
+    elif pa.types.is_large_string(column.type):
+        column = column.view(pa.large_binary())
+    elif not (pa.types.is_binary(column.type) or pa.types.is_large_binary(column.type)):
+        return [_bytes(value) for value in column.to_pylist()]
+    return column.to_pylist()  # type: ignore[no-any-return]
+
 
 def _headers_type(data_type: DataType) -> bool:
     if isinstance(data_type, MapType):
@@ -291,21 +363,36 @@ class BatchDigest:
 
     def add(self, record: OutputRecord) -> None:
         """Count one record."""
-        prefix = self._prefixes.get((record.topic, record.partition))
-        if prefix is None:
-            prefix = _frame(record.topic.encode()) + _frame(str(record.partition).encode())
-            self._prefixes[(record.topic, record.partition)] = prefix
-        key, value = record.key, record.value
-        encoded = (
-            prefix
-            + (_NULL if key is None else len(key).to_bytes(4, "big") + key)
-            + (_NULL if value is None else len(value).to_bytes(4, "big") + value)
+        self._sum += _record_hash(
+            self._prefix(record.topic, record.partition), record.key, record.value, record.headers
         )
-        for name, data in record.headers:
-            encoded += _frame(name.encode()) + _frame(data)
-        # reduced modulo 2**128 once, when read: the unreduced sum of a task's hashes stays a small int
-        self._sum += int.from_bytes(hashlib.blake2b(encoded, digest_size=16).digest(), "big")
         self.rows += 1
+
+    def add_columns(self, columns: RecordColumns) -> None:
+        """Count every record of ``columns``; the same digest as :meth:`add` of each record."""
+        blake2b = hashlib.blake2b
+        total = 0
+        if columns.target is not None and columns.headers is None:
+            # one prefix for all: the per-record work is two length prefixes and the hash
+            prefix = self._prefix(*columns.target)
+            for key, value in zip(columns.keys, columns.values, strict=True):
+                encoded = (
+                    prefix
+                    + (_NULL if key is None else len(key).to_bytes(4, "big") + key)
+                    + (_NULL if value is None else len(value).to_bytes(4, "big") + value)
+                )
+                total += int.from_bytes(blake2b(encoded, digest_size=16).digest(), "big")
+        else:
+            for topic, partition, key, value, headers in columns.rows():
+                total += _record_hash(self._prefix(topic, partition), key, value, headers)
+        self._sum += total
+        self.rows += len(columns)
+
+    def _prefix(self, topic: str, partition: int | None) -> bytes:
+        prefix = self._prefixes.get((topic, partition))
+        if prefix is None:
+            prefix = self._prefixes[(topic, partition)] = _frame(topic.encode()) + _frame(str(partition).encode())
+        return prefix
 
     @property
     def hexdigest(self) -> str:
@@ -325,6 +412,19 @@ _MODULUS = 1 << 128
 
 def _frame(part: bytes | None) -> bytes:
     return _NULL if part is None else len(part).to_bytes(4, "big") + part
+
+
+def _record_hash(prefix: bytes, key: bytes | None, value: bytes | None, headers: Headers) -> int:
+    """One record's 128-bit hash; ``prefix`` frames its topic and partition."""
+    encoded = (
+        prefix
+        + (_NULL if key is None else len(key).to_bytes(4, "big") + key)
+        + (_NULL if value is None else len(value).to_bytes(4, "big") + value)
+    )
+    for name, data in headers:
+        encoded += _frame(name.encode()) + _frame(data)
+    # reduced modulo 2**128 once, when read: the unreduced sum of a task's hashes stays a small int
+    return int.from_bytes(hashlib.blake2b(encoded, digest_size=16).digest(), "big")
 
 
 # ------------------------------------------------------------------------------------------ batch markers
@@ -446,6 +546,21 @@ def commit_until_known(producer: Any, options: SinkOptions) -> None:
                 raise
 
 
+def _in_background(function: Callable[[], T]) -> concurrent.futures.Future[T]:
+    """Run ``function`` on a new daemon thread; its result or exception in a future."""
+    future: concurrent.futures.Future[T] = concurrent.futures.Future()
+
+    def run() -> None:
+        future.set_running_or_notify_cancel()
+        try:
+            future.set_result(function())
+        except BaseException as exc:  # handed to the caller of result()
+            future.set_exception(exc)
+
+    threading.Thread(target=run, name="oncelog-sink-register", daemon=True).start()
+    return future
+
+
 # ------------------------------------------------------------------------------------------ the protocol
 
 
@@ -494,7 +609,15 @@ class TaskWriter:
         return task_transactional_id(self.options, task.query_id, task.partition_id)
 
     def write(self, rows: Iterable[Sequence[Any]], task: TaskIdentity) -> SinkCommitMessage:
-        """Write ``rows`` for ``task`` exactly once, or skip them if an earlier run committed this batch.
+        """Write ``rows`` (``Row`` objects or tuples) for ``task``; see :meth:`write_columns`."""
+        return self.write_columns(self.encoder.encode_rows(rows), task)
+
+    def write_columns(self, chunks: Iterable[RecordColumns], task: TaskIdentity) -> SinkCommitMessage:
+        """Write the records of ``chunks`` for ``task`` exactly once, or skip them if an earlier run committed.
+
+        Records reach the producer in bulk (:class:`~oncelog.spark.output.BatchedSender`) while later chunks
+        are still being encoded and hashed; every acknowledgement is awaited, and a failed one raised, before
+        the commit.
 
         Raises:
             NonDeterministicBatchError: this batch was committed with other rows.
@@ -502,44 +625,60 @@ class TaskWriter:
             OncelogError: the cluster failed the transaction; Spark retries the task, which fences this one.
         """
         tid = self.transactional_id(task)
-        iterator = iter(rows)
-        first = next(iterator, None)
-        if first is None:
-            return SinkCommitMessage(
-                task.partition_id, task.attempt, task.batch_id, 0, False, BatchDigest().hexdigest, tid
-            )
-        records = (self.encoder.encode(row) for row in itertools.chain([first], iterator))
+        iterator = (chunk for chunk in chunks if len(chunk))
         client_id = f"{tid}-b{task.batch_id}-a{task.attempt}"
         with closing(open_producer(self.options, tid, client_id, self.producer_factory)) as producer:
-            producer.init_transactions()
-            marker = read_marker(self.options, tid)
+            # Fencing and the marker read need no row, so they run while Spark still computes the task's rows
+            # (the first Arrow batch arrives only once the upstream stages finished the partition).
+            registered = _in_background(lambda: self._register(producer, tid, task.batch_id))
+            try:
+                first = next(iterator, None)
+            except BaseException:
+                concurrent.futures.wait([registered])  # the producer is closed next; let its calls end first
+                raise
+            marker = registered.result()
+            if first is None:
+                return SinkCommitMessage(
+                    task.partition_id, task.attempt, task.batch_id, 0, False, BatchDigest().hexdigest, tid
+                )
+            records = itertools.chain([first], iterator)
             if marker.batch_id >= task.batch_id:
                 return self._skip(records, task, tid, marker)
             producer.begin_transaction()
             digest = BatchDigest()
-            for record in records:
-                digest.add(record)
-                producer.send(
-                    record.topic,
-                    record.value,
-                    key=record.key,
-                    headers=record.headers,
-                    partition=record.partition,
-                )
+            sender = BatchedSender(producer)
+            for chunk in records:
+                sender.add(chunk)  # first, so the I/O thread sends while this thread hashes
+                digest.add_columns(chunk)
+            sender.flush_buffers()
             metadata = marker_metadata(task.batch_id, digest.rows, digest.hexdigest)
+            # the marker's AddOffsetsToTxn and TxnOffsetCommit overlap with the produce requests in flight
             producer.send_offsets_to_transaction(
                 {marker_partition(self.options): OffsetAndMetadata(task.batch_id, metadata=metadata)}, tid
             )
+            sender.finish()
             commit_until_known(producer, self.options)
             log.info("%s: batch %d committed, %d rows (attempt %d)", tid, task.batch_id, digest.rows, task.attempt)
             return SinkCommitMessage(
                 task.partition_id, task.attempt, task.batch_id, digest.rows, False, digest.hexdigest, tid
             )
 
-    def _skip(self, records: Iterator[OutputRecord], task: TaskIdentity, tid: str, marker: Marker) -> SinkCommitMessage:
+    def _register(self, producer: Any, tid: str, batch_id: int) -> Marker:
+        """InitProducerId, which fences every earlier holder of ``tid``, and only then the marker (steps 2-3).
+
+        When the batch is still to be written and the ``topic`` option names the topic, it also loads the
+        topic's metadata into the producer, which the first send would otherwise wait for.
+        """
+        producer.init_transactions()
+        marker = read_marker(self.options, tid)
+        if marker.batch_id < batch_id and self.options.topic is not None:
+            producer.partitions_for(self.options.topic)
+        return marker
+
+    def _skip(self, chunks: Iterable[RecordColumns], task: TaskIdentity, tid: str, marker: Marker) -> SinkCommitMessage:
         digest = BatchDigest()
-        for record in records:
-            digest.add(record)
+        for chunk in chunks:
+            digest.add_columns(chunk)
         if marker.batch_id == task.batch_id and not marker.matches(digest.rows, digest.hexdigest):
             raise NonDeterministicBatchError(
                 f"{tid}: batch {task.batch_id} was committed with {marker.rows} rows (digest "
@@ -590,7 +729,9 @@ class OncelogStreamWriter(DataSourceStreamArrowWriter):
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommitMessage:
         """One task: see :meth:`TaskWriter.write`."""
-        return TaskWriter(self.options, self.encoder).write(arrow_rows(iterator), task_identity())
+        return TaskWriter(self.options, self.encoder).write_columns(
+            self.encoder.encode_arrow(iterator), task_identity()
+        )
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Every task has committed (or skipped) its part of ``batchId``; check their reports."""
@@ -628,7 +769,9 @@ class OncelogBatchWriter(DataSourceArrowWriter):
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommitMessage:
         """One task: see :meth:`TaskWriter.write`."""
-        return TaskWriter(self.options, self.encoder).write(arrow_rows(iterator), task_identity(self.job_id))
+        return TaskWriter(self.options, self.encoder).write_columns(
+            self.encoder.encode_arrow(iterator), task_identity(self.job_id)
+        )
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         """Every task committed; check their reports."""

@@ -63,14 +63,12 @@ class Txn:
 class Topic:
     """A fresh topic with a storage stub per partition leader."""
 
-    def __init__(self, cluster: LocalCluster, partitions: int = 1) -> None:
+    def __init__(self, cluster: LocalCluster, partitions: int = 1, configs: dict[str, str] | None = None) -> None:
         self.cluster = cluster
         self.name = f"spark-{uuid.uuid4().hex[:10]}"
         admin = cluster_pb.ClusterServiceStub(sync_channel(cluster.bootstrap))
-        created = admin.CreateTopics(
-            cluster_pb.CreateTopicsRequest(topics=[cluster_pb.TopicSpec(name=self.name, partitions=partitions)]),
-            timeout=30,
-        )
+        spec = cluster_pb.TopicSpec(name=self.name, partitions=partitions, configs=configs or {})
+        created = admin.CreateTopics(cluster_pb.CreateTopicsRequest(topics=[spec]), timeout=30)
         self.leaders = {p.partition: p.leader_address for p in created.topics[0].partitions}
         self._stubs = {
             address: pb.PartitionStorageServiceStub(sync_channel(address)) for address in self.leaders.values()

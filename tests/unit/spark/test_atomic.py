@@ -8,7 +8,7 @@ crash. What a read_committed consumer sees afterwards is the verdict.
 from __future__ import annotations
 
 import pickle
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pytest
 
@@ -16,6 +16,7 @@ pytest.importorskip("pyspark", reason="the spark extra is not installed (pip ins
 
 from oncelog.client.errors import ProducerFencedError
 from oncelog.client.producer import Producer
+from oncelog.errors import OncelogError
 from oncelog.spark import OncelogDataSource
 from oncelog.spark.atomic import (
     BatchTooLargeError,
@@ -26,6 +27,7 @@ from oncelog.spark.atomic import (
     StagedOutput,
 )
 from oncelog.spark.options import SinkOptions
+from oncelog.spark.output import SEND_CHUNK_ROWS
 from oncelog.spark.writer import (
     NonDeterministicBatchError,
     OncelogStreamWriter,
@@ -36,10 +38,8 @@ from oncelog.spark.writer import (
 )
 from oncelog.testing import LocalCluster
 
+from .conftest import Topic
 from .test_writer import KV, SimulatedCrash, rows, sink_options, task, visible
-
-if TYPE_CHECKING:
-    from tests.unit.spark.conftest import Topic
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -216,6 +216,32 @@ def test_switch_from_batch_to_task_atomicity_skips_what_the_driver_committed(
         writer.write(rows("b", "extra"), task(8, partition=1))
     assert not writer.write(rows("c"), task(9, partition=0)).skipped
     assert visible(cluster, topic) == ["a", "b", "c"]
+
+
+def test_batch_atomicity_refused_batch_fails_the_commit_and_moves_no_marker(cluster: LocalCluster) -> None:
+    """The driver's batch is refused by the partition after ``send_batch`` returned: the commit must raise."""
+    small = Topic(cluster, configs={"max_message_bytes": "1024"})
+    options = batch_options(cluster, small)
+    messages = batch_of(options, 3, p0=("a", "x" * 4096), p1=("b",))
+    with pytest.raises(OncelogError, match="max_message_bytes"):
+        DriverCommitter(options).commit(messages, 3)
+    for partition in (0, 1):
+        assert read_marker(options, task_transactional_id(options, "q1", partition)).batch_id == -1
+    assert visible(cluster, small) == []
+    replay = DriverCommitter(options).commit(batch_of(options, 3, p0=("a",), p1=("b",)), 3)
+    assert (replay.rows, replay.written) == (2, (0, 1))
+    assert visible(cluster, small) == ["a", "b"]
+
+
+def test_staged_chunks_survive_pickling_and_keep_each_partitions_rows(cluster: LocalCluster, topic3: Topic) -> None:
+    """More rows than one chunk per task: the driver writes every staged row once."""
+    options = batch_options(cluster, topic3)
+    many = tuple(f"r{i:05d}" for i in range(SEND_CHUNK_ROWS + 7))
+    messages = batch_of(options, 0, p0=many, p1=("z",))
+    assert [len(c) for c in messages[0].chunks] == [SEND_CHUNK_ROWS, 7]
+    outcome = DriverCommitter(options).commit(messages, 0)
+    assert outcome.rows == len(many) + 1
+    assert visible(cluster, topic3) == sorted([*many, "z"])
 
 
 # ------------------------------------------------------------------------------------------- limits, wiring

@@ -8,8 +8,10 @@ read_committed consumer sees afterwards.
 from __future__ import annotations
 
 import json
+import threading
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -31,9 +33,11 @@ from oncelog.client.errors import ProducerFencedError
 from oncelog.client.fetch_filter import IsolationLevel
 from oncelog.client.producer import Producer
 from oncelog.client.records import TopicPartition
+from oncelog.errors import OncelogError
 from oncelog.spark import OncelogDataSource
 from oncelog.spark.channels import LogClient
 from oncelog.spark.options import SinkOptions, parse_sink_options
+from oncelog.spark.output import SEND_CHUNK_ROWS
 from oncelog.spark.writer import (
     BatchDigest,
     NonDeterministicBatchError,
@@ -45,8 +49,7 @@ from oncelog.spark.writer import (
 )
 from oncelog.testing import LocalCluster
 
-if TYPE_CHECKING:
-    from tests.unit.spark.conftest import Topic
+from .conftest import Topic
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -336,3 +339,69 @@ def test_arrow_batches_become_records_in_column_order() -> None:
     )
     records = [encoder.encode(row) for row in arrow_rows(iter([batch, batch]))]
     assert [(r.value, r.headers) for r in records] == [(b"v1", (("h", b"1"),)), (b"v2", ())] * 2
+
+
+# ------------------------------------------------------------------------------------------ bulk sends
+
+
+def test_refused_batch_fails_the_task_and_commits_nothing(cluster: LocalCluster) -> None:
+    """A batch the partition refuses (larger than the topic's max_message_bytes) must fail the task, not commit.
+
+    ``send_batch`` returns before the batch is written; the refusal arrives later, and the task must wait for
+    it and raise before EndTxn. The open transaction is aborted, the marker stays where it was, and the retry
+    of a fixed pipeline writes its rows once.
+    """
+    small = Topic(cluster, configs={"max_message_bytes": "1024"})
+    writer = task_writer(cluster, small)
+    with pytest.raises(OncelogError, match=r"max_message_bytes|too large"):
+        writer.write([*rows("a", "b"), ("kbig", "x" * 4096)], task(0))
+    assert marker(cluster, writer, task(0))[0] == -1, "no marker: the batch is not committed"
+    assert visible(cluster, small) == []
+    retry = writer.write(rows("a", "b"), task(0, attempt=1))
+    assert (retry.rows, retry.skipped) == (2, False)
+    assert visible(cluster, small) == ["a", "b"]
+
+
+def test_task_of_many_chunks_writes_each_row_once_in_order(cluster: LocalCluster, topic: Topic) -> None:
+    """Rows beyond one send_batch chunk: all committed once, in the task's order, with one marker for all."""
+    values = [f"v{i:05d}" for i in range(2 * SEND_CHUNK_ROWS + 321)]
+    writer = TaskWriter(
+        sink_options(cluster, topic), RowEncoder(StructType([StructField("value", StringType())]), topic.name)
+    )
+    message = writer.write([(v,) for v in values], task(0))
+    assert message.rows == len(values)
+    reader = OncelogDataSource({"bootstrap": cluster.bootstrap, "topic": topic.name}).reader(None)
+    read = [r["value"].decode() for p in reader.partitions() for b in reader.read(p) for r in b.to_pylist()]
+    assert read == values, "one partition: the order of the task's rows"
+    offset, meta = marker(cluster, writer, task(0))
+    assert (offset, meta["rows"], meta["digest"]) == (0, len(values), message.digest)
+
+
+def test_fencing_and_marker_read_run_while_the_rows_are_computed(cluster: LocalCluster, topic: Topic) -> None:
+    """The first row arrives only after InitProducerId and the marker read: they overlap with the upstream."""
+    registered = threading.Event()
+
+    class Observed(Producer):
+        def init_transactions(self, timeout: float | None = None) -> None:
+            super().init_transactions(timeout)
+            registered.set()
+
+    def upstream() -> Iterator[tuple[str, str]]:
+        assert registered.wait(20), "the task waited for its rows before registering its transactional id"
+        yield from rows("a", "b")
+
+    options = sink_options(cluster, topic)
+    message = TaskWriter(options, RowEncoder(KV, topic.name), producer_factory=Observed).write(upstream(), task(0))
+    assert (message.rows, message.skipped) == (2, False)
+    assert visible(cluster, topic) == ["a", "b"]
+
+
+def test_upstream_failure_fails_the_task_and_writes_nothing(cluster: LocalCluster, topic: Topic) -> None:
+    def upstream() -> Iterator[tuple[str, str]]:
+        raise SimulatedCrash
+        yield  # a generator that fails on the first row, as a failing Spark stage does
+
+    with pytest.raises(SimulatedCrash):
+        task_writer(cluster, topic).write(upstream(), task(0))
+    assert visible(cluster, topic, "read_uncommitted") == []
+    assert marker(cluster, task_writer(cluster, topic), task(0))[0] == -1
