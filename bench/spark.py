@@ -32,9 +32,7 @@ taken in the same run.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
-import sys
 import tempfile
 import time
 import uuid
@@ -50,6 +48,7 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamArrowWriter, Data
 from bench.common import Series
 from oncelog.client import AdminClient, NewTopic, Producer
 from oncelog.testing import LocalCluster
+from oncelog.testing.spark import local_spark_session
 
 VALUE_BYTES = 64
 SOURCE_PARTITIONS = 2
@@ -138,42 +137,10 @@ class SourceFeeder:
 
 @contextmanager
 def spark_session(tmp: Path) -> Iterator[Any]:
-    """``local[2]`` with the loopback, logging and temp-dir settings of reference §7."""
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    from pyspark.sql import SparkSession
-
-    from oncelog.spark import OncelogDataSource
-
-    log4j = tmp / "log4j2.properties"
-    log4j.write_text(
-        "rootLogger.level = error\nrootLogger.appenderRef.stderr.ref = console\n"
-        "appender.console.type = Console\nappender.console.name = console\nappender.console.target = SYSTEM_ERR\n"
-        "appender.console.layout.type = PatternLayout\nappender.console.layout.pattern = %p %c{1}: %m%n\n"
-    )
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("oncelog-bench")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.default.parallelism", "2")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.local.dir", str(tmp))
-        .config("spark.sql.warehouse.dir", str(tmp / "warehouse"))
-        .config("spark.sql.streaming.noDataMicroBatches.enabled", "false")
-        .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{log4j}")
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("ERROR")
-    session.dataSource.register(OncelogDataSource)
-    session.dataSource.register(DrainDataSource)
-    try:
+    """``local[2]`` (one attempt per task) with the settings of reference §7 and Spark's default JVM flags."""
+    with local_spark_session(tmp, master="local[2]", app_name="oncelog-bench", java_options="") as session:
+        session.dataSource.register(DrainDataSource)
         yield session
-    finally:
-        session.stop()
 
 
 # ------------------------------------------------------------------------------------------ micro-batches
