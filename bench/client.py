@@ -20,7 +20,9 @@ All three measurements run in one process against one LocalCluster (one storage 
    counterpart of a pipeline of XADDs; the headline ratio to Redis is the ``send_batch()`` line.
 
 Each figure is the median of ``--runs`` runs with its spread ((max - min) / median). Runs interleave the
-measurements so the ratios compare figures taken under the same machine load; the machine is shared.
+measurements so the ratios compare figures taken under the same machine load; the machine is shared. A
+ratio is therefore the median of the per-run ratios (each of two figures measured back to back), as in
+``bench.storage``; the ratio of the two medians, which a load change between runs moves, is shown next to it.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from pathlib import Path
 
 import redis
 
-from bench.common import Series, report
+from bench.common import Series
 from oncelog.client import AdminClient, Consumer, NewTopic, OffsetAndMetadata, Producer, TopicPartition
 from oncelog.testing import LocalCluster
 from oncelog.testing.servers import redis_server as shared_redis_server
@@ -212,6 +214,23 @@ def redis_throughput(client: redis.Redis, records_per_txn: int, seconds: float) 
 # ---------------------------------------------------------------------------------------------- driver
 
 
+def _ratio_table(title: str, rows: list[tuple[str, Series, Series | None]]) -> str:
+    """Like ``bench.common.report``, with the ratio taken per run (see the module docstring)."""
+    lines = [
+        f"### {title}",
+        "",
+        "| measurement | median /s | spread | runs | ratio to baseline (median of per-run ratios; of medians) |",
+        "|---|---|---|---|---|",
+    ]
+    for label, series, baseline in rows:
+        ratio = "baseline"
+        if baseline is not None:
+            per_run = statistics.median(s / b for s, b in zip(series.rates, baseline.rates, strict=True))
+            ratio = f"{per_run:.3f}; {series.median / baseline.median:.3f} of {baseline.name}"
+        lines.append(f"| {label} | {series.median:,.0f} | {series.spread:.0%} | {len(series.rates)} | {ratio} |")
+    return "\n".join(lines)
+
+
 def _latency_table(rows: list[tuple[str, Series, Series | None]]) -> str:
     lines = [
         "### consume-transform-produce latency of one record (p50 per run)",
@@ -220,7 +239,10 @@ def _latency_table(rows: list[tuple[str, Series, Series | None]]) -> str:
         "|---|---|---|---|---|",
     ]
     for label, series, baseline in rows:
-        ratio = f"{series.median / baseline.median:.2f}x {baseline.name}" if baseline else "baseline"
+        ratio = "baseline"
+        if baseline is not None:
+            per_run = statistics.median(s / b for s, b in zip(series.rates, baseline.rates, strict=True))
+            ratio = f"{per_run:.2f}x {baseline.name} (of medians {series.median / baseline.median:.2f}x)"
         lines.append(f"| {label} | {series.median:.1f} | {series.spread:.0%} | {len(series.rates)} | {ratio} |")
     return "\n".join(lines)
 
@@ -266,7 +288,7 @@ def main() -> None:
 
     print()
     print(
-        report(
+        _ratio_table(
             "produce throughput, 1 KiB records, one partition (records/s)",
             [("idempotent, flush at end", idem, None), ("transactional, commit every 100 ms", txn, idem)],
         )
@@ -275,7 +297,7 @@ def main() -> None:
     print(_latency_table([("plain produce + offset commit", plain_ms, None), ("transaction", txn_ms, plain_ms)]))
     print()
     print(
-        report(
+        _ratio_table(
             f"producer vs Redis MULTI/EXEC XADD (records/s, {statistics.median(batch_records):.0f} records per"
             " batch / per MULTI)",
             [

@@ -38,6 +38,12 @@ Choices where Kafka leaves room or where this coordinator differs (documented fo
   and other ids proceed; a shard unload wakes every waiter, which then answers NOT_COORDINATOR. A pending
   write of another transition (not Prepare*) is still answered CONCURRENT_TRANSACTIONS at once: it can only
   come from a second concurrent request of the same producer, which Kafka's client never sends.
+* Completion carries the next transaction. When the markers are acknowledged while the producer's first
+  AddPartitions/AddOffsets of its next transaction is parked (with the identity Complete* hands out, and no
+  InitProducerId parked before it), the completion writes that transaction's Ongoing row instead of Complete*:
+  the table keeps one row per id, so Complete* followed by Ongoing and Ongoing alone leave the same durable
+  state, and each commit cycle saves one database commit. Nothing is written before every marker is
+  acknowledged, and the Ongoing row passes the same state-table checks as the request's own write would.
 * A producer fenced by the transaction timeout gets PRODUCER_FENCED, as in Kafka; the KIP-588 idea of
   letting it claim the bumped epoch is not implemented (ref §5.2).
 * Transactional ids map to shards through the injected ``shard_for`` (the cluster-wide mapping that
@@ -45,7 +51,7 @@ Choices where Kafka leaves room or where this coordinator differs (documented fo
 
 Metrics: ``oncelog.transactions.open`` per shard is kept as a running count, changed only where a durable
 transition is applied to the cache (step 3) and reset on load and unload; ``oncelog.transactions.completed``
-counts each Complete* write by result.
+counts each completed transaction by result, when its Complete* row (or the Ongoing row carrying it) is written.
 """
 
 from __future__ import annotations
@@ -216,17 +222,43 @@ class _Shard:
     """Cached ids whose state has an open transaction (Ongoing or Prepare*)."""
 
 
+@dataclass(eq=False, slots=True)
+class _ParkedRequest:
+    """What a request parked behind the completion of the previous transaction asks for.
+
+    AddPartitions/AddOffsets name an identity and participants; the completion may carry them (see
+    :meth:`TransactionCoordinator._next_transaction`). InitProducerId names neither and is never carried, but
+    holds its place in the arrival order: requests parked after it are not carried ahead of it.
+    """
+
+    transactional_id: str
+    producer_id: int = NO_PRODUCER_ID
+    producer_epoch: int = NO_PRODUCER_EPOCH
+    partitions: frozenset[TopicPartition] = frozenset()
+    groups: frozenset[str] = frozenset()
+
+    def fits(self, complete: TxnTransition) -> bool:
+        """Whether the request asks to join the transaction that follows ``complete`` with its identity."""
+        return (
+            bool(self.partitions or self.groups)
+            and (self.producer_id, self.producer_epoch) == (complete.producer_id, complete.producer_epoch)
+            and self.producer_epoch <= LAST_USABLE_EPOCH
+        )
+
+
 class _PreviousTransactionCompleting(Exception):
     """The id's last transaction is in Prepare*: the request may be parked until ``settled`` resolves.
 
     Not an OncelogError on purpose: it never leaves the coordinator. The parking loop either retries the
     request once the id settled or raises :attr:`error` (CONCURRENT_TRANSACTIONS) when the wait is over.
+    ``request`` stays registered while the request is parked, so the completion sees it.
     """
 
-    def __init__(self, error: OncelogError, settled: asyncio.Future[None]) -> None:
+    def __init__(self, error: OncelogError, settled: asyncio.Future[None], request: _ParkedRequest) -> None:
         super().__init__(error.message)
         self.error = error
         self.settled = settled
+        self.request = request
 
 
 @dataclass(eq=False, slots=True)
@@ -299,6 +331,8 @@ class TransactionCoordinator:
         self._completion_wait_s = completion_wait_ms / 1000
         self._settled: dict[str, asyncio.Future[None]] = {}
         """Per transactional id, resolved at its next applied or abandoned transition (parked requests wait on it)."""
+        self._parked_requests: dict[str, list[_ParkedRequest]] = {}
+        """Per transactional id, its parked requests in arrival order (the completion may carry some)."""
 
     # ------------------------------------------------------------------------------ shard ownership
 
@@ -528,11 +562,12 @@ class TransactionCoordinator:
         if not transactional_id:
             raise InvalidRequest("transactional id must not be empty")
         entry = self._shard_of(transactional_id)
+        request = _ParkedRequest(transactional_id, producer_id, producer_epoch, partitions, groups)
         async with self._locks.hold(transactional_id):
             self._check_still_owned(entry)
             md = self._known(entry, transactional_id)
             if md.producer_id != producer_id:
-                self._raise_foreign_producer_id(md, producer_id, producer_epoch, parkable=True)
+                self._raise_foreign_producer_id(md, producer_id, producer_epoch, parkable=True, request=request)
             if md.producer_epoch != producer_epoch or producer_epoch > LAST_USABLE_EPOCH:
                 # The reserved epoch only ever ends a fenced transaction; nobody may open one with it.
                 raise ProducerFenced(
@@ -541,7 +576,7 @@ class TransactionCoordinator:
                 )
             if md.state.is_prepare:
                 raise self._completing(
-                    md, f"transactional id {transactional_id!r}: the previous transaction has not completed"
+                    md, f"transactional id {transactional_id!r}: the previous transaction has not completed", request
                 )
             if md.pending_state is not None:
                 raise ConcurrentTransactions(
@@ -663,7 +698,9 @@ class TransactionCoordinator:
     ) -> None:
         """Marker sink callback: write Complete* for the Prepare* the markers were sent for.
 
-        A duplicate call, or one for a transaction that has moved on, does nothing.
+        When the producer's next AddPartitions/AddOffsets is already parked, the row written is the next
+        transaction's Ongoing instead (see :meth:`_next_transaction`). A duplicate call, or one for a
+        transaction that has moved on, does nothing.
         """
         async with self._locks.hold(transactional_id):
             self._check_still_owned(entry)
@@ -677,9 +714,36 @@ class TransactionCoordinator:
                 return
             if md.pending_state is not None:
                 raise ConcurrentTransactions(f"transactional id {transactional_id!r} has a transition in flight")
-            transition = md.prepare_complete(self._clock())
-        await self._persist(entry, md, transition)
+            now_ms = self._clock()
+            transition = md.prepare_complete(now_ms)
+            follow = self._next_transaction(transactional_id, transition, now_ms)
+        await self._persist(entry, md, transition, follow=follow)
         self._metrics.record_transaction_completed(result.value.lower())
+
+    def _next_transaction(self, transactional_id: str, complete: TxnTransition, now_ms: int) -> TxnTransition | None:
+        """The Ongoing row of the next transaction if parked requests already ask for it, else None.
+
+        Kafka appends Complete* and, one round trip later, the next Ongoing; the table keeps only an id's last
+        record, so when the producer's first AddPartitions/AddOffsets of its next transaction is parked behind
+        the completion, both transitions are made durable by one write of the Ongoing row: one SQL commit
+        instead of two, and the parked request answers as soon as it lands. The row is prepared on a copy of
+        the completed state with the producer's own identity check (the one the request would face after
+        Complete*), so it is exactly the row the request would have written next; requests naming another
+        identity are left to re-validate after the write, as before. Called under the id's lock.
+        """
+        carried: list[_ParkedRequest] = []
+        for request in self._parked_requests.get(transactional_id, ()):
+            if not request.fits(complete):
+                break  # an earlier request (a new instance's InitProducerId, say) goes first
+            carried.append(request)
+        if not carried:
+            return None
+        completed = TransactionMetadata.from_transition(transactional_id, complete)
+        return completed.prepare_add_participants(
+            frozenset().union(*(request.partitions for request in carried)),
+            frozenset().union(*(request.groups for request in carried)),
+            now_ms,
+        )
 
     def _send_markers(self, entry: _Shard, md: TransactionMetadata) -> None:
         result = TransactionResult.COMMIT if md.state is TransactionState.PREPARE_COMMIT else TransactionResult.ABORT
@@ -891,13 +955,19 @@ class TransactionCoordinator:
         return md
 
     def _raise_foreign_producer_id(
-        self, md: TransactionMetadata, producer_id: int, producer_epoch: int, *, parkable: bool = False
+        self,
+        md: TransactionMetadata,
+        producer_id: int,
+        producer_epoch: int,
+        *,
+        parkable: bool = False,
+        request: _ParkedRequest | None = None,
     ) -> None:
         if md.state.is_prepare and producer_id == md.next_producer_id and producer_epoch == 0:
             # The caller already holds the identity the running completion will switch to.
             message = f"transactional id {md.transactional_id!r}: the previous transaction is completing"
             if parkable:
-                raise self._completing(md, message)
+                raise self._completing(md, message, request)
             raise ConcurrentTransactions(message)
         raise InvalidProducerIdMapping(
             f"transactional id {md.transactional_id!r} is mapped to producer id {md.producer_id}, not {producer_id}"
@@ -918,10 +988,17 @@ class TransactionCoordinator:
         else:
             md.replay(row)
 
-    async def _persist(self, entry: _Shard, md: TransactionMetadata, transition: TxnTransition) -> None:
-        """Write ``transition`` and apply it to the cache, or leave the cache as it was."""
+    async def _persist(
+        self, entry: _Shard, md: TransactionMetadata, transition: TxnTransition, *, follow: TxnTransition | None = None
+    ) -> None:
+        """Write ``transition`` and apply it to the cache, or leave the cache as it was.
+
+        With ``follow`` (an Ongoing row prepared on top of ``transition``, see :meth:`_next_transaction`), only
+        ``follow`` is written: it supersedes ``transition`` in the same write. Both are then applied in order,
+        each through the state table's checks.
+        """
         try:
-            await self._store.write(md.transactional_id, transition, entry.coordinator_epoch)
+            await self._store.write(md.transactional_id, follow or transition, entry.coordinator_epoch)
         except BaseException:
             # Cancellation included: nothing was revealed, so the cache keeps the previous state and any
             # later write supersedes a row that may have landed.
@@ -934,6 +1011,11 @@ class TransactionCoordinator:
             raise NotCoordinator(f"shard {entry.shard} changed owner while writing {md.transactional_id!r}")
         was_open = md.state.has_open_transaction
         md.complete_transition(transition)
+        if follow is not None:
+            again = md.prepare_add_participants(follow.partitions, follow.groups, follow.txn_start_timestamp)
+            if again != follow:
+                raise IllegalTransitionError(f"{md.transactional_id!r}: written {follow}, cache prepared {again}")
+            md.complete_transition(follow)
         if md.state.has_open_transaction != was_open:
             entry.open_transactions += 1 if md.state.has_open_transaction else -1
             self._metrics.set_transactions_open(entry.shard, entry.open_transactions)
@@ -941,16 +1023,28 @@ class TransactionCoordinator:
 
     # ------------------------------------------------------------------------------ parking
 
-    def _completing(self, md: TransactionMetadata, message: str) -> _PreviousTransactionCompleting:
+    def _completing(
+        self, md: TransactionMetadata, message: str, request: _ParkedRequest | None = None
+    ) -> _PreviousTransactionCompleting:
         """The parkable form of CONCURRENT_TRANSACTIONS for ``md`` (called under the id's lock).
 
-        The signal is taken here, before the lock is released, so a transition applied between this
-        refusal and the wait cannot be missed.
+        The signal is taken and the request registered here, before the lock is released, so neither a
+        transition applied between this refusal and the wait nor a completion starting meanwhile can miss it.
         """
         settled = self._settled.get(md.transactional_id)
         if settled is None or settled.done():
             settled = self._settled[md.transactional_id] = asyncio.get_running_loop().create_future()
-        return _PreviousTransactionCompleting(ConcurrentTransactions(message), settled)
+        if request is None:
+            request = _ParkedRequest(md.transactional_id)
+        self._parked_requests.setdefault(md.transactional_id, []).append(request)
+        return _PreviousTransactionCompleting(ConcurrentTransactions(message), settled, request)
+
+    def _unregister(self, request: _ParkedRequest) -> None:
+        parked = self._parked_requests.get(request.transactional_id)
+        if parked is not None and request in parked:
+            parked.remove(request)
+            if not parked:
+                del self._parked_requests[request.transactional_id]
 
     def _wake(self, transactional_id: str) -> None:
         settled = self._settled.pop(transactional_id, None)
@@ -975,14 +1069,20 @@ class TransactionCoordinator:
             try:
                 return await attempt()
             except _PreviousTransactionCompleting as busy:
-                remaining = deadline - loop.time()
-                if remaining <= 0:
-                    raise busy.error from None
                 try:
-                    # shielded: the signal is shared by every request parked on the id
-                    await asyncio.wait_for(asyncio.shield(busy.settled), remaining)
-                except TimeoutError:
-                    raise busy.error from None
+                    remaining = deadline - loop.time()
+                    if remaining <= 0:
+                        raise busy.error from None
+                    try:
+                        # shielded: the signal is shared by every request parked on the id
+                        await asyncio.wait_for(asyncio.shield(busy.settled), remaining)
+                    except TimeoutError:
+                        raise busy.error from None
+                finally:
+                    # Woken, timed out or cancelled: the next attempt registers afresh if it must wait again.
+                    # A completion that carried this request wrote its participants; the attempt that follows
+                    # finds them present and answers without writing.
+                    self._unregister(busy.request)
 
     @staticmethod
     def _forget_if_unpersisted(entry: _Shard, md: TransactionMetadata) -> None:

@@ -1157,8 +1157,9 @@ async def test_add_partitions_waits_for_previous_markers_instead_of_rejecting(co
 
     await h.markers.deliver_all()
     await add
-    complete = S.COMPLETE_COMMIT if commit else S.COMPLETE_ABORT
-    assert h.store.states_written("t")[-2:] == [complete, S.ONGOING], "Complete* is durable before the next txn"
+    prepare = S.PREPARE_COMMIT if commit else S.PREPARE_ABORT
+    # the completion wrote the parked request's Ongoing row: it supersedes Complete* in the same write
+    assert h.store.states_written("t")[-2:] == [prepare, S.ONGOING], "nothing written before the markers landed"
     described = h.describe("t")
     assert (described.state, described.producer_epoch, described.partitions) == (S.ONGOING, next_identity[1], {TP1})
 
@@ -1255,6 +1256,91 @@ async def test_unload_wakes_parked_requests_with_not_coordinator() -> None:
     h.coordinator.unload(shard_for("t"))
     with pytest.raises(NotCoordinator):
         await asyncio.wait_for(add, timeout=5)
+
+
+async def test_parked_add_partitions_rides_on_the_completion_write() -> None:
+    """One durable write completes the previous transaction and opens the next one with the parked partitions."""
+    h = Harness(completion_wait_ms=10_000)
+    await h.load_all()
+    pid, epoch = await h.begin("t")
+    next_identity = await h.coordinator.end_txn("t", pid, epoch, commit=True)
+    add = asyncio.create_task(h.coordinator.add_partitions("t", *next_identity, {TP1}))
+    offsets = asyncio.create_task(h.coordinator.add_offsets("t", *next_identity, "copier-group"))
+    assert await parked(add) and await parked(offsets)
+    writes = len(h.store.writes)
+
+    await h.markers.deliver_all()
+    await asyncio.gather(add, offsets)
+    assert len(h.store.writes) == writes + 1, "Complete* and the next Ongoing share one write"
+    _, row, _ = h.store.writes[-1]
+    assert (row.state, row.producer_id, row.producer_epoch) == (S.ONGOING, *next_identity)
+    assert (row.partitions, row.groups) == ({TP1}, {"copier-group"})
+    assert row.txn_start_timestamp == h.clock.now, "the next transaction's timeout counts from its first addition"
+    described = h.describe("t")
+    assert (described.state, described.partitions, described.groups) == (S.ONGOING, {TP1}, {"copier-group"})
+    await h.coordinator.add_partitions("t", *next_identity, {TP1})
+    assert len(h.store.writes) == writes + 1, "the partitions are participants already"
+
+
+async def test_completion_without_parked_request_writes_complete() -> None:
+    h = Harness(completion_wait_ms=10_000)
+    await h.load_all()
+    pid, epoch = await h.begin("t")
+    await h.coordinator.end_txn("t", pid, epoch, commit=False)
+    await h.markers.deliver_all()
+    assert h.store.states_written("t")[-2:] == [S.PREPARE_ABORT, S.COMPLETE_ABORT]
+    assert h.describe("t").state is S.COMPLETE_ABORT
+
+
+async def test_request_that_stopped_waiting_is_not_carried_by_the_completion() -> None:
+    """A caller answered CONCURRENT_TRANSACTIONS must not find its partitions added behind its back."""
+    h = Harness(completion_wait_ms=20)
+    await h.load_all()
+    pid, epoch = await h.begin("t")
+    next_identity = await h.coordinator.end_txn("t", pid, epoch, commit=True)
+    await expect(ConcurrentTransactions, h.coordinator.add_partitions("t", *next_identity, {TP1}))
+    await h.markers.deliver_all()
+    assert h.store.states_written("t")[-1] is S.COMPLETE_COMMIT
+    assert (h.describe("t").state, h.describe("t").partitions) == (S.COMPLETE_COMMIT, frozenset())
+
+
+async def test_failed_completion_write_keeps_prepare_and_the_parked_request_waits_for_the_retry() -> None:
+    h = Harness(completion_wait_ms=10_000)
+    await h.load_all()
+    pid, epoch = await h.begin("t")
+    next_identity = await h.coordinator.end_txn("t", pid, epoch, commit=True)
+    add = asyncio.create_task(h.coordinator.add_partitions("t", *next_identity, {TP1}))
+    assert await parked(add)
+    markers = h.markers.for_id("t")[-1]
+    h.store.fail_next_write(StorageUnavailable("database is locked", definite=False))
+    with pytest.raises(StorageUnavailable):
+        await markers.on_complete()
+    assert await parked(add), "woken by the failure, the request parks again"
+    described = h.describe("t")
+    assert (described.state, described.partitions) == (S.PREPARE_COMMIT, {TP0}), "the cache kept Prepare*"
+
+    await markers.on_complete()  # the marker sink retries the completion
+    await add
+    assert (h.describe("t").state, h.describe("t").partitions) == (S.ONGOING, {TP1})
+
+
+async def test_new_coordinator_loads_the_combined_row_without_resending_markers() -> None:
+    """The Ongoing row implies the previous transaction completed: a failover must not resend its markers."""
+    h = Harness(completion_wait_ms=10_000)
+    await h.load_all()
+    pid, epoch = await h.begin("t")
+    next_identity = await h.coordinator.end_txn("t", pid, epoch, commit=True)
+    add = asyncio.create_task(h.coordinator.add_partitions("t", *next_identity, {TP1}))
+    assert await parked(add)
+    await h.markers.deliver_all()
+    await add
+
+    successor = h.new_coordinator()
+    await h.load_all(successor)
+    assert len(h.markers.for_id("t")) == 1, "only the original markers were ever sent"
+    found = successor.describe(["t"])["t"]
+    assert isinstance(found, TransactionDescription)
+    assert (found.state, found.producer_epoch, found.partitions) == (S.ONGOING, next_identity[1], {TP1})
 
 
 def test_negative_completion_wait_is_rejected() -> None:
