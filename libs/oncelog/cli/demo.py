@@ -140,7 +140,7 @@ def demo(
         table = Table(title="exactly-once under SIGKILL")
         table.add_column("measure")
         table.add_column("value", justify="right")
-        for name, value in (
+        for name, figure in (
             ("inputs", records),
             ("outputs (read_committed)", len(output)),
             ("duplicates", duplicates),
@@ -150,7 +150,7 @@ def demo(
             ("aborted transactions reported", aborted),
             ("copy rate incl. restarts", f"{len(output) / elapsed:,.0f} records/s"),
         ):
-            table.add_row(name, str(value))
+            table.add_row(name, str(figure))
         console.print(table)
         if duplicates or missing or unexpected:
             console.print("[red bold]FAILED: the output is not the input exactly once[/red bold]")

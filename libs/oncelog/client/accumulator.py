@@ -565,8 +565,10 @@ class RecordAccumulator:
                 wake = wake or result.new_batch_created or result.open_batch_is_full
         return futures, wake
 
-    def _check_size(self, key: bytes | None, value: bytes | None, encoded_headers: Headers) -> None:
-        alone = BATCH_OVERHEAD + estimate_record_size(key, value, encoded_headers)  # type: ignore[arg-type]
+    def _check_size(
+        self, key: bytes | None, value: bytes | None, encoded_headers: Sequence[tuple[bytes, bytes | None]]
+    ) -> None:
+        alone = BATCH_OVERHEAD + estimate_record_size(key, value, encoded_headers)
         if alone > self._max_request_size:
             raise MessageTooLarge(
                 f"a record of {alone} bytes (batch header included) exceeds max_request_size={self._max_request_size}; "

@@ -283,14 +283,15 @@ class RowEncoder:
     def _arrow_columns(self, batch: pa.RecordBatch) -> RecordColumns:
         rows = batch.num_rows
         values = _binary_list(batch.column(self._value[0]))
-        keys = [None] * rows if self._key is None else _binary_list(batch.column(self._key[0]))
+        keys: list[bytes | None] = [None] * rows if self._key is None else _binary_list(batch.column(self._key[0]))
+        topics: list[str]
         if self._topic_index is None:
-            topics = [self.topic] * rows
+            topics = [self.topic] * rows  # type: ignore[list-item]  # the encoder checked that the option is set
         else:
             topics = batch.column(self._topic_index).to_pylist()
             if None in topics or "" in topics:
                 raise ValueError("a row has no topic (its topic column is empty) and the topic option is not set")
-        partitions = (
+        partitions: list[int | None] = (
             [None] * rows
             if self._partition_index is None
             else [_int_or_none(p) for p in batch.column(self._partition_index).to_pylist()]
