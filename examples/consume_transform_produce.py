@@ -48,15 +48,21 @@ def copy(
     transactional_id: str,
     batch_size: int,
     idle_exit_s: float | None,
+    max_rate: float | None = None,
 ) -> int:
-    """Copy until stopped (or idle for ``idle_exit_s``); return the number of records committed."""
+    """Copy until stopped (or idle for ``idle_exit_s``); return the number of records committed.
+
+    ``max_rate`` caps the records sent per second (the pause falls inside transactions, as a slow transform's
+    would), so a demo can show crashes landing in the middle of one.
+    """
     consumer = Consumer(bootstrap, group_id=group, isolation_level="read_committed")
     producer = Producer(bootstrap, transactional_id=transactional_id)
     total = 0
     try:
         consumer.subscribe([input_topic])
         producer.init_transactions()  # fences an earlier instance and aborts its open transaction
-        idle_since = time.monotonic()
+        idle_since = started = time.monotonic()
+        sent = 0
         while True:
             records = consumer.poll(timeout_ms=500, max_records=batch_size)
             if not records:
@@ -68,6 +74,9 @@ def copy(
             try:
                 for record in records:
                     producer.send(output_topic, transform(record), key=record.key)
+                    sent += 1
+                    if max_rate:
+                        time.sleep(max(0.0, sent / max_rate - (time.monotonic() - started)))
                 positions = {tp: OffsetAndMetadata(consumer.position(tp)) for tp in consumer.assignment()}
                 producer.send_offsets_to_transaction(positions, consumer.group_metadata())
                 producer.commit_transaction()
@@ -96,6 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--transactional-id", default="copier-0", help="stable across restarts of this copier")
     parser.add_argument("--batch-size", type=int, default=200, help="records per transaction at most")
     parser.add_argument("--idle-exit", type=float, default=None, help="exit after this many idle seconds")
+    parser.add_argument("--max-rate", type=float, default=None, help="records sent per second at most")
     args = parser.parse_args(argv)
     copy(
         args.bootstrap,
@@ -105,6 +115,7 @@ def main(argv: list[str] | None = None) -> int:
         transactional_id=args.transactional_id,
         batch_size=args.batch_size,
         idle_exit_s=args.idle_exit,
+        max_rate=args.max_rate,
     )
     return 0
 
