@@ -135,6 +135,11 @@ class ServiceSettings:
     ready_file: str = setting(
         "", env="ONCELOG_READY_FILE", help="if set, the bound address is written here as JSON once serving"
     )
+    parent_pid: int = setting(
+        0,
+        env="ONCELOG_PARENT_PID",
+        help="drain and exit once this process is no longer the parent (the local cluster sets it); 0 disables",
+    )
     txn_coordinator_shards: int = setting(
         16, env="ONCELOG_TXN_COORDINATOR_SHARDS", help="transaction coordinator shards, fixed at cluster creation"
     )

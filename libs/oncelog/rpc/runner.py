@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import sys
 from collections.abc import Callable
 
@@ -34,7 +35,25 @@ async def serve(
         health_listen=settings.health_listen,
     )
     await server.start()
-    await server.run_until_signal()
+    watchdog = asyncio.create_task(_stop_when_orphaned(server, settings.parent_pid)) if settings.parent_pid else None
+    try:
+        await server.run_until_signal()
+    finally:
+        if watchdog is not None:
+            watchdog.cancel()
+
+
+async def _stop_when_orphaned(server: GrpcServer, parent_pid: int, interval_s: float = 0.5) -> None:
+    """Drain the server once ``parent_pid`` is gone (this process was re-parented).
+
+    A local cluster's services run in their own sessions so that Ctrl-C reaches only ``oncelog dev``; when the
+    process that started them dies without stopping them (SIGKILL, a test timeout), they would otherwise serve
+    on, unseen, holding ports and CPU.
+    """
+    while os.getppid() == parent_pid:
+        await asyncio.sleep(interval_s)
+    log.warning("parent process %d is gone; draining", parent_pid)
+    await server.stop()
 
 
 def run_service(name: str, load: Callable[[], ServiceSettings], build: Callable[[ServiceSettings], ServiceSpec]) -> int:

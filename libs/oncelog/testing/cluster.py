@@ -111,6 +111,7 @@ class LocalCluster:
             **os.environ,
             "ONCELOG_DATABASE_URL": self.database_url,
             "ONCELOG_READY_FILE": str(run_dir / f"{node_id}.json"),
+            "ONCELOG_PARENT_PID": str(os.getpid()),
             f"{prefix}LISTEN": f"{self.host}:{self._port(service, index)}",
             f"{prefix}NODE_ID": node_id,
             f"{prefix}DATA_DIR": str(self.data_dir / node_id),
