@@ -61,6 +61,11 @@ DEFAULT_MAX_REQUEST_SIZE = 1024 * 1024
 Headers = Sequence[tuple[str, bytes | None]]
 
 
+_MAX_RECORD_OVERHEAD = 5 + 1 + 1 + 1 + 5 + 5 + 5
+"""Most bytes a header-less record at offset and timestamp delta 0 adds to its key and value: length varint,
+attributes, the two deltas, key length, value length, header count (each varint at most 5 bytes here)."""
+
+
 def _wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
 
@@ -568,6 +573,11 @@ class RecordAccumulator:
     def _check_size(
         self, key: bytes | None, value: bytes | None, encoded_headers: Sequence[tuple[bytes, bytes | None]]
     ) -> None:
+        # Hot path: a record whose raw bytes plus the largest possible varint overhead fit needs no exact size
+        # here (its in-batch size is computed once, when it is appended).
+        raw = (len(key) if key else 0) + (len(value) if value else 0)
+        if not encoded_headers and BATCH_OVERHEAD + raw + _MAX_RECORD_OVERHEAD <= self._max_request_size:
+            return
         alone = BATCH_OVERHEAD + estimate_record_size(key, value, encoded_headers)
         if alone > self._max_request_size:
             raise MessageTooLarge(

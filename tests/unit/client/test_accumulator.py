@@ -402,3 +402,18 @@ def test_size_estimate_is_the_encoded_size(records: list[tuple[bytes | None, byt
         )
         for i, r in enumerate(batch.records)
     )
+
+
+@pytest.mark.parametrize("key_len", [0, 1, 200])
+def test_size_check_shortcut_refuses_exactly_what_the_exact_size_refuses(key_len: int) -> None:
+    limit = 4096
+    accumulator, _ = make(batch_size=1024, max_request_size=limit)
+    key = b"k" * key_len if key_len else None
+    for value_len in range(limit - key_len - 140, limit - key_len + 4):
+        value = b"v" * value_len
+        exact = BATCH_OVERHEAD + estimate_record_size(key, value)
+        if exact > limit:
+            with pytest.raises(MessageTooLarge):
+                accumulator._check_size(key, value, ())
+        else:
+            accumulator._check_size(key, value, ())
