@@ -1164,11 +1164,21 @@ async def test_add_partitions_waits_for_previous_markers_instead_of_rejecting(co
     assert (described.state, described.producer_epoch, described.partitions) == (S.ONGOING, next_identity[1], {TP1})
 
 
-async def test_add_offsets_waits_for_previous_markers_instead_of_rejecting() -> None:
-    h = Harness(completion_wait_ms=10_000)
+
+async def prepared_commit(completion_wait_ms: int) -> tuple[Harness, int, ProducerIdAndEpoch]:
+    """A loaded harness whose id "t" ended a transaction with COMMIT: Prepare*, markers not yet delivered.
+
+    Returns the harness, the ended transaction's producer id, and the identity EndTxn handed out
+    (KIP-890 bump) for the next transaction.
+    """
+    h = Harness(completion_wait_ms=completion_wait_ms)
     await h.load_all()
     pid, epoch = await h.begin("t")
-    next_identity = await h.coordinator.end_txn("t", pid, epoch, commit=True)
+    return h, pid, await h.coordinator.end_txn("t", pid, epoch, commit=True)
+
+
+async def test_add_offsets_waits_for_previous_markers_instead_of_rejecting() -> None:
+    h, _pid, next_identity = await prepared_commit(10_000)
     add = asyncio.create_task(h.coordinator.add_offsets("t", *next_identity, "copier-group"))
     assert await parked(add)
     await h.markers.deliver_all()
@@ -1203,10 +1213,7 @@ async def test_add_partitions_after_epoch_overflow_waits_for_rotation() -> None:
 
 
 async def test_transaction_stuck_in_prepare_still_gets_concurrent_transactions_after_the_wait() -> None:
-    h = Harness(completion_wait_ms=30)
-    await h.load_all()
-    pid, epoch = await h.begin("t")
-    next_identity = await h.coordinator.end_txn("t", pid, epoch, commit=True)
+    h, _pid, next_identity = await prepared_commit(30)
     writes = len(h.store.writes)
     loop = asyncio.get_running_loop()
     started = loop.time()
@@ -1219,20 +1226,14 @@ async def test_transaction_stuck_in_prepare_still_gets_concurrent_transactions_a
 
 
 async def test_caller_deadline_bounds_the_wait() -> None:
-    h = Harness(completion_wait_ms=60_000)
-    await h.load_all()
-    pid, epoch = await h.begin("t")
-    next_identity = await h.coordinator.end_txn("t", pid, epoch, commit=True)
+    h, _pid, next_identity = await prepared_commit(60_000)
     call = h.coordinator.add_partitions("t", *next_identity, {TP1}, max_wait_ms=20)
     await asyncio.wait_for(expect(ConcurrentTransactions, call), timeout=5)
 
 
 async def test_parked_request_revalidates_and_is_fenced_by_a_new_instance() -> None:
     """Woken by any transition: a parked request of an instance replaced meanwhile is refused, not applied."""
-    h = Harness(completion_wait_ms=10_000)
-    await h.load_all()
-    pid, epoch = await h.begin("t")
-    next_identity = await h.coordinator.end_txn("t", pid, epoch, commit=True)
+    h, pid, next_identity = await prepared_commit(10_000)
     init = asyncio.create_task(h.init("t"))
     add = asyncio.create_task(h.coordinator.add_partitions("t", *next_identity, {TP1}))
     assert await parked(init) and await parked(add)
@@ -1247,10 +1248,7 @@ async def test_parked_request_revalidates_and_is_fenced_by_a_new_instance() -> N
 
 
 async def test_unload_wakes_parked_requests_with_not_coordinator() -> None:
-    h = Harness(completion_wait_ms=10_000)
-    await h.load_all()
-    pid, epoch = await h.begin("t")
-    next_identity = await h.coordinator.end_txn("t", pid, epoch, commit=True)
+    h, _pid, next_identity = await prepared_commit(10_000)
     add = asyncio.create_task(h.coordinator.add_partitions("t", *next_identity, {TP1}))
     assert await parked(add)
     h.coordinator.unload(shard_for("t"))
@@ -1260,10 +1258,7 @@ async def test_unload_wakes_parked_requests_with_not_coordinator() -> None:
 
 async def test_parked_add_partitions_rides_on_the_completion_write() -> None:
     """One durable write completes the previous transaction and opens the next one with the parked partitions."""
-    h = Harness(completion_wait_ms=10_000)
-    await h.load_all()
-    pid, epoch = await h.begin("t")
-    next_identity = await h.coordinator.end_txn("t", pid, epoch, commit=True)
+    h, _pid, next_identity = await prepared_commit(10_000)
     add = asyncio.create_task(h.coordinator.add_partitions("t", *next_identity, {TP1}))
     offsets = asyncio.create_task(h.coordinator.add_offsets("t", *next_identity, "copier-group"))
     assert await parked(add) and await parked(offsets)
@@ -1294,10 +1289,7 @@ async def test_completion_without_parked_request_writes_complete() -> None:
 
 async def test_request_that_stopped_waiting_is_not_carried_by_the_completion() -> None:
     """A caller answered CONCURRENT_TRANSACTIONS must not find its partitions added behind its back."""
-    h = Harness(completion_wait_ms=20)
-    await h.load_all()
-    pid, epoch = await h.begin("t")
-    next_identity = await h.coordinator.end_txn("t", pid, epoch, commit=True)
+    h, _pid, next_identity = await prepared_commit(20)
     await expect(ConcurrentTransactions, h.coordinator.add_partitions("t", *next_identity, {TP1}))
     await h.markers.deliver_all()
     assert h.store.states_written("t")[-1] is S.COMPLETE_COMMIT
@@ -1305,10 +1297,7 @@ async def test_request_that_stopped_waiting_is_not_carried_by_the_completion() -
 
 
 async def test_failed_completion_write_keeps_prepare_and_the_parked_request_waits_for_the_retry() -> None:
-    h = Harness(completion_wait_ms=10_000)
-    await h.load_all()
-    pid, epoch = await h.begin("t")
-    next_identity = await h.coordinator.end_txn("t", pid, epoch, commit=True)
+    h, _pid, next_identity = await prepared_commit(10_000)
     add = asyncio.create_task(h.coordinator.add_partitions("t", *next_identity, {TP1}))
     assert await parked(add)
     markers = h.markers.for_id("t")[-1]
@@ -1326,10 +1315,7 @@ async def test_failed_completion_write_keeps_prepare_and_the_parked_request_wait
 
 async def test_new_coordinator_loads_the_combined_row_without_resending_markers() -> None:
     """The Ongoing row implies the previous transaction completed: a failover must not resend its markers."""
-    h = Harness(completion_wait_ms=10_000)
-    await h.load_all()
-    pid, epoch = await h.begin("t")
-    next_identity = await h.coordinator.end_txn("t", pid, epoch, commit=True)
+    h, _pid, next_identity = await prepared_commit(10_000)
     add = asyncio.create_task(h.coordinator.add_partitions("t", *next_identity, {TP1}))
     assert await parked(add)
     await h.markers.deliver_all()
