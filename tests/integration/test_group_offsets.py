@@ -59,9 +59,7 @@ def commit(stub, group: str, *offsets: common.PartitionOffset, member: pb.GroupM
     stub.CommitOffsets(pb.CommitOffsetsRequest(group_id=group, member=member, offsets=offsets), timeout=10)
 
 
-def txn_commit(
-    stub, group: str, *offsets: common.PartitionOffset, pid: int = PID, epoch: int = 0, member=None
-) -> None:
+def txn_commit(stub, group: str, *offsets: common.PartitionOffset, pid: int = PID, epoch: int = 0, member=None) -> None:
     stub.TxnOffsetCommit(
         pb.TxnOffsetCommitRequest(
             transactional_id=TXN_ID,
@@ -74,9 +72,7 @@ def txn_commit(
     )
 
 
-def marker(
-    commit_: bool, *groups: str, pid: int = PID, epoch: int = 1, coordinator_epoch: int = 0
-) -> common.TxnMarker:
+def marker(commit_: bool, *groups: str, pid: int = PID, epoch: int = 1, coordinator_epoch: int = 0) -> common.TxnMarker:
     return common.TxnMarker(
         producer=common.ProducerIdentity(producer_id=pid, producer_epoch=epoch),
         coordinator_epoch=coordinator_epoch,
@@ -426,9 +422,11 @@ def test_redis_cache_never_returns_wrong_offsets(redis_url: str, tmp_path: Path)
     client = redis.Redis.from_url(redis_url)
     with LocalCluster(tmp_path, services=SERVICES, env={"ONCELOG_REDIS_URL": redis_url}) as cluster:
         create_topics(cluster)
-        cluster_id = cluster_pb.ClusterServiceStub(sync_channel(cluster.bootstrap)).DescribeCluster(
-            cluster_pb.DescribeClusterRequest()
-        ).cluster_id
+        cluster_id = (
+            cluster_pb.ClusterServiceStub(sync_channel(cluster.bootstrap))
+            .DescribeCluster(cluster_pb.DescribeClusterRequest())
+            .cluster_id
+        )
         key = cache_key_prefix(cluster_id) + group
         stub = stub_for(cluster.addresses("group-offsets")[0])
         commit(stub, group, po("orders", 0, 10))

@@ -497,9 +497,7 @@ def test_zombie_commit_after_fence_rejected(client: TxnClient, dest: Destination
     assert [m.producer_epoch for m in commits] == [successor[1] + 1], "only the new owner's work commits"
 
 
-def test_add_partitions_waits_for_previous_markers_instead_of_rejecting(
-    client: TxnClient, dest: Destinations
-) -> None:
+def test_add_partitions_waits_for_previous_markers_instead_of_rejecting(client: TxnClient, dest: Destinations) -> None:
     tid = "parked-add"
     partition = dest.partition_on(sorted(dest.storage)[0])
     double = dest.leader_of(partition)

@@ -32,9 +32,7 @@ class NodeContext:
     spec: ServiceSpec
 
 
-def node_context(
-    settings: ServiceSettings, role: str, *, clock: Callable[[], int] = wall_clock_ms
-) -> NodeContext:
+def node_context(settings: ServiceSettings, role: str, *, clock: Callable[[], int] = wall_clock_ms) -> NodeContext:
     """Open the catalog, create or upgrade its schema, and start a ServiceSpec that serves ClusterService
     and keeps this node registered. Services add their own servicers to ``context.spec``.
     """

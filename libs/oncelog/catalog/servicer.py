@@ -40,9 +40,7 @@ class ClusterServicer(pb.ClusterServiceServicer):
         addresses = await self._live_addresses()
         return pb.MetadataResponse(topics=[_topic(t, addresses) for t in topics])
 
-    async def FindCoordinator(
-        self, request: pb.FindCoordinatorRequest, context: object
-    ) -> pb.FindCoordinatorResponse:
+    async def FindCoordinator(self, request: pb.FindCoordinatorRequest, context: object) -> pb.FindCoordinatorResponse:
         role = _COORDINATOR_ROLE.get(request.type)
         if role is None:
             raise InvalidRequest("type must be COORDINATOR_TYPE_TRANSACTION or COORDINATOR_TYPE_GROUP")

@@ -32,12 +32,13 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
+from typing import overload
 
 from oncelog.client.errors import AbortableError, BufferExhaustedError, IllegalStateError, RetriableError
 from oncelog.client.records import RecordMetadata, TopicPartition
 from oncelog.client.sequences import NO_SEQUENCE, ProducerIdAndEpoch, ProducerSequences
 from oncelog.errors import MessageTooLarge, OncelogError, RequestTimedOut
-from oncelog.records import BATCH_OVERHEAD, Compression, Record, build_batch
+from oncelog.records import BATCH_OVERHEAD, Compression, Record, RecordsBuilder
 from oncelog.records.varint import size_of_varint
 
 __all__ = [
@@ -50,7 +51,9 @@ __all__ = [
     "ReadyCheck",
     "RecordAccumulator",
     "estimate_record_size",
-    "gather_records",
+    "RecordMetadataList",
+    "RecordRun",
+    "gather_runs",
 ]
 
 DEFAULT_BATCH_SIZE = 16 * 1024
@@ -64,6 +67,11 @@ Headers = Sequence[tuple[str, bytes | None]]
 _MAX_RECORD_OVERHEAD = 5 + 1 + 1 + 1 + 5 + 5 + 5
 """Most bytes a header-less record at offset and timestamp delta 0 adds to its key and value: length varint,
 attributes, the two deltas, key length, value length, header count (each varint at most 5 bytes here)."""
+
+
+_MAX_RUN_RECORD_OVERHEAD = 5 + 1 + 10 + 5 + 5 + 5 + 1
+"""Most bytes a header-less record adds to its key and value anywhere in a batch: length varint, attributes,
+timestamp delta (a varlong), offset delta, key length, value length, header count."""
 
 
 def _wall_clock_ms() -> int:
@@ -96,6 +104,14 @@ def _as_bytes(data: object, what: str) -> bytes | None:
     if isinstance(data, bytearray | memoryview):
         return bytes(data)  # a copy: the caller may reuse its buffer after send()
     raise TypeError(f"{what} must be bytes or None, not {type(data).__name__}; serialize it first")
+
+
+def _all_bytes(items: Sequence[object]) -> bool:
+    return all(type(item) is bytes for item in items)
+
+
+def _length(data: bytes | None) -> int:
+    return 0 if data is None else len(data)
 
 
 def _normalize_headers(
@@ -213,16 +229,72 @@ class RecordFuture(Future):  # type: ignore[type-arg]
         return f"<RecordFuture {self._tp} #{self._index} {state}>"
 
 
-def gather_records(futures: Sequence[RecordFuture]) -> Future[list[RecordMetadata]]:
-    """One future for many records: their metadata in the given order, or the first error of their batches.
+class RecordMetadataList(Sequence[RecordMetadata]):
+    """Where records sent together were written, in the order they were given; built on first access.
 
-    It waits on the distinct batches behind ``futures`` (usually one or two), not on each record.
+    A bulk send of thousands of records settles once per batch; the per-record metadata is derived from
+    the batches' base offsets only if somebody reads it.
+
+    Args:
+        placements: for each group of runs, the positions of its records among all records (None: the
+            group holds every record, in order) and its runs in record order. Every run must have succeeded.
+        total: number of records.
     """
-    combined: Future[list[RecordMetadata]] = Future()
+
+    def __init__(self, placements: Sequence[tuple[Sequence[int] | None, Sequence[RecordRun]]], total: int) -> None:
+        self._placements = placements
+        self._total = total
+        self._items: list[RecordMetadata] | None = None
+
+    def _materialize(self) -> list[RecordMetadata]:
+        if self._items is None:
+            items: list[RecordMetadata] = [None] * self._total  # type: ignore[list-item]  # every slot is filled
+            for positions, runs in self._placements:
+                metadata = [entry for run in runs for entry in run.metadata()]
+                if positions is None:
+                    items[: len(metadata)] = metadata
+                else:
+                    for position, entry in zip(positions, metadata, strict=True):
+                        items[position] = entry
+            self._items = items
+        return self._items
+
+    def __len__(self) -> int:
+        return self._total
+
+    @overload
+    def __getitem__(self, index: int) -> RecordMetadata: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[RecordMetadata]: ...
+
+    def __getitem__(self, index: int | slice) -> RecordMetadata | list[RecordMetadata]:
+        return self._materialize()[index]
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Sequence):
+            return self._materialize() == list(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  # mutable-looking sequence, like list
+
+    def __repr__(self) -> str:
+        return f"RecordMetadataList({self._materialize()!r})"
+
+
+def gather_runs(
+    placements: Sequence[tuple[Sequence[int] | None, Sequence[RecordRun]]], total: int
+) -> Future[Sequence[RecordMetadata]]:
+    """One future for records appended in runs: a :class:`RecordMetadataList`, or the first error of their batches.
+
+    It waits on the distinct batches behind the runs (usually one or two), not on each record.
+    """
+    combined: Future[Sequence[RecordMetadata]] = Future()
     combined.set_running_or_notify_cancel()
-    outcomes = list({id(f._outcome): f._outcome for f in futures}.values())
+    outcomes = list({id(run.outcome): run.outcome for _, runs in placements for run in runs}.values())
+    result = RecordMetadataList(placements, total)
     if not outcomes:
-        combined.set_result([])
+        combined.set_result(result)
         return combined
     remaining = [len(outcomes)]
     lock = threading.Lock()
@@ -236,7 +308,7 @@ def gather_records(futures: Sequence[RecordFuture]) -> Future[list[RecordMetadat
             if error is not None:
                 combined.set_exception(error)
             elif remaining[0] == 0:
-                combined.set_result([f.result() for f in futures])
+                combined.set_result(result)
 
     for outcome in outcomes:
         outcome.add_done_callback(settled)
@@ -303,11 +375,9 @@ class ProducerBatch:
         self.transactional = False
         self._batch_size = batch_size
         self._compression = compression
-        self._records: list[Record] = []
-        self._futures: list[RecordFuture] = []
+        self._builder = RecordsBuilder()
         self.outcome: Future[tuple[int, int]] = Future()
         self.outcome.set_running_or_notify_cancel()
-        self._size = BATCH_OVERHEAD
         self._reserved = 0
         self._closed = False
         self._done = False
@@ -318,27 +388,22 @@ class ProducerBatch:
     @property
     def record_count(self) -> int:
         """Records in the batch."""
-        return len(self._records)
+        return self._builder.count
 
     @property
     def records(self) -> tuple[Record, ...]:
-        """The records, with their final timestamps."""
-        return tuple(self._records)
-
-    @property
-    def futures(self) -> tuple[RecordFuture, ...]:
-        """One future per record, in record order."""
-        return tuple(self._futures)
+        """The records, with their final timestamps (decoded from the batch: for inspection)."""
+        return tuple(self._builder.records())
 
     @property
     def size_in_bytes(self) -> int:
         """Encoded size before compression, header included."""
-        return self._size
+        return self._builder.size_in_bytes
 
     @property
     def is_full(self) -> bool:
         """No further record fits under ``batch_size``."""
-        return self._size >= self._batch_size
+        return self._builder.size_in_bytes >= self._batch_size
 
     @property
     def is_done(self) -> bool:
@@ -370,14 +435,12 @@ class ProducerBatch:
     def payload(self) -> bytes:
         """The batch as one Kafka RecordBatch v2, encoded with the current stamp (cached)."""
         if self._payload is None:
-            self._payload = build_batch(
-                self._records,
+            self._payload = self._builder.build(
                 producer_id=self._identity.producer_id,
                 producer_epoch=self._identity.epoch,
                 base_sequence=self._base_sequence,
                 transactional=self.transactional,
                 compression=self._compression,
-                base_timestamp=self._records[0].timestamp,
             )
         return self._payload
 
@@ -389,27 +452,43 @@ class ProducerBatch:
         )
 
     def _fits(self, size: int) -> bool:
-        return not self._closed and self._size + size <= self._batch_size
+        return not self._closed and self._builder.size_in_bytes + size <= self._batch_size
 
-    def _append(self, record: Record, size: int) -> RecordFuture:
-        """Add a record whose memory the accumulator reserved (``size``, plus the header for the first)."""
-        self._reserved += size if self._records else BATCH_OVERHEAD + size
-        future = RecordFuture(self.outcome, self.topic_partition, len(self._records), record.timestamp)  # type: ignore[arg-type]
-        self._records.append(record)
-        self._futures.append(future)
-        self._size += size
+    def _append(self, record: bytes, timestamp: int) -> RecordFuture:
+        """Add a record encoded by ``_builder.encode`` whose memory the accumulator reserved."""
+        future = RecordFuture(self.outcome, self.topic_partition, self._builder.count, timestamp)
+        self._builder.append_encoded(record, timestamp)
+        self._reserved = self._builder.size_in_bytes
         return future
 
-    def _record_size(
-        self, key: bytes | None, value: bytes | None, headers: Sequence[tuple[bytes, bytes | None]], timestamp: int
-    ) -> int:
-        if not self._records:
-            return estimate_record_size(key, value, headers)
-        base_timestamp = self._records[0].timestamp
-        assert base_timestamp is not None
-        return estimate_record_size(
-            key, value, headers, offset_delta=len(self._records), timestamp_delta=timestamp - base_timestamp
-        )
+
+@dataclass(frozen=True, slots=True)
+class RecordRun:
+    """Consecutive records of one batch appended by one :meth:`RecordAccumulator.append_many` call.
+
+    Attributes:
+        outcome: the batch's outcome, ``(base_offset, log_append_time_ms)`` or its error.
+        topic_partition: the batch's partition.
+        first_index: the first record's place in the batch.
+        count: records in the run.
+        timestamp: their CreateTime.
+    """
+
+    outcome: Future[tuple[int, int]]
+    topic_partition: TopicPartition
+    first_index: int
+    count: int
+    timestamp: int
+
+    def metadata(self) -> list[RecordMetadata]:
+        """Where each record of the run was written; call only once :attr:`outcome` succeeded."""
+        base_offset, log_append_time_ms = self.outcome.result(0)
+        topic, partition = self.topic_partition
+        timestamp = log_append_time_ms if log_append_time_ms >= 0 else self.timestamp
+        first = base_offset + self.first_index
+        if base_offset < 0:
+            return [RecordMetadata(topic, partition, -1, timestamp)] * self.count
+        return [RecordMetadata(topic, partition, first + i, timestamp) for i in range(self.count)]
 
 
 class RecordAccumulator:
@@ -530,7 +609,7 @@ class RecordAccumulator:
         self._check_size(key, value, encoded_headers)
         deadline = time.monotonic() + max_block_s
         with self._lock:
-            return self._append_locked(tp, key, value, header_tuple, encoded_headers, timestamp, deadline)
+            return self._append_locked(tp, key, value, header_tuple, timestamp, deadline)
 
     def append_many(
         self,
@@ -540,14 +619,16 @@ class RecordAccumulator:
         timestamp: int | None = None,
         *,
         max_block_s: float = 0.0,
-    ) -> tuple[list[RecordFuture], bool]:
-        """Add ``values`` (with ``keys``, if given) to ``tp`` in order, under one lock; see :meth:`append`.
+    ) -> tuple[list[RecordRun], bool]:
+        """Add header-less ``values`` (with ``keys``, if given) to ``tp`` in order, under one lock; see :meth:`append`.
 
-        Every record is checked before the first is added, so a bad one adds none. Records may span
-        several batches.
+        The bulk path: every record is checked before the first is added, so a bad one adds none; then the
+        records are encoded straight into the open batch, filling it and opening new ones as needed, with
+        one clock reading per batch and no per-record future.
 
         Returns:
-            The records' futures, and whether a batch was created or filled (the sender should look).
+            The runs of records per batch, in order, and whether a batch was created or filled (the sender
+            should look).
 
         Raises:
             The exceptions of :meth:`append`; ``ValueError`` also when ``keys`` and ``values`` differ in length.
@@ -556,19 +637,76 @@ class RecordAccumulator:
             raise ValueError(f"{len(keys)} keys for {len(values)} values; pass one key per value or none")
         if timestamp is not None and timestamp < 0:
             raise ValueError(f"record timestamp must be >= 0 (Unix milliseconds), got {timestamp}")
-        checked_keys = [None] * len(values) if keys is None else [_as_bytes(k, "key") for k in keys]
-        checked_values = [_as_bytes(v, "value") for v in values]
-        for key, value in zip(checked_keys, checked_values, strict=True):
-            self._check_size(key, value, ())
+        checked_values = values if _all_bytes(values) else [_as_bytes(v, "value") for v in values]
+        checked_keys = keys if keys is None or _all_bytes(keys) else [_as_bytes(k, "key") for k in keys]
+        largest = max(map(_length, checked_values), default=0)
+        raw = sum(map(_length, checked_values))
+        if checked_keys is not None:
+            largest += max(map(_length, checked_keys), default=0)
+            raw += sum(map(_length, checked_keys))
+        if BATCH_OVERHEAD + largest + _MAX_RECORD_OVERHEAD > self._max_request_size:
+            for index, value in enumerate(checked_values):
+                self._check_size(None if checked_keys is None else checked_keys[index], value, ())
+        if not checked_values:
+            return [], False
+        bound = self._bulk_bound(len(checked_values), raw, largest)
         deadline = time.monotonic() + max_block_s
-        futures: list[RecordFuture] = []
+        runs: list[RecordRun] = []
         wake = False
+        start = 0
+        open_new = False  # the open batch has no room for the next record
         with self._lock:
-            for key, value in zip(checked_keys, checked_values, strict=True):
-                result = self._append_locked(tp, key, value, (), [], timestamp, deadline)
-                futures.append(result.future)
-                wake = wake or result.new_batch_created or result.open_batch_is_full
-        return futures, wake
+            # all or nothing: memory for every record is reserved (an upper bound) before the first is added
+            self._ensure_open()
+            while not self._reserve(bound):
+                if bound > self._buffer_memory:
+                    raise BufferExhaustedError(
+                        f"{len(checked_values)} records may take up to {bound} bytes, more than buffer_memory="
+                        f"{self._buffer_memory}; send them in smaller groups or raise buffer_memory"
+                    )
+                self._wait_for_memory(bound, deadline)
+                self._ensure_open()
+            unused = bound
+            while start < len(checked_values):
+                now = self._clock()
+                ts = now if timestamp is None else timestamp
+                queue = self._batches.get(tp)
+                if queue is None:
+                    queue = self._batches[tp] = deque()
+                last = queue[-1] if queue and not open_new else None
+                batch = last if last is not None and not last._closed and not last.is_full else None
+                created = batch is None
+                if batch is None:
+                    batch = ProducerBatch(
+                        tp, created_ms=now, batch_size=self._batch_size, compression=self._compression
+                    )
+                builder = batch._builder
+                count = builder.count
+                taken = builder.append_run(checked_keys, checked_values, start, ts, self._batch_size)
+                open_new = taken == 0  # only an open batch takes none: the next record starts a new one
+                if open_new:
+                    continue
+                unused -= builder.size_in_bytes - batch._reserved  # the batch now holds that part
+                batch._reserved = builder.size_in_bytes
+                if created:
+                    queue.append(batch)
+                    self._incomplete.add(batch)
+                runs.append(RecordRun(batch.outcome, tp, count, taken, ts))
+                start += taken
+                wake = wake or created or batch.is_full
+            self._used_bytes -= unused
+            if unused > 0:
+                self._memory_freed.notify_all()
+        return runs, wake
+
+    def _bulk_bound(self, count: int, raw: int, largest: int) -> int:
+        """Most bytes ``count`` header-less records of ``raw`` key and value bytes (at most ``largest`` in one
+        record) can add to a partition's batches: each record's framing, and the header of each new batch."""
+        records = raw + count * _MAX_RUN_RECORD_OVERHEAD
+        # every new batch but the last closed because the next record did not fit, so it holds more than this
+        filled = self._batch_size - BATCH_OVERHEAD - largest - _MAX_RUN_RECORD_OVERHEAD
+        batches = count if filled <= 0 else min(count, records // filled + 1)
+        return records + batches * BATCH_OVERHEAD
 
     def _check_size(
         self, key: bytes | None, value: bytes | None, encoded_headers: Sequence[tuple[bytes, bytes | None]]
@@ -591,7 +729,6 @@ class RecordAccumulator:
         key: bytes | None,
         value: bytes | None,
         header_tuple: tuple[tuple[str, bytes | None], ...],
-        encoded_headers: list[tuple[bytes, bytes | None]],
         timestamp: int | None,
         deadline: float,
     ) -> AppendResult:
@@ -599,28 +736,27 @@ class RecordAccumulator:
             self._ensure_open()
             now = self._clock()
             ts = now if timestamp is None else timestamp
-            record = Record(key=key, value=value, headers=header_tuple, timestamp=ts)
             queue = self._batches.get(tp)
             if queue is None:
                 queue = self._batches[tp] = deque()
             last = queue[-1] if queue and not queue[-1]._closed else None
             if last is not None:
-                size = last._record_size(key, value, encoded_headers, ts)
-                if last._fits(size):
-                    if not self._reserve(size):
-                        self._wait_for_memory(size, deadline)
+                record = last._builder.encode(key, value, header_tuple, ts)
+                if last._fits(len(record)):
+                    if not self._reserve(len(record)):
+                        self._wait_for_memory(len(record), deadline)
                         continue
-                    future = last._append(record, size)
-                    return AppendResult(future, len(queue) > 1 or last.is_full, last.is_full, False, size)
-            size = estimate_record_size(key, value, encoded_headers)
-            if not self._reserve(BATCH_OVERHEAD + size):
-                self._wait_for_memory(BATCH_OVERHEAD + size, deadline)
-                continue
+                    future = last._append(record, ts)
+                    return AppendResult(future, len(queue) > 1 or last.is_full, last.is_full, False, len(record))
             batch = ProducerBatch(tp, created_ms=now, batch_size=self._batch_size, compression=self._compression)
-            future = batch._append(record, size)
+            record = batch._builder.encode(key, value, header_tuple, ts)
+            if not self._reserve(BATCH_OVERHEAD + len(record)):
+                self._wait_for_memory(BATCH_OVERHEAD + len(record), deadline)
+                continue
+            future = batch._append(record, ts)
             queue.append(batch)
             self._incomplete.add(batch)
-            return AppendResult(future, len(queue) > 1 or batch.is_full, batch.is_full, True, size)
+            return AppendResult(future, len(queue) > 1 or batch.is_full, batch.is_full, True, len(record))
 
     def ready(self) -> ReadyCheck:
         """Partitions whose first batch should be sent now, and when to check again (``RecordAccumulator.ready``).
@@ -849,7 +985,7 @@ class RecordAccumulator:
         if remaining <= 0:
             raise BufferExhaustedError(
                 f"buffer_memory={self._buffer_memory} bytes is full ({self._used_bytes} bytes of unsent or "
-                f"unacknowledged records) and a {size}-byte record does not fit; call flush(), slow down, "
+                f"unacknowledged records) and {size} more bytes do not fit; call flush(), slow down, "
                 "raise max_block_ms to wait longer, or raise buffer_memory"
             )
         self._waiters += 1

@@ -32,30 +32,35 @@ _R = 24
 _MASK32 = 0xFFFFFFFF
 
 
+# unpackers of n little-endian 32-bit words, for the key lengths most keys have
+_WORDS = tuple(struct.Struct(f"<{n}I").unpack_from for n in range(64))
+
+
 def murmur2(data: bytes | bytearray | memoryview) -> int:
     """MurmurHash2 of ``data`` as a signed 32-bit integer, exactly like Kafka's ``Utils.murmur2``.
 
     Java does the arithmetic in wrapping ``int``; here every step is masked to 32 bits and the
     result is reinterpreted as signed at the end.
     """
-    view = memoryview(data).cast("B")
-    length = len(view)
+    if not isinstance(data, bytes | bytearray):
+        data = memoryview(data).cast("B")
+    length = len(data)
     h = (_SEED ^ length) & _MASK32
-    words = length // 4
-    for k in struct.unpack_from(f"<{words}I", view):
+    words = length >> 2
+    unpack = _WORDS[words] if words < len(_WORDS) else struct.Struct(f"<{words}I").unpack_from
+    for k in unpack(data):
         k = (k * _M) & _MASK32
         k ^= k >> _R
-        k = (k * _M) & _MASK32
-        h = ((h * _M) & _MASK32) ^ k
-    tail = length & ~3
-    extra = length % 4
-    # Java's switch falls through from case 3 to case 1
-    if extra == 3:
-        h ^= view[tail + 2] << 16
-    if extra >= 2:
-        h ^= view[tail + 1] << 8
-    if extra >= 1:
-        h ^= view[tail]
+        h = ((h * _M) & _MASK32) ^ ((k * _M) & _MASK32)
+    extra = length & 3
+    if extra:
+        tail = length - extra
+        # Java's switch falls through from case 3 to case 1
+        if extra == 3:
+            h ^= data[tail + 2] << 16
+        if extra >= 2:
+            h ^= data[tail + 1] << 8
+        h ^= data[tail]
         h = (h * _M) & _MASK32
     h ^= h >> 13
     h = (h * _M) & _MASK32
@@ -147,6 +152,33 @@ class DefaultPartitioner:
                 sticky = _Sticky(_next_after(sticky.partition, candidates))
                 self._sticky[topic] = sticky
             return sticky.partition
+
+    def partition_keys(
+        self,
+        topic: str,
+        keys: Sequence[bytes | bytearray | memoryview | None],
+        num_partitions: int,
+        available: Sequence[int] | None = None,
+    ) -> list[int]:
+        """:meth:`partition` of each of ``keys`` at once (a None key takes the sticky partition).
+
+        Raises:
+            ValueError: ``num_partitions`` is below 1.
+        """
+        if num_partitions < 1:
+            raise ValueError(f"a topic has at least one partition, got num_partitions={num_partitions}")
+        if num_partitions == 1:
+            return [0] * len(keys)
+        sticky: int | None = None
+        targets = []
+        for key in keys:
+            if key is not None:
+                targets.append((murmur2(key) & 0x7FFFFFFF) % num_partitions)
+            else:
+                if sticky is None:
+                    sticky = self.partition(topic, None, num_partitions, available)
+                targets.append(sticky)
+        return targets
 
     def on_append(self, topic: str, partition: int, appended_bytes: int, *, enable_switch: bool = True) -> None:
         """Account ``appended_bytes`` of a keyless record and move on once the partition had enough.

@@ -64,7 +64,7 @@ from oncelog.client.accumulator import (
     ProducerBatch,
     RecordAccumulator,
     RecordFuture,
-    gather_records,
+    gather_runs,
 )
 from oncelog.client.errors import (
     AbortableError,
@@ -1349,7 +1349,7 @@ class Producer:
         keys: Sequence[Any] | None = None,
         partition: int | None = None,
         timestamp_ms: int | None = None,
-    ) -> Future[list[RecordMetadata]]:
+    ) -> Future[Sequence[RecordMetadata]]:
         """Queue many records at once and return one future for all their :class:`RecordMetadata`, in order.
 
         The bulk form of :meth:`send` for high throughput: the records are checked, partitioned and appended
@@ -1402,43 +1402,46 @@ class Producer:
         elif self._metadata.needs_update(topic):
             self._wake()
         count = len(info.partitions)
-        groups: dict[int, tuple[list[int], list[Any] | None, list[Any]]]
+        # partition -> (positions of its records among all, or None when it takes all in order; keys; values)
+        groups: dict[int, tuple[list[int] | None, Sequence[Any] | None, Sequence[Any]]]
         if partition is not None:
             if not 0 <= partition < count:
                 raise UnknownTopicOrPartition(
                     f"partition {partition} of topic {topic!r} does not exist (the topic has {count} partition(s))"
                 )
-            groups = {partition: (list(range(len(values))), None if keys is None else list(keys), list(values))}
+            groups = {partition: (None, keys, values)}
         elif keys is None:
-            chosen = self._partitioner.partition(topic, None, count, info.available_partitions())
-            groups = {chosen: (list(range(len(values))), None, list(values))}
+            groups = {
+                self._partitioner.partition(topic, None, count, info.available_partitions()): (None, None, values)
+            }
         else:
-            groups = {}
-            for index, (key, value) in enumerate(zip(keys, values, strict=True)):
-                target = self._partitioner.partition(topic, key, count, info.available_partitions())
-                indexes, group_keys, group_values = groups.setdefault(target, ([], [], []))
-                indexes.append(index)
-                assert group_keys is not None
-                group_keys.append(key)
-                group_values.append(value)
-        ordered: list[RecordFuture | None] = [None] * len(values)
+            targets = self._partitioner.partition_keys(topic, keys, count, info.available_partitions())
+            if len(set(targets)) == 1:
+                groups = {targets[0]: (None, keys, values)} if targets else {}
+            else:
+                groups = {}
+                for index, target in enumerate(targets):
+                    positions, group_keys, group_values = groups.setdefault(target, ([], [], []))
+                    positions.append(index)  # type: ignore[union-attr]
+                    group_keys.append(keys[index])  # type: ignore[union-attr]
+                    group_values.append(values[index])  # type: ignore[attr-defined]
+        placements = []
         wake = False
-        for target, (indexes, group_keys, group_values) in groups.items():
+        for target, (positions, group_keys, group_values) in groups.items():
             tp = TopicPartition(topic, target)
             if self._txn is not None:
                 self._txn.maybe_add_partition(tp)
-            futures, created = self._accumulator.append_many(
+            runs, created = self._accumulator.append_many(
                 tp, group_keys, group_values, timestamp_ms, max_block_s=max_block_s
             )
             wake = wake or created
-            for index, future in zip(indexes, futures, strict=True):
-                ordered[index] = future
+            placements.append((positions, runs))
             if partition is None and keys is None:
                 appended = sum(len(v) for v in group_values if v is not None)
                 self._partitioner.on_append(topic, target, appended, enable_switch=True)
         if wake:
             self._wake()
-        return gather_records(ordered)  # type: ignore[arg-type]
+        return gather_runs(placements, len(values))
 
     def flush(self, timeout: float | None = None) -> None:
         """Send every queued record now and wait until each is acknowledged or failed.

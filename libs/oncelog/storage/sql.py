@@ -94,9 +94,7 @@ def migrate(engine: Engine, name: str, metadata: sa.MetaData, migrations: Sequen
             if row is None:
                 conn.execute(sa.insert(version_table).values(schema_name=name, version=target))
             elif target > current:
-                conn.execute(
-                    sa.update(version_table).where(version_table.c.schema_name == name).values(version=target)
-                )
+                conn.execute(sa.update(version_table).where(version_table.c.schema_name == name).values(version=target))
             return target
     except sa.exc.OperationalError as exc:
         raise StorageUnavailable(f"cannot reach the database at {engine.url!r}: {exc.orig}") from exc

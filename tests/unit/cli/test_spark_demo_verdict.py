@@ -16,8 +16,13 @@ pipeline = _load_pipeline()
 def _produced(n: int) -> dict:
     orders = {}
     for i in range(n):
-        order = {"order_id": f"o-{i:07d}", "customer": f"c-{i % 7:03d}", "sku": "sku-1", "quantity": i % 5 + 1,
-                 "unit_price_cents": 1000 + i}
+        order = {
+            "order_id": f"o-{i:07d}",
+            "customer": f"c-{i % 7:03d}",
+            "sku": "sku-1",
+            "quantity": i % 5 + 1,
+            "unit_price_cents": 1000 + i,
+        }
         orders[order["order_id"]] = (order, i % 2, i // 2)
     return orders
 
@@ -53,6 +58,12 @@ def test_verdict_fails_on_any_difference(damage: str) -> None:
 def test_reference_enrichment_matches_the_documented_example() -> None:
     order = {"order_id": "o-0000042", "customer": "c-017", "sku": "sku-3", "quantity": 2, "unit_price_cents": 1299}
     assert pipeline.enrich(order, 1, 118) == {
-        "order_id": "o-0000042", "customer": "c-017", "region": "apac", "quantity": 2, "total_cents": 2598,
-        "tier": "small", "source_partition": 1, "source_offset": 118,
+        "order_id": "o-0000042",
+        "customer": "c-017",
+        "region": "apac",
+        "quantity": 2,
+        "total_cents": 2598,
+        "tier": "small",
+        "source_partition": 1,
+        "source_offset": 118,
     }

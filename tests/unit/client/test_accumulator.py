@@ -417,3 +417,117 @@ def test_size_check_shortcut_refuses_exactly_what_the_exact_size_refuses(key_len
                 accumulator._check_size(key, value, ())
         else:
             accumulator._check_size(key, value, ())
+
+
+# ------------------------------------------------------------------------------------------ the bulk path
+
+
+def _drain_all(accumulator: RecordAccumulator, tp: TopicPartition) -> list[ProducerBatch]:
+    batches = []
+    while drained := accumulator.drain([tp]):
+        batches.extend(drained)
+    return batches
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    records=st.lists(
+        st.tuples(st.none() | st.binary(max_size=300), st.none() | st.binary(max_size=300)), min_size=1, max_size=40
+    ),
+    keyed=st.booleans(),
+    prefix=st.integers(0, 5),
+    batch_size=st.integers(BATCH_OVERHEAD + 1, 2_000),
+    earlier_ms=st.integers(0, 10**6),
+)
+def test_append_many_encodes_exactly_what_appending_one_by_one_would(
+    records: list[tuple[bytes | None, bytes | None]], keyed: bool, prefix: int, batch_size: int, earlier_ms: int
+) -> None:
+    """Same batches, same bytes, same memory held: the bulk path is only a faster way to the same result."""
+    if not keyed:
+        records = [(None, value) for _, value in records]
+    prefix = min(prefix, len(records) - 1)
+    clock = Clock()
+    results = []
+    for bulk in (False, True):
+        accumulator, _ = make(clock, transactional=None, batch_size=batch_size)
+        clock.now = 1_700_000_000_000
+        for key, value in records[:prefix]:  # an open batch with older records, so deltas are not all 0
+            accumulator.append(TP, key, value)
+        clock.now += earlier_ms
+        rest = records[prefix:]
+        if bulk:
+            keys = [key for key, _ in rest] if keyed else None
+            runs, _ = accumulator.append_many(TP, keys, [value for _, value in rest])
+            assert sum(run.count for run in runs) == len(rest)
+        else:
+            for key, value in rest:
+                accumulator.append(TP, key, value)
+        used = accumulator.used_bytes
+        batches = _drain_all(accumulator, TP)
+        results.append(([batch.payload for batch in batches], used))
+        assert used == sum(batch.size_in_bytes for batch in batches)
+    assert results[0] == results[1]
+
+
+def test_append_many_fills_the_open_batch_then_opens_new_ones_and_wakes_the_sender() -> None:
+    accumulator, _ = make(transactional=None, batch_size=BATCH_OVERHEAD + 100)
+    first = accumulator.append(TP, None, b"a" * 40)
+    assert first.new_batch_created
+    runs, wake = accumulator.append_many(TP, None, [b"b" * 40] * 5)
+    assert wake
+    assert [(run.first_index, run.count) for run in runs] == [(1, 1), (0, 2), (0, 2)]
+    assert [batch.record_count for batch in _drain_all(accumulator, TP)] == [2, 2, 2]
+
+
+def test_append_many_into_a_batch_without_room_starts_a_new_one() -> None:
+    accumulator, _ = make(transactional=None, batch_size=BATCH_OVERHEAD + 100)
+    accumulator.append(TP, None, b"a" * 80)  # open, not full, but the next 40-byte record does not fit
+    runs, _ = accumulator.append_many(TP, None, [b"b" * 40])
+    assert [(run.first_index, run.count) for run in runs] == [(0, 1)]
+    assert [batch.record_count for batch in _drain_all(accumulator, TP)] == [1, 1]
+
+
+def test_append_many_adds_nothing_when_memory_for_all_records_is_missing() -> None:
+    accumulator, _ = make(transactional=None, batch_size=1024, buffer_memory=4096, max_request_size=1024)
+    accumulator.append(TP, None, b"x" * 900)
+    held = accumulator.used_bytes
+    with pytest.raises(BufferExhaustedError, match="buffer_memory=4096 bytes is full"):
+        accumulator.append_many(TP1, None, [b"y" * 900] * 4, max_block_s=0.01)
+    assert accumulator.used_bytes == held
+    assert accumulator.drain([TP1]) == []
+    with pytest.raises(BufferExhaustedError, match="send them in smaller groups"):
+        accumulator.append_many(TP1, None, [b"y" * 900] * 5)  # could never fit, so no wait either
+    runs, _ = accumulator.append_many(TP1, None, [b"y" * 900] * 3)
+    assert sum(run.count for run in runs) == 3
+    assert accumulator.used_bytes == held + sum(batch.size_in_bytes for batch in _drain_all(accumulator, TP1))
+
+
+def test_append_many_waits_for_memory_released_by_another_thread() -> None:
+    accumulator, _ = make(transactional=None, batch_size=1024, buffer_memory=2048, max_request_size=1024)
+    accumulator.append(TP, None, b"x" * 900)
+    (batch,) = accumulator.drain([TP])
+    outcome: list[object] = []
+    waiter = threading.Thread(
+        target=lambda: outcome.append(accumulator.append_many(TP, None, [b"y" * 400] * 3, max_block_s=30))
+    )
+    waiter.start()
+    for _ in range(3000):
+        if accumulator.waiting_for_memory:
+            break
+        threading.Event().wait(0.001)
+    assert accumulator.waiting_for_memory == 1
+    assert accumulator.drain([TP]) == []  # nothing was added while it waits
+    accumulator.complete(batch, 0)
+    waiter.join(timeout=30)
+    assert len(outcome) == 1
+    assert sum(b.record_count for b in _drain_all(accumulator, TP)) == 3
+
+
+@pytest.mark.parametrize(("spare", "per_batch"), [(0, 2), (-1, 1)])
+def test_append_many_fills_a_batch_to_exactly_batch_size_and_not_one_byte_more(spare: int, per_batch: int) -> None:
+    record = estimate_record_size(None, b"v" * 10)
+    accumulator, _ = make(transactional=None, batch_size=BATCH_OVERHEAD + 2 * record + spare)
+    accumulator.append_many(TP, None, [b"v" * 10] * 4)
+    batches = _drain_all(accumulator, TP)
+    assert [batch.record_count for batch in batches] == [per_batch] * (4 // per_batch)
+    assert all(batch.size_in_bytes <= BATCH_OVERHEAD + 2 * record + spare for batch in batches)

@@ -1,4 +1,4 @@
-"""RecordFuture and gather_records: per-record views of one future per batch behave like real futures."""
+"""RecordFuture and gather_runs: per-record views of one future per batch behave like real futures."""
 
 from __future__ import annotations
 
@@ -8,9 +8,10 @@ import threading
 
 import pytest
 
-from oncelog.client.accumulator import RecordAccumulator, RecordFuture, gather_records
+from oncelog.client.accumulator import RecordAccumulator, gather_runs
 from oncelog.client.records import RecordMetadata, TopicPartition
 from oncelog.errors import UnknownTopicOrPartition
+from oncelog.records import BATCH_OVERHEAD
 
 TP = TopicPartition("orders", 0)
 TP1 = TopicPartition("orders", 1)
@@ -90,21 +91,36 @@ async def test_asyncio_wrap_future_awaits_a_record() -> None:
     assert (await asyncio.wrap_future(future)).offset == 5
 
 
-def test_gather_records_keeps_order_across_batches() -> None:
+def test_gather_runs_keeps_order_across_partitions() -> None:
     acc = accumulator()
-    futures: list[RecordFuture] = [acc.append(tp, None, bytes([i])).future for i, tp in enumerate([TP, TP1, TP, TP1])]
-    combined = gather_records(futures)
+    # records 0 and 2 went to TP, 1 and 3 to TP1 (as a keyed send_batch splits them)
+    tp_runs, _ = acc.append_many(TP, None, [b"r0", b"r2"])
+    tp1_runs, _ = acc.append_many(TP1, None, [b"r1", b"r3"])
+    combined = gather_runs([([0, 2], tp_runs), ([1, 3], tp1_runs)], 4)
     batches = {b.topic_partition: b for b in acc.drain([TP, TP1])}
     acc.complete(batches[TP1], 100)
     assert not combined.done()
     acc.complete(batches[TP], 0)
-    assert [(m.partition, m.offset) for m in combined.result(timeout=0)] == [(0, 0), (1, 100), (0, 1), (1, 101)]
+    metadata = combined.result(timeout=0)
+    assert [(m.partition, m.offset) for m in metadata] == [(0, 0), (1, 100), (0, 1), (1, 101)]
+    assert len(metadata) == 4 and metadata[-1].offset == 101 and metadata == list(metadata)
 
 
-def test_gather_records_fails_with_the_first_failed_batch() -> None:
+def test_gather_runs_of_one_partition_spanning_batches() -> None:
+    acc = RecordAccumulator(batch_size=BATCH_OVERHEAD + 3 * 20, linger_ms=0, clock=lambda: 1_000)
+    runs, _ = acc.append_many(TP, None, [bytes([i]) * 10 for i in range(7)])
+    assert len(runs) == 3 and [run.count for run in runs] == [3, 3, 1]
+    combined = gather_runs([(None, runs)], 7)
+    for base, batch in zip((10, 20, 30), [*acc.drain([TP]), *acc.drain([TP]), *acc.drain([TP])], strict=True):
+        acc.complete(batch, base)
+    assert [m.offset for m in combined.result(timeout=0)] == [10, 11, 12, 20, 21, 22, 30]
+
+
+def test_gather_runs_fails_with_the_first_failed_batch() -> None:
     acc = accumulator()
-    futures = [acc.append(TP, None, b"a").future, acc.append(TP1, None, b"b").future]
-    combined = gather_records(futures)
+    runs_a, _ = acc.append_many(TP, None, [b"a"])
+    runs_b, _ = acc.append_many(TP1, None, [b"b"])
+    combined = gather_runs([([0], runs_a), ([1], runs_b)], 2)
     batches = {b.topic_partition: b for b in acc.drain([TP, TP1])}
     error = UnknownTopicOrPartition("moved")
     acc.fail(batches[TP1], error)
@@ -118,7 +134,7 @@ def test_append_many_is_all_or_nothing_on_bad_input() -> None:
     with pytest.raises(TypeError):
         acc.append_many(TP, None, [b"ok", "not bytes"])  # type: ignore[list-item]
     assert acc.incomplete() == []
-    futures, wake = acc.append_many(TP, [b"k1", None], [b"a", b"b"])
-    assert wake and len(futures) == 2
+    runs, wake = acc.append_many(TP, [b"k1", None], [b"a", b"b"])
+    assert wake and [run.count for run in runs] == [2]
     (batch,) = acc.drain([TP])
     assert [(r.key, r.value) for r in batch.records] == [(b"k1", b"a"), (None, b"b")]

@@ -1164,7 +1164,6 @@ async def test_add_partitions_waits_for_previous_markers_instead_of_rejecting(co
     assert (described.state, described.producer_epoch, described.partitions) == (S.ONGOING, next_identity[1], {TP1})
 
 
-
 async def prepared_commit(completion_wait_ms: int) -> tuple[Harness, int, ProducerIdAndEpoch]:
     """A loaded harness whose id "t" ended a transaction with COMMIT: Prepare*, markers not yet delivered.
 

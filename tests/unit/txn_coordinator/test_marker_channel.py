@@ -79,9 +79,7 @@ Responder = Callable[[MarkerDestination, Sequence[TxnMarkerEntry]], Sequence[Txn
 
 
 def ack_all(_destination: MarkerDestination, entries: Sequence[TxnMarkerEntry]) -> list[TxnMarkerOutcome]:
-    return [
-        TxnMarkerOutcome({tp: None for tp in e.partitions}, {g: None for g in e.groups}) for e in entries
-    ]
+    return [TxnMarkerOutcome({tp: None for tp in e.partitions}, {g: None for g in e.groups}) for e in entries]
 
 
 class FakeTransport:

@@ -253,4 +253,3 @@ async def test_cancelled_write_not_yet_started_is_not_written(store: Transaction
     with pytest.raises(asyncio.CancelledError):
         await cancelled
     assert set(await take_over(store, 0, 1)) == {"0-first"}
-
