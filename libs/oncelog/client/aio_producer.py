@@ -132,7 +132,7 @@ class AsyncProducer:
         keys: Sequence[Any] | None = None,
         partition: int | None = None,
         timestamp_ms: int | None = None,
-    ) -> list[RecordMetadata]:
+    ) -> Sequence[RecordMetadata]:
         """Send many records and return their metadata in order (see :meth:`oncelog.client.Producer.send_batch`)."""
         core = self._core
         if core._metadata.cached_topic(topic) is None:

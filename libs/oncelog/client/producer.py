@@ -1365,8 +1365,8 @@ class Producer:
             timestamp_ms: the CreateTime of every record; default now.
 
         Returns:
-            A future resolving to one :class:`RecordMetadata` per value, or raising the first error of the
-            batches that hold the records.
+            A future resolving to a sequence of one :class:`RecordMetadata` per value (built when first
+            read), or raising the first error of the batches that hold the records.
 
         Raises:
             ValueError: ``keys`` and ``values`` differ in length.
@@ -1384,7 +1384,7 @@ class Producer:
         timestamp_ms: int | None,
         *,
         max_block_s: float,
-    ) -> Future[list[RecordMetadata]]:
+    ) -> Future[Sequence[RecordMetadata]]:
         self._ensure_usable()
         if self._txn is not None:
             self._txn.check_send()
