@@ -15,7 +15,6 @@ writes.
 from __future__ import annotations
 
 import asyncio
-import gc
 import json
 import random
 import threading
@@ -227,9 +226,9 @@ class IoThread:
             await asyncio.gather(*tasks, return_exceptions=True)
             # grpc.aio feeds intercepted streaming calls through async generators. One left suspended is
             # finalized whenever it is garbage collected, by scheduling aclose() on its loop: after the
-            # loop closed, that prints "Event loop is closed". Close them while the loop still runs, and
-            # collect cycles now so finalizers of dropped calls run here rather than at exit.
-            gc.collect()
+            # loop closed, that prints "Event loop is closed". Close them while the loop still runs; the
+            # loop tracks every one it started until it is collected, so no collection is needed here (a
+            # full gc.collect() took 20-40 ms of CPU per closed client in a process with pyspark loaded).
             await self.loop.shutdown_asyncgens()
             await asyncio.sleep(0)  # let callbacks of the cancelled calls run
 
