@@ -8,8 +8,9 @@ would block returns an awaitable instead, so the application's event loop never 
   when many are started together with ``asyncio.gather``) and returns its
   :class:`~oncelog.client.records.RecordMetadata` once the partition acknowledged it.
 * ``await send_batch(...)`` is the bulk form, one await for many records.
-* Coordinator calls (``init_transactions``, ``send_offsets_to_transaction``, ``commit_transaction``,
-  ``abort_transaction``) and ``flush`` run on the producer's I/O loop; the caller awaits their outcome.
+* Coordinator calls (``init_transactions``, ``add_offsets_to_transaction``, ``send_offsets_to_transaction``,
+  ``commit_transaction``, ``abort_transaction``) and ``flush`` run on the producer's I/O loop; the caller
+  awaits their outcome.
 
 Errors are those of the synchronous producer (:mod:`oncelog.client.errors`), with the same meaning.
 """
@@ -164,6 +165,12 @@ class AsyncProducer:
     def begin_transaction(self) -> None:
         """Start a transaction; local, so not a coroutine."""
         self._core.begin_transaction()
+
+    async def add_offsets_to_transaction(
+        self, group_metadata: ConsumerGroupMetadata | str, timeout: float | None = None
+    ) -> None:
+        """Add the group's offsets to the transaction ahead of time (see the synchronous producer's method)."""
+        await self._on_io_loop(self._core._add_offsets_to_transaction(group_metadata, timeout))
 
     async def send_offsets_to_transaction(
         self,

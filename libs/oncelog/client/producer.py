@@ -635,7 +635,9 @@ class _TransactionManager:
         self._started = False
         self._partitions: set[TopicPartition] = set()
         self._pending_partitions: set[TopicPartition] = set()
-        self._groups: set[str] = set()
+        # groups whose offsets partition this transaction has (AddOffsetsToTxn answered), with the address of
+        # the group's offsets owner from that answer ("" when it named none)
+        self._groups: dict[str, str] = {}
         self._add_task: asyncio.Task[None] | None = None
         # One transaction-changing request at a time, as Kafka's TransactionManager does: two in flight
         # would make the coordinator answer the second with CONCURRENT_TRANSACTIONS and cost a retry.
@@ -867,29 +869,38 @@ class _TransactionManager:
         self._pending_partitions.clear()
         self._groups.clear()
 
-    async def send_offsets(
-        self, offsets: Mapping[TopicPartition, OffsetAndMetadata], group: ConsumerGroupMetadata, deadline: Deadline
-    ) -> None:
-        """AddOffsetsToTxn, then TxnOffsetCommit to the group's owner (ref §1.1 step 4, KIP-447)."""
+    async def add_offsets(self, group_id: str, deadline: Deadline) -> str:
+        """AddOffsetsToTxn for ``group_id``, once per transaction; the group's offsets owner (or "")."""
         with self._lock:
             if self.state is not TransactionState.IN_TRANSACTION:
                 self._raise_if_failed()
                 raise IllegalStateError(self._hint("send_offsets_to_transaction()"))
-        identity = self._sequences.identity
-        request = txn_pb.AddOffsetsToTxnRequest(
-            transactional_id=self._tid, producer=_identity_pb(identity), group_id=group.group_id
-        )
-        self._started = True
-        try:
-            async with self._coordinator_turn:
+        async with self._coordinator_turn:
+            # checked after the wait for our turn: a call for the same group that held it may have added it
+            if group_id in self._groups:
+                return self._groups[group_id]
+            request = txn_pb.AddOffsetsToTxnRequest(
+                transactional_id=self._tid, producer=_identity_pb(self._sequences.identity), group_id=group_id
+            )
+            self._started = True
+            try:
                 response = await self._coordinator_call(
                     "AddOffsetsToTxn",
                     lambda stub: call(stub.AddOffsetsToTxn, request, timeout_s=self._request_timeout_s),
                     deadline,
                 )
-        except OncelogError as err:
-            raise self._on_call_failed(err, f"adding the offsets of group {group.group_id!r}") from err
-        self._groups.add(group.group_id)
+            except OncelogError as err:
+                raise self._on_call_failed(err, f"adding the offsets of group {group_id!r}") from err
+            self._groups[group_id] = response.group_coordinator_address
+            return response.group_coordinator_address
+
+    async def send_offsets(
+        self, offsets: Mapping[TopicPartition, OffsetAndMetadata], group: ConsumerGroupMetadata, deadline: Deadline
+    ) -> None:
+        """AddOffsetsToTxn (unless this transaction already added the group), then TxnOffsetCommit to the
+        group's owner (ref §1.1 step 4, KIP-447)."""
+        address = await self.add_offsets(group.group_id, deadline)
+        identity = self._sequences.identity
         commit = offsets_pb.TxnOffsetCommitRequest(
             transactional_id=self._tid,
             producer=_identity_pb(identity),
@@ -901,7 +912,6 @@ class _TransactionManager:
             ),
             offsets=[_offset_pb(tp, om) for tp, om in sorted(offsets.items())],
         )
-        address = response.group_coordinator_address
         backoff = Backoff(self._config.retry_backoff_ms, self._config.retry_backoff_max_ms)
         while True:
             try:
@@ -1539,6 +1549,32 @@ class Producer:
             for tp, om in offsets.items()
         }
         return txn.send_offsets(normalized, group, self._deadline(timeout))
+
+    def add_offsets_to_transaction(
+        self, group_metadata: ConsumerGroupMetadata | str, timeout: float | None = None
+    ) -> None:
+        """Make the group's offsets part of the open transaction now, before they are known.
+
+        :meth:`send_offsets_to_transaction` does two round trips: it adds the group to the transaction
+        (AddOffsetsToTxn, to the transaction coordinator), then commits the offsets (TxnOffsetCommit, to the
+        group's owner). A caller that knows the group early — at the start of the transaction — but its
+        offsets only at the end can take the first round trip here, while it is still producing; the later
+        ``send_offsets_to_transaction`` for the group then only commits the offsets. Calling it again for
+        the same group in the same transaction does nothing.
+
+        Raises:
+            The exceptions of :meth:`send_offsets_to_transaction`.
+        """
+        self._run(self._add_offsets_to_transaction(group_metadata, timeout))
+
+    def _add_offsets_to_transaction(
+        self, group_metadata: ConsumerGroupMetadata | str, timeout: float | None
+    ) -> Coroutine[Any, Any, str]:
+        txn = self._require_transactional("add_offsets_to_transaction()")
+        group = ConsumerGroupMetadata(group_metadata) if isinstance(group_metadata, str) else group_metadata
+        if not group.group_id:
+            raise ValueError("group_metadata names no group; use consumer.group_metadata() of a consumer with group_id")
+        return txn.add_offsets(group.group_id, self._deadline(timeout))
 
     def commit_transaction(self, timeout: float | None = None) -> None:
         """Flush the transaction's records, then commit it; returns once the commit is durable.

@@ -44,6 +44,7 @@ Trade-off against ``atomicity=task``, and when to use it:
 
 from __future__ import annotations
 
+import concurrent.futures
 import logging
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
@@ -68,6 +69,7 @@ from oncelog.spark.writer import (
     batch_transactional_id,
     closing,
     commit_until_known,
+    in_background,
     marker_metadata,
     marker_partition,
     open_producer,
@@ -248,23 +250,33 @@ class DriverCommitter:
                 log.info("%s: batch %d already committed; skipped", tid, batch_id)
                 return BatchCommitOutcome(batch_id, tid, 0, (), skipped)
             producer.begin_transaction()
+            # every marker is known already (the tasks hashed their rows): their coordinator calls run on a
+            # helper thread while this one hands the rows over
+            markers_sent = in_background(lambda: self._send_markers(producer, query_id, batch_id, to_write))
             sender = BatchedSender(producer)
-            for message in to_write:
-                for chunk in message.chunks:
-                    sender.add(chunk)
-            sender.flush_buffers()
-            marker = marker_partition(self.options)
-            # the markers' coordinator calls overlap with the produce requests in flight
-            for message in to_write:
-                group = task_transactional_id(self.options, query_id, message.partition_id)
-                metadata = marker_metadata(batch_id, message.rows, message.digest)
-                producer.send_offsets_to_transaction({marker: OffsetAndMetadata(batch_id, metadata=metadata)}, group)
+            try:
+                for message in to_write:
+                    for chunk in message.chunks:
+                        sender.add(chunk)
+                sender.flush_buffers()
+            except BaseException:
+                concurrent.futures.wait([markers_sent])  # the producer is closed next; let its calls end first
+                raise
+            markers_sent.result()
             sender.finish()
             commit_until_known(producer, self.options)
         rows = sum(m.rows for m in to_write)
         written = tuple(m.partition_id for m in to_write)
         log.info("%s: batch %d committed, %d rows of %d Spark partitions", tid, batch_id, rows, len(written))
         return BatchCommitOutcome(batch_id, tid, rows, written, skipped)
+
+    def _send_markers(self, producer: Any, query_id: str, batch_id: int, to_write: list[StagedOutput]) -> None:
+        """Commit each written partition's marker (batch, rows, digest) in its group, inside the transaction."""
+        marker = marker_partition(self.options)
+        for message in to_write:
+            group = task_transactional_id(self.options, query_id, message.partition_id)
+            metadata = marker_metadata(batch_id, message.rows, message.digest)
+            producer.send_offsets_to_transaction({marker: OffsetAndMetadata(batch_id, metadata=metadata)}, group)
 
     def _unwritten(self, staged: list[StagedOutput], batch_id: int) -> tuple[list[StagedOutput], tuple[int, ...]]:
         """Split the messages into partitions still to write and partitions an earlier run committed."""

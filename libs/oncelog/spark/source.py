@@ -20,6 +20,8 @@ when the query starts. See :mod:`oncelog.spark.options` for every option.
 
 from __future__ import annotations
 
+import os
+
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
@@ -84,13 +86,17 @@ class OncelogDataSource(DataSource):
         if overwrite:
             raise OptionError(["mode: a topic is append-only; use outputMode('append') or mode('append')"])
         encoder = RowEncoder(schema, options.topic)
-        # the marker topic must exist before any task commits a marker under it; ask once, on the driver
+        # The marker topic must exist before any task commits a marker under it; ask on the driver. Spark
+        # builds a writer for every micro-batch and again for its commit, in reused Python processes: a topic
+        # found once is not asked for again by the same process (tasks still fail on a topic deleted since).
         client = LogClient(options.bootstrap, request_timeout_s=options.request_timeout_s)
         for name, topic in (("topic", options.topic), ("markerTopic", options.marker_topic)):
-            if topic is None:
+            key = (os.getpid(), options.bootstrap, topic)
+            if topic is None or key in _FOUND_TOPICS:
                 continue
             try:
                 client.partitions(topic, refresh=True)
+                _FOUND_TOPICS.add(key)
             except UnknownTopicOrPartition as err:
                 raise OptionError([f"{name}: {err.message} (bootstrap {','.join(options.bootstrap)})"]) from None
             except OncelogError as err:
@@ -105,5 +111,8 @@ class OncelogDataSource(DataSource):
         options = {k: v for k, v in self.options.items() if k.lower() not in _MODE_SPECIFIC}
         parse_source_options(options, streaming=False)
 
+
+_FOUND_TOPICS: set[tuple[int, tuple[str, ...], str]] = set()
+"""(process id, bootstrap, topic) of the sink topics this process found in the cluster."""
 
 _MODE_SPECIFIC = {"endingoffsets", "maxrecordspertrigger", "maxbytespertrigger"}

@@ -22,8 +22,9 @@ cleanup hook. The sink turns that into exactly-once output with the platform's t
 4. Otherwise **produce** every row in one transaction, **commit the marker** (batch id, rows, digest)
    as transactional offset metadata in the same transaction, and **commit**: data and marker become
    visible together or not at all. Rows are encoded column by column from Spark's Arrow batches and sent
-   in bulk (:mod:`oncelog.spark.output`); the commit waits for every record's acknowledgement and is not
-   attempted when one failed.
+   in bulk (:mod:`oncelog.spark.output`). The marker's group joins the transaction while they are sent
+   (``add_offsets_to_transaction``); only the marker's offset commit waits for the last row's digest.
+   The commit waits for every record's acknowledgement and is not attempted when one failed.
 
 Atomicity is per task, not per micro-batch, as in Kafka Streams: a read_committed consumer may see task
 0's part of a batch before task 1's. The pipeline must be deterministic per Spark partition (no
@@ -90,6 +91,7 @@ __all__ = [
     "arrow_rows",
     "batch_transactional_id",
     "commit_until_known",
+    "in_background",
     "open_producer",
     "marker_metadata",
     "marker_partition",
@@ -547,7 +549,7 @@ def commit_until_known(producer: Any, options: SinkOptions) -> None:
                 raise
 
 
-def _in_background(function: Callable[[], T]) -> concurrent.futures.Future[T]:
+def in_background(function: Callable[[], T]) -> concurrent.futures.Future[T]:
     """Run ``function`` on a new daemon thread; its result or exception in a future."""
     future: concurrent.futures.Future[T] = concurrent.futures.Future()
 
@@ -558,7 +560,7 @@ def _in_background(function: Callable[[], T]) -> concurrent.futures.Future[T]:
         except BaseException as exc:  # handed to the caller of result()
             future.set_exception(exc)
 
-    threading.Thread(target=run, name="oncelog-sink-register", daemon=True).start()
+    threading.Thread(target=run, name="oncelog-sink-helper", daemon=True).start()
     return future
 
 
@@ -631,7 +633,7 @@ class TaskWriter:
         with closing(open_producer(self.options, tid, client_id, self.producer_factory)) as producer:
             # Fencing and the marker read need no row, so they run while Spark still computes the task's rows
             # (the first Arrow batch arrives only once the upstream stages finished the partition).
-            registered = _in_background(lambda: self._register(producer, tid, task.batch_id))
+            registered = in_background(lambda: self._register(producer, tid, task.batch_id))
             try:
                 first = next(iterator, None)
             except BaseException:
@@ -646,14 +648,22 @@ class TaskWriter:
             if marker.batch_id >= task.batch_id:
                 return self._skip(records, task, tid, marker)
             producer.begin_transaction()
+            # the marker's group joins the transaction (AddOffsetsToTxn) while the rows are encoded and sent;
+            # the marker itself (TxnOffsetCommit) needs the digest of every row, so it waits for the last one
+            group_added = in_background(lambda: producer.add_offsets_to_transaction(tid))
             digest = BatchDigest()
             sender = BatchedSender(producer)
-            for chunk in records:
-                sender.add(chunk)  # first, so the I/O thread sends while this thread hashes
-                digest.add_columns(chunk)
-            sender.flush_buffers()
+            try:
+                for chunk in records:
+                    sender.add(chunk)  # first, so the I/O thread sends while this thread hashes
+                    digest.add_columns(chunk)
+                sender.flush_buffers()
+            except BaseException:
+                concurrent.futures.wait([group_added])  # the producer is closed next; let its call end first
+                raise
+            group_added.result()
             metadata = marker_metadata(task.batch_id, digest.rows, digest.hexdigest)
-            # the marker's AddOffsetsToTxn and TxnOffsetCommit overlap with the produce requests in flight
+            # overlaps with the produce requests still in flight
             producer.send_offsets_to_transaction(
                 {marker_partition(self.options): OffsetAndMetadata(task.batch_id, metadata=metadata)}, tid
             )

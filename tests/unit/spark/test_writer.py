@@ -11,6 +11,7 @@ import json
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -29,6 +30,7 @@ from pyspark.sql.types import (
 )
 
 from oncelog.api.storage.v1 import OFFSET_SPEC_LATEST as LATEST
+from oncelog.client import AdminClient, NewTopic
 from oncelog.client.errors import ProducerFencedError
 from oncelog.client.fetch_filter import IsolationLevel
 from oncelog.client.producer import Producer
@@ -36,11 +38,12 @@ from oncelog.client.records import TopicPartition
 from oncelog.errors import OncelogError
 from oncelog.spark import OncelogDataSource
 from oncelog.spark.channels import LogClient
-from oncelog.spark.options import SinkOptions, parse_sink_options
+from oncelog.spark.options import OptionError, SinkOptions, parse_sink_options
 from oncelog.spark.output import SEND_CHUNK_ROWS
 from oncelog.spark.writer import (
     BatchDigest,
     NonDeterministicBatchError,
+    OncelogStreamWriter,
     OutputRecord,
     RowEncoder,
     SinkSchemaError,
@@ -405,3 +408,28 @@ def test_upstream_failure_fails_the_task_and_writes_nothing(cluster: LocalCluste
         task_writer(cluster, topic).write(upstream(), task(0))
     assert visible(cluster, topic, "read_uncommitted") == []
     assert marker(cluster, task_writer(cluster, topic), task(0))[0] == -1
+
+
+# ---------------------------------------------------------------------------------------- query start checks
+
+
+def test_missing_sink_topics_are_named_when_the_writer_is_built(cluster: LocalCluster, topic: Topic) -> None:
+    with pytest.raises(OptionError, match=r"topic: .*no-such-out"):
+        OncelogDataSource({"bootstrap": cluster.bootstrap, "topic": "no-such-out"}).streamWriter(KV, False)
+    with pytest.raises(OptionError, match=r"markerTopic: .*no-such-markers"):
+        OncelogDataSource(
+            {"bootstrap": cluster.bootstrap, "topic": topic.name, "markerTopic": "no-such-markers"}
+        ).writer(KV, False)
+
+
+def test_writers_of_later_micro_batches_do_not_ask_the_cluster_again(tmp_path: Path) -> None:
+    """Spark builds a writer per micro-batch and per commit; a topic found once needs no round trip again."""
+    with LocalCluster(tmp_path / "own", storage_nodes=1) as own:
+        with AdminClient(own.bootstrap) as admin:
+            admin.create_topics([NewTopic("found", num_partitions=1), NewTopic("never-asked", num_partitions=1)])
+        options = {"bootstrap": own.bootstrap, "topic": "found", "requestTimeoutMs": "1000"}
+        assert isinstance(OncelogDataSource(options).streamWriter(KV, False), OncelogStreamWriter)
+    # the cluster is gone: the topic found before is not asked for again, one never asked for is
+    assert isinstance(OncelogDataSource(options).streamWriter(KV, False), OncelogStreamWriter)
+    with pytest.raises(OptionError, match=r"bootstrap: the cluster at .* did not answer"):
+        OncelogDataSource({**options, "topic": "never-asked"}).streamWriter(KV, False)
