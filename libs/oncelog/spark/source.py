@@ -91,8 +91,10 @@ class OncelogDataSource(DataSource):
         # found once is not asked for again by the same process (tasks still fail on a topic deleted since).
         client = LogClient(options.bootstrap, request_timeout_s=options.request_timeout_s)
         for name, topic in (("topic", options.topic), ("markerTopic", options.marker_topic)):
+            if topic is None:
+                continue
             key = (os.getpid(), options.bootstrap, topic)
-            if topic is None or key in _FOUND_TOPICS:
+            if key in _FOUND_TOPICS:
                 continue
             try:
                 client.partitions(topic, refresh=True)

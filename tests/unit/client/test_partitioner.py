@@ -6,11 +6,17 @@ import random
 from collections import Counter
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from kafka.partitioner.default import murmur2 as kafka_python_murmur2
 
-from oncelog.client.partitioner import DefaultPartitioner, murmur2, partition_for_key, to_positive
+from oncelog.client.partitioner import (
+    DefaultPartitioner,
+    murmur2,
+    partition_for_key,
+    partitions_for_keys,
+    to_positive,
+)
 
 # org.apache.kafka.common.utils.UtilsTest#testMurmur2 (apache/kafka, clients/src/test/java)
 KAFKA_MURMUR2 = {
@@ -143,3 +149,24 @@ def test_invalid_arguments_are_rejected() -> None:
         DefaultPartitioner().partition("t", None, 0)
     with pytest.raises(ValueError, match="sticky_batch_size"):
         DefaultPartitioner(sticky_batch_size=0)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.binary(max_size=40), min_size=32, max_size=200), st.integers(min_value=1, max_value=10_000))
+def test_partitions_of_many_keys_are_those_of_each_key(keys: list[bytes], num_partitions: int) -> None:
+    """The column-wise hash (numpy) gives exactly what hashing one key at a time gives."""
+    pytest.importorskip("numpy")
+    assert partitions_for_keys(keys, num_partitions) == [partition_for_key(k, num_partitions) for k in keys]
+
+
+def test_partition_keys_sends_null_keys_to_the_sticky_partition_and_others_by_hash() -> None:
+    partitioner = DefaultPartitioner(rng=random.Random(3))
+    keys: list[bytes | None] = [b"k%d" % i for i in range(40)]
+    keys[5] = keys[30] = None
+    sticky = partitioner.partition("t", None, 7)
+    expected = [sticky if k is None else partition_for_key(k, 7) for k in keys]
+    assert partitioner.partition_keys("t", keys, 7) == expected
+    assert partitioner.partition_keys("t", [k for k in keys if k is not None], 7) == [
+        e for k, e in zip(keys, expected, strict=True) if k is not None
+    ]
+    assert partitioner.partition_keys("t", keys, 1) == [0] * 40
