@@ -21,6 +21,7 @@ import uuid
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -375,20 +376,26 @@ def _poll_at_least(consumer: Consumer, count: int) -> list[ConsumerRecord]:
     return records
 
 
-def test_offsets_committed_only_with_transaction(cluster: LocalCluster) -> None:
-    """Consume-transform-produce: an abort keeps offsets and output away; a commit makes both visible (§1.2)."""
-    source = new_topic(cluster.bootstrap, 1, "ctp-in")
-    sink = new_topic(cluster.bootstrap, 1, "ctp-out")
-    group = f"ctp-{uuid.uuid4().hex[:6]}"
+@contextmanager
+def _copier(cluster: LocalCluster, name: str) -> Iterator[tuple[Consumer, Producer, str, TopicPartition]]:
+    """A subscribed consumer of a seeded 20-record input and an initialised transactional producer, with the
+    output topic and the input partition."""
+    source = new_topic(cluster.bootstrap, 1, f"{name}-in")
+    sink = new_topic(cluster.bootstrap, 1, f"{name}-out")
+    group = f"{name}-{uuid.uuid4().hex[:6]}"
     _seed(cluster.bootstrap, source, 20)
-    tp = TopicPartition(source, 0)
     with (
         Consumer(cluster.bootstrap, group_id=group) as consumer,
         Producer(cluster.bootstrap, transactional_id=f"{group}-copier") as producer,
     ):
         consumer.subscribe([source])
         producer.init_transactions()
+        yield consumer, producer, sink, TopicPartition(source, 0)
 
+
+def test_offsets_committed_only_with_transaction(cluster: LocalCluster) -> None:
+    """Consume-transform-produce: an abort keeps offsets and output away; a commit makes both visible (§1.2)."""
+    with _copier(cluster, "ctp") as (consumer, producer, sink, tp):
         producer.begin_transaction()
         for record in _poll_at_least(consumer, 10):
             producer.send(sink, record.value.upper())
@@ -411,17 +418,8 @@ def test_offsets_committed_only_with_transaction(cluster: LocalCluster) -> None:
 
 def test_offsets_group_added_ahead_commits_and_aborts_with_the_transaction(cluster: LocalCluster) -> None:
     """add_offsets_to_transaction at the start, offsets at the end: still all or nothing with the output."""
-    source = new_topic(cluster.bootstrap, 1, "ahead-in")
-    sink = new_topic(cluster.bootstrap, 1, "ahead-out")
-    group = f"ahead-{uuid.uuid4().hex[:6]}"
-    _seed(cluster.bootstrap, source, 20)
-    tp = TopicPartition(source, 0)
-    with (
-        Consumer(cluster.bootstrap, group_id=group) as consumer,
-        Producer(cluster.bootstrap, transactional_id=f"{group}-copier") as producer,
-    ):
-        consumer.subscribe([source])
-        producer.init_transactions()
+    with _copier(cluster, "ahead") as (consumer, producer, sink, tp):
+        group = consumer.group_metadata().group_id
         with pytest.raises(IllegalStateError, match="begin_transaction"):
             producer.add_offsets_to_transaction(consumer.group_metadata())
 

@@ -44,7 +44,6 @@ Trade-off against ``atomicity=task``, and when to use it:
 
 from __future__ import annotations
 
-import concurrent.futures
 import logging
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
@@ -76,6 +75,7 @@ from oncelog.spark.writer import (
     read_marker,
     task_identity,
     task_transactional_id,
+    waited_for_on_error,
 )
 
 __all__ = [
@@ -254,14 +254,11 @@ class DriverCommitter:
             # helper thread while this one hands the rows over
             markers_sent = in_background(lambda: self._send_markers(producer, query_id, batch_id, to_write))
             sender = BatchedSender(producer)
-            try:
+            with waited_for_on_error(markers_sent):
                 for message in to_write:
                     for chunk in message.chunks:
                         sender.add(chunk)
                 sender.flush_buffers()
-            except BaseException:
-                concurrent.futures.wait([markers_sent])  # the producer is closed next; let its calls end first
-                raise
             markers_sent.result()
             sender.finish()
             commit_until_known(producer, self.options)

@@ -92,6 +92,7 @@ __all__ = [
     "batch_transactional_id",
     "commit_until_known",
     "in_background",
+    "waited_for_on_error",
     "open_producer",
     "marker_metadata",
     "marker_partition",
@@ -564,6 +565,17 @@ def in_background(function: Callable[[], T]) -> concurrent.futures.Future[T]:
     return future
 
 
+@contextmanager
+def waited_for_on_error(helper: concurrent.futures.Future[Any]) -> Iterator[None]:
+    """When the block raises, wait for ``helper`` (a call on the producer made by :func:`in_background`)
+    before the error propagates: the producer is closed next, and its calls should end first."""
+    try:
+        yield
+    except BaseException:
+        concurrent.futures.wait([helper])
+        raise
+
+
 # ------------------------------------------------------------------------------------------ the protocol
 
 
@@ -634,11 +646,8 @@ class TaskWriter:
             # Fencing and the marker read need no row, so they run while Spark still computes the task's rows
             # (the first Arrow batch arrives only once the upstream stages finished the partition).
             registered = in_background(lambda: self._register(producer, tid, task.batch_id))
-            try:
+            with waited_for_on_error(registered):
                 first = next(iterator, None)
-            except BaseException:
-                concurrent.futures.wait([registered])  # the producer is closed next; let its calls end first
-                raise
             marker = registered.result()
             if first is None:
                 return SinkCommitMessage(
@@ -653,14 +662,11 @@ class TaskWriter:
             group_added = in_background(lambda: producer.add_offsets_to_transaction(tid))
             digest = BatchDigest()
             sender = BatchedSender(producer)
-            try:
+            with waited_for_on_error(group_added):
                 for chunk in records:
                     sender.add(chunk)  # first, so the I/O thread sends while this thread hashes
                     digest.add_columns(chunk)
                 sender.flush_buffers()
-            except BaseException:
-                concurrent.futures.wait([group_added])  # the producer is closed next; let its call end first
-                raise
             group_added.result()
             metadata = marker_metadata(task.batch_id, digest.rows, digest.hexdigest)
             # overlaps with the produce requests still in flight

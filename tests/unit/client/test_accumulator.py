@@ -271,6 +271,15 @@ def test_buffer_memory_bound_raises_a_clear_error_and_frees_on_completion() -> N
     assert accumulator.append(TP, None, b"z" * 900).new_batch_created
 
 
+def _until_waiting_for_memory(accumulator: RecordAccumulator) -> None:
+    """Return once a caller blocks on memory (polled: the accumulator has no hook for it), within 3 s."""
+    for _ in range(3000):
+        if accumulator.waiting_for_memory:
+            break
+        threading.Event().wait(0.001)
+    assert accumulator.waiting_for_memory == 1
+
+
 def test_append_waits_for_memory_released_by_another_thread() -> None:
     accumulator, _ = make(batch_size=1024, buffer_memory=1024, max_request_size=1024)
     accumulator.append(TP, None, b"x" * 900)
@@ -280,11 +289,7 @@ def test_append_waits_for_memory_released_by_another_thread() -> None:
         target=lambda: outcome.append(accumulator.append(TP, None, b"y" * 900, max_block_s=30).future)
     )
     waiter.start()
-    for _ in range(3000):
-        if accumulator.waiting_for_memory:
-            break
-        threading.Event().wait(0.001)
-    assert accumulator.waiting_for_memory == 1
+    _until_waiting_for_memory(accumulator)
     accumulator.complete(batch, 0)
     waiter.join(timeout=30)
     assert len(outcome) == 1 and isinstance(outcome[0], Future)
@@ -511,11 +516,7 @@ def test_append_many_waits_for_memory_released_by_another_thread() -> None:
         target=lambda: outcome.append(accumulator.append_many(TP, None, [b"y" * 400] * 3, max_block_s=30))
     )
     waiter.start()
-    for _ in range(3000):
-        if accumulator.waiting_for_memory:
-            break
-        threading.Event().wait(0.001)
-    assert accumulator.waiting_for_memory == 1
+    _until_waiting_for_memory(accumulator)
     assert accumulator.drain([TP]) == []  # nothing was added while it waits
     accumulator.complete(batch, 0)
     waiter.join(timeout=30)
