@@ -214,6 +214,11 @@ def redis_throughput(client: redis.Redis, records_per_txn: int, seconds: float) 
 # ---------------------------------------------------------------------------------------------- driver
 
 
+def _per_run_ratio(series: Series, baseline: Series) -> float:
+    """The median of the ratios of the runs taken side by side (run i of ``series`` against run i of ``baseline``)."""
+    return statistics.median(s / b for s, b in zip(series.rates, baseline.rates, strict=True))
+
+
 def _ratio_table(title: str, rows: list[tuple[str, Series, Series | None]]) -> str:
     """Like ``bench.common.report``, with the ratio taken per run (see the module docstring)."""
     lines = [
@@ -225,8 +230,7 @@ def _ratio_table(title: str, rows: list[tuple[str, Series, Series | None]]) -> s
     for label, series, baseline in rows:
         ratio = "baseline"
         if baseline is not None:
-            per_run = statistics.median(s / b for s, b in zip(series.rates, baseline.rates, strict=True))
-            ratio = f"{per_run:.3f}; {series.median / baseline.median:.3f} of {baseline.name}"
+            ratio = f"{_per_run_ratio(series, baseline):.3f}; {series.median / baseline.median:.3f} of {baseline.name}"
         lines.append(f"| {label} | {series.median:,.0f} | {series.spread:.0%} | {len(series.rates)} | {ratio} |")
     return "\n".join(lines)
 
@@ -241,8 +245,10 @@ def _latency_table(rows: list[tuple[str, Series, Series | None]]) -> str:
     for label, series, baseline in rows:
         ratio = "baseline"
         if baseline is not None:
-            per_run = statistics.median(s / b for s, b in zip(series.rates, baseline.rates, strict=True))
-            ratio = f"{per_run:.2f}x {baseline.name} (of medians {series.median / baseline.median:.2f}x)"
+            ratio = (
+                f"{_per_run_ratio(series, baseline):.2f}x {baseline.name} "
+                f"(of medians {series.median / baseline.median:.2f}x)"
+            )
         lines.append(f"| {label} | {series.median:.1f} | {series.spread:.0%} | {len(series.rates)} | {ratio} |")
     return "\n".join(lines)
 

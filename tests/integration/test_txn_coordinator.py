@@ -497,8 +497,14 @@ def test_zombie_commit_after_fence_rejected(client: TxnClient, dest: Destination
     assert [m.producer_epoch for m in commits] == [successor[1] + 1], "only the new owner's work commits"
 
 
-def test_add_partitions_waits_for_previous_markers_instead_of_rejecting(client: TxnClient, dest: Destinations) -> None:
-    tid = "parked-add"
+def _commit_with_markers_held(
+    client: TxnClient, dest: Destinations, tid: str
+) -> tuple[int, MarkerDestinationDouble, tuple[int, int], tuple[int, int]]:
+    """Commit a transaction of ``tid`` whose COMMIT marker the partition holds unanswered.
+
+    Returns the partition, its held leader (``release()`` lets the marker through), the committing identity
+    and the identity EndTxn handed out for the next transaction.
+    """
     partition = dest.partition_on(sorted(dest.storage)[0])
     double = dest.leader_of(partition)
     producer = client.init(tid)
@@ -506,6 +512,12 @@ def test_add_partitions_waits_for_previous_markers_instead_of_rejecting(client: 
     double.hold()
     next_identity = client.end(tid, producer, COMMIT)
     double.wait_for(lambda: double.markers(producer[0]), "the marker is in flight")
+    return partition, double, producer, next_identity
+
+
+def test_add_partitions_waits_for_previous_markers_instead_of_rejecting(client: TxnClient, dest: Destinations) -> None:
+    tid = "parked-add"
+    partition, double, _, next_identity = _commit_with_markers_held(client, dest, tid)
 
     request = pb.AddPartitionsToTxnRequest(
         transactional_id=tid,
@@ -525,13 +537,7 @@ def test_add_partitions_waits_for_previous_markers_instead_of_rejecting(client: 
 
 def test_concurrent_transactions_while_markers_pending(client: TxnClient, dest: Destinations) -> None:
     tid = "pending-markers"
-    partition = dest.partition_on(sorted(dest.storage)[0])
-    double = dest.leader_of(partition)
-    producer = client.init(tid)
-    client.add_partitions(tid, producer, partition)
-    double.hold()
-    next_identity = client.end(tid, producer, COMMIT)
-    double.wait_for(lambda: double.markers(producer[0]), "the marker is in flight")
+    partition, double, producer, next_identity = _commit_with_markers_held(client, dest, tid)
 
     # Parked for the markers at most until shortly before the caller's deadline, then refused as Kafka does.
     code, err = rpc_error(lambda: client.add_partitions(tid, next_identity, partition, deadline_s=1.0))

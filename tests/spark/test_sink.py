@@ -54,6 +54,21 @@ def fill(topic: Topic, per_partition: int) -> list[str]:
     return sorted(f"P{p}-{i}" for p in (0, 1) for i in range(per_partition))
 
 
+def fail_first_attempt(frame: Any, suffix: str) -> Any:
+    """``frame`` whose first attempt of Spark partition 1 fails at the row whose value ends with ``suffix``."""
+    from pyspark import TaskContext
+    from pyspark.sql.functions import col, udf
+
+    @udf(returnType="string")
+    def fail(value):  # type: ignore[no-untyped-def]  # hints would make Spark guess a pandas UDF
+        context = TaskContext.get()
+        if context.partitionId() == 1 and context.attemptNumber() == 0 and value.endswith(suffix):
+            raise RuntimeError("injected task failure")
+        return value
+
+    return frame.withColumn("value", fail(col("value")))
+
+
 def test_stream_writes_each_row_once_through_a_task_failure(spark: Any, cluster: LocalCluster, tmp_path: Path) -> None:
     """Partition 1's first attempt dies in the middle of its rows; the retry (attempt 1) fences it and commits.
 
@@ -61,20 +76,9 @@ def test_stream_writes_each_row_once_through_a_task_failure(spark: Any, cluster:
     the writer worker (here it usually had not); ``tests/unit/spark/test_writer.py`` covers the attempt that
     had, with the open transaction aborted by the retry's InitProducerId.
     """
-    from pyspark import TaskContext
-    from pyspark.sql.functions import col, udf
-
     source, sink = Topic(cluster), Topic(cluster)
     expected = fill(source, 60)
-
-    @udf(returnType="string")
-    def fail_first_attempt(value):  # type: ignore[no-untyped-def]  # hints would make Spark guess a pandas UDF
-        context = TaskContext.get()
-        if context.partitionId() == 1 and context.attemptNumber() == 0 and value.endswith("-50"):
-            raise RuntimeError("injected task failure")
-        return value
-
-    frame = pipeline(spark, cluster, source).withColumn("value", fail_first_attempt(col("value")))
+    frame = fail_first_attempt(pipeline(spark, cluster, source), "-50")
     started = time.monotonic()
     query = run_to_end(frame, cluster, sink, tmp_path / "checkpoint")
     assert sum(p["numInputRows"] for p in query.recentProgress) == len(expected)
@@ -187,21 +191,9 @@ def test_batch_atomicity_stream_survives_task_retry_and_replay(
     Tasks only stage their rows, so neither the failed attempt nor the replay leaves anything in the log,
     not even aborted data: the raw log equals the expected output.
     """
-    from pyspark import TaskContext
-    from pyspark.sql.functions import col, udf
-
     source, sink = Topic(cluster), Topic(cluster)
     expected = fill(source, 30)
-
-    @udf(returnType="string")
-    def fail_first_attempt(value):  # type: ignore[no-untyped-def]  # hints would make Spark guess a pandas UDF
-        context = TaskContext.get()
-        if context.partitionId() == 1 and context.attemptNumber() == 0 and value.endswith("-25"):
-            raise RuntimeError("injected task failure")
-        return value
-
-    frame = pipeline(spark, cluster, source, maxRecordsPerTrigger=30)
-    frame = frame.withColumn("value", fail_first_attempt(col("value")))
+    frame = fail_first_attempt(pipeline(spark, cluster, source, maxRecordsPerTrigger=30), "-25")
     checkpoint = tmp_path / "checkpoint"
     started = time.monotonic()
     first = run_to_end(frame, cluster, sink, checkpoint, atomicity="batch")

@@ -45,7 +45,6 @@ Trade-off against ``atomicity=task``, and when to use it:
 from __future__ import annotations
 
 import logging
-import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -60,10 +59,12 @@ from oncelog.spark.options import OptionError, SinkOptions
 from oncelog.spark.output import BatchedSender, RecordColumns
 from oncelog.spark.writer import (
     BatchDigest,
+    JobSinkWriter,
     Marker,
     NonDeterministicBatchError,
     ProducerFactory,
     RowEncoder,
+    SinkWriter,
     TaskIdentity,
     batch_transactional_id,
     closing,
@@ -73,7 +74,6 @@ from oncelog.spark.writer import (
     marker_partition,
     open_producer,
     read_marker,
-    task_identity,
     task_transactional_id,
     waited_for_on_error,
 )
@@ -323,25 +323,13 @@ def _check_staged(messages: Sequence[WriterCommitMessage | None], batch_id: int)
 # -------------------------------------------------------------------------------------- Spark writers
 
 
-class OncelogAtomicStreamWriter(DataSourceStreamArrowWriter):
-    """``df.writeStream.format("oncelog").option("atomicity", "batch")``: one transaction per micro-batch.
-
-    Spark pickles this object to the tasks (``write``) and builds a fresh one for every ``commit`` and
-    ``abort`` on the driver (reference §3.1); all state lives in the cluster.
-
-    Args:
-        options: the sink options.
-        encoder: the checked columns of the DataFrame.
-    """
-
-    def __init__(self, options: SinkOptions, encoder: RowEncoder) -> None:
-        self.options = options
-        self.encoder = encoder
+class OncelogAtomicStreamWriter(SinkWriter, DataSourceStreamArrowWriter):
+    """``df.writeStream.format("oncelog").option("atomicity", "batch")``: one transaction per micro-batch."""
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> StagedOutput:
         """One task: stage its rows for the driver (:meth:`OutputStager.stage`)."""
         return OutputStager(self.options, self.encoder).stage_columns(
-            self.encoder.encode_arrow(iterator), task_identity()
+            self.encoder.encode_arrow(iterator), self.current_task()
         )
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
@@ -360,24 +348,13 @@ class OncelogAtomicStreamWriter(DataSourceStreamArrowWriter):
         log.warning("batch %d aborted with %d of %d tasks staged; the replay writes it", batchId, staged, len(messages))
 
 
-class OncelogAtomicBatchWriter(DataSourceArrowWriter):
-    """``df.write.format("oncelog").option("atomicity", "batch")``: the whole job in one transaction, or nothing.
-
-    Args:
-        options: the sink options.
-        encoder: the checked columns of the DataFrame.
-    """
-
-    def __init__(self, options: SinkOptions, encoder: RowEncoder) -> None:
-        self.options = options
-        self.encoder = encoder
-        # drawn once on the driver and pickled to every task, so that all tasks name the same job
-        self.job_id = f"job-{uuid.uuid4().hex[:16]}"
+class OncelogAtomicBatchWriter(JobSinkWriter, DataSourceArrowWriter):
+    """``df.write.format("oncelog").option("atomicity", "batch")``: the whole job in one transaction, or nothing."""
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> StagedOutput:
         """One task: stage its rows for the driver."""
         return OutputStager(self.options, self.encoder).stage_columns(
-            self.encoder.encode_arrow(iterator), task_identity(self.job_id)
+            self.encoder.encode_arrow(iterator), self.current_task()
         )
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:

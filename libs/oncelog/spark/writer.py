@@ -88,6 +88,8 @@ __all__ = [
     "SinkSchemaError",
     "TaskIdentity",
     "TaskWriter",
+    "JobSinkWriter",
+    "SinkWriter",
     "arrow_rows",
     "batch_transactional_id",
     "commit_until_known",
@@ -729,11 +731,13 @@ def _check_messages(messages: Sequence[WriterCommitMessage | None], batch_id: in
     return found
 
 
-class OncelogStreamWriter(DataSourceStreamArrowWriter):
-    """``df.writeStream.format("oncelog")``: exactly-once micro-batches, one transaction per task.
+class SinkWriter:
+    """What every Spark writer of the sink carries from the driver to its tasks: the options and the columns.
 
-    Spark builds one instance per micro-batch on the driver, pickles it to the tasks (``write``), and a
-    fresh one for every ``commit``/``abort`` call (reference §3.1), so all state lives in the cluster.
+    Spark builds a writer on the driver (once per micro-batch when streaming), pickles it to the tasks
+    (``write``), and builds a fresh one for every ``commit``/``abort`` call (reference §3.1), so all state
+    lives in the cluster. The four writers — streaming or batch write, ``atomicity`` task or batch — differ
+    only in what a task and the driver do.
 
     Args:
         options: the sink options.
@@ -744,10 +748,34 @@ class OncelogStreamWriter(DataSourceStreamArrowWriter):
         self.options = options
         self.encoder = encoder
 
+    def current_task(self) -> TaskIdentity:
+        """The running Spark task (call it inside ``write``)."""
+        return task_identity()
+
+
+class JobSinkWriter(SinkWriter):
+    """A writer of a batch write (``df.write``): the job has an id of its own instead of a query's.
+
+    The id is drawn once on the driver and pickled to every task, so the retries of a task share its
+    transactional id and all tasks name the same job.
+    """
+
+    def __init__(self, options: SinkOptions, encoder: RowEncoder) -> None:
+        super().__init__(options, encoder)
+        self.job_id = f"job-{uuid.uuid4().hex[:16]}"
+
+    def current_task(self) -> TaskIdentity:
+        """The running Spark task of this job (batch 0)."""
+        return task_identity(self.job_id)
+
+
+class OncelogStreamWriter(SinkWriter, DataSourceStreamArrowWriter):
+    """``df.writeStream.format("oncelog")``: exactly-once micro-batches, one transaction per task."""
+
     def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommitMessage:
         """One task: see :meth:`TaskWriter.write`."""
         return TaskWriter(self.options, self.encoder).write_columns(
-            self.encoder.encode_arrow(iterator), task_identity()
+            self.encoder.encode_arrow(iterator), self.current_task()
         )
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
@@ -770,24 +798,13 @@ class OncelogStreamWriter(DataSourceStreamArrowWriter):
         )
 
 
-class OncelogBatchWriter(DataSourceArrowWriter):
-    """``df.write.format("oncelog")``: every task writes its rows in one transaction, retries fenced.
-
-    Args:
-        options: the sink options.
-        encoder: the checked columns of the DataFrame.
-    """
-
-    def __init__(self, options: SinkOptions, encoder: RowEncoder) -> None:
-        self.options = options
-        self.encoder = encoder
-        # drawn once on the driver and pickled to every task: retries of a task share its transactional id
-        self.job_id = f"job-{uuid.uuid4().hex[:16]}"
+class OncelogBatchWriter(JobSinkWriter, DataSourceArrowWriter):
+    """``df.write.format("oncelog")``: every task writes its rows in one transaction, retries fenced."""
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommitMessage:
         """One task: see :meth:`TaskWriter.write`."""
         return TaskWriter(self.options, self.encoder).write_columns(
-            self.encoder.encode_arrow(iterator), task_identity(self.job_id)
+            self.encoder.encode_arrow(iterator), self.current_task()
         )
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
