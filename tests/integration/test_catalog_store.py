@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -58,6 +59,27 @@ def test_migrate_is_idempotent_and_safe_concurrently(database_url: str) -> None:
         t.start()
     for t in threads:
         t.join()
+    assert errors == []
+
+
+def test_services_opening_a_fresh_sqlite_catalog_together_all_start(tmp_path: Path) -> None:
+    """Switching a new SQLite file to WAL takes an exclusive lock that SQLite refuses at once, busy timeout or
+    not; every process opening the catalog at the same moment must still get through (40 fresh files)."""
+    errors: list[BaseException] = []
+
+    def run(url: str) -> None:
+        try:
+            CatalogStore(create_engine(url)).migrate()
+        except BaseException as exc:
+            errors.append(exc)
+
+    for attempt in range(40):
+        url = f"sqlite:///{tmp_path / f'catalog-{attempt}.db'}"
+        threads = [threading.Thread(target=run, args=(url,)) for _ in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
     assert errors == []
 
 

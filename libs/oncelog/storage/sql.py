@@ -14,9 +14,12 @@ to ship in the image.
 
 from __future__ import annotations
 
+import sqlite3
+import time
 import zlib
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy import event
@@ -38,19 +41,45 @@ def create_engine(url: str, *, echo: bool = False) -> Engine:
     return sa.create_engine(parsed, echo=echo, pool_pre_ping=True, future=True)
 
 
+_SQLITE_BUSY_TIMEOUT_MS = 30_000
+
+
+def _enable_wal(cursor: Any, timeout_ms: int = _SQLITE_BUSY_TIMEOUT_MS) -> None:
+    """Switch the database to write-ahead logging, waiting out other connections as a busy handler would.
+
+    Switching a new database's journal mode takes an exclusive lock, and SQLite answers "database is
+    locked" at once when another connection holds one, without calling the busy handler (several
+    services opening a fresh catalog together hit it). The mode is stored in the file, so once any
+    connection switched it the others find it set.
+    """
+    deadline = time.monotonic() + timeout_ms / 1000
+    pause = 0.001
+    while True:
+        try:
+            cursor.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() >= deadline:
+                raise
+        time.sleep(pause)  # what SQLite's own busy handler does between attempts
+        pause = min(pause * 2, 0.05)
+
+
 def _sqlite_engine(url: sa.URL, *, echo: bool) -> Engine:
     if url.database and url.database != ":memory:":
         Path(url.database).parent.mkdir(parents=True, exist_ok=True)
-    engine = sa.create_engine(url, echo=echo, connect_args={"timeout": 30, "check_same_thread": False})
+    engine = sa.create_engine(
+        url, echo=echo, connect_args={"timeout": _SQLITE_BUSY_TIMEOUT_MS / 1000, "check_same_thread": False}
+    )
 
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_connection, _record):  # type: ignore[no-untyped-def]
         # take transaction control away from pysqlite so BEGIN IMMEDIATE below is the only BEGIN
         dbapi_connection.isolation_level = None
         cursor = dbapi_connection.cursor()
-        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute(f"PRAGMA busy_timeout={_SQLITE_BUSY_TIMEOUT_MS}")
+        _enable_wal(cursor)
         cursor.execute("PRAGMA synchronous=FULL")
-        cursor.execute("PRAGMA busy_timeout=30000")
         cursor.execute("PRAGMA foreign_keys=ON")
         cursor.close()
 
