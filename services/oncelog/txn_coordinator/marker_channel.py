@@ -546,7 +546,7 @@ class CatalogMarkerDestinations:
         self._catalog = catalog
         self._clock = clock
         self._topics: dict[str, TopicRecord | None] = {}
-        """Topic name -> record; None when the topic does not exist."""
+        """Topic name -> record as last read; None when it did not exist then (kept only until routed)."""
         self._group_shards: int | None = None
         self._group_owners: dict[int, str | None] = {}
         """group-offsets shard -> owner node id; None when no live lease exists."""
@@ -557,9 +557,12 @@ class CatalogMarkerDestinations:
         self, partitions: Collection[TopicPartition], groups: Collection[str]
     ) -> tuple[dict[TopicPartition, Route], dict[str, Route]]:
         """Current route of every partition and group (see :class:`DestinationResolver`)."""
-        missing_topics = {topic for topic, _ in partitions if topic not in self._topics}
-        if missing_topics:
-            self._topics.update(await asyncio.to_thread(self._read_topics, missing_topics))
+        # A cached record only ever routes; "deleted" is concluded from a fresh read alone, so a topic that
+        # was deleted and created again (with as many partitions or more) is found again (Kafka re-reads
+        # its metadata each time it enqueues a marker).
+        unknown = {topic for topic, p in partitions if not self._has_partition(topic, p)}
+        if unknown:
+            self._topics.update(await asyncio.to_thread(self._read_topics, unknown))
         if groups and self._group_shards is None:
             self._group_shards = (await asyncio.to_thread(self._catalog.cluster_info)).group_offsets_shards
         group_shard = {g: shard_for(g, self._group_shards) for g in groups} if self._group_shards else {}
@@ -576,9 +579,10 @@ class CatalogMarkerDestinations:
             group: self._node_route(DestinationService.GROUP_OFFSETS, self._group_owners.get(shard))
             for group, shard in group_shard.items()
         }
-        # Whatever was found offline is read afresh on its next attempt: leaders and owners move.
+        # Whatever was found offline or missing is read afresh on its next attempt: leaders and owners move,
+        # and a deleted topic can be created again under its name.
         for tp, route in partition_routes.items():
-            if route is Unroutable.OFFLINE:
+            if not isinstance(route, MarkerDestination):
                 self._topics.pop(tp[0], None)
         for group, route in group_routes.items():
             if route is Unroutable.OFFLINE:
@@ -599,6 +603,10 @@ class CatalogMarkerDestinations:
                 self._group_owners.pop(shard_for(group, self._group_shards), None)
         if destination is not None or partitions or groups:
             self._nodes = None
+
+    def _has_partition(self, topic: str, partition: int) -> bool:
+        record = self._topics.get(topic)
+        return record is not None and 0 <= partition < len(record.partitions)
 
     def _leader(self, tp: TopicPartition) -> str | None:
         record = self._topics.get(tp[0])

@@ -473,3 +473,42 @@ async def test_catalog_group_without_a_live_owner_is_offline(catalog: CatalogSto
     catalog.acquire_shard("group-offsets", shard_for(GROUP, 4), "offsets-0", 60_000, clock.now)
     _, groups = await resolver.resolve((), {GROUP})
     assert groups[GROUP] == MarkerDestination(DestinationService.GROUP_OFFSETS, "offsets-0", "10.0.0.3:9000")
+
+
+async def test_catalog_routes_a_topic_deleted_and_created_again(catalog: CatalogStore) -> None:
+    """Issue 25 item 1: "topic missing" is never remembered, so the re-created topic is routed again."""
+    clock = Clock(1_000)
+    catalog.register_node("storage-0", "partition-storage", "10.0.0.1:9000", 60_000, clock.now)
+    catalog.create_topics([("orders", 1, {})], clock.now)
+    resolver = CatalogMarkerDestinations(catalog, clock)
+    first, _ = await resolver.resolve({("orders", 0)}, ())
+    assert isinstance(first[("orders", 0)], MarkerDestination)
+
+    catalog.delete_topics(["orders"])
+    resolver.invalidate(partitions=[("orders", 0)])  # as after the old leader answered UNKNOWN_TOPIC_OR_PARTITION
+    deleted, _ = await resolver.resolve({("orders", 0)}, ())
+    assert deleted[("orders", 0)] is Unroutable.DELETED
+
+    catalog.create_topics([("orders", 1, {})], clock.now)
+    again, _ = await resolver.resolve({("orders", 0)}, ())
+    assert again[("orders", 0)] == MarkerDestination(DestinationService.PARTITION_STORAGE, "storage-0", "10.0.0.1:9000")
+
+
+async def test_catalog_routes_the_new_partitions_of_a_topic_created_again_with_more(catalog: CatalogStore) -> None:
+    """Issue 25 item 1: an old partition count is never taken from the cache as proof of a deletion."""
+    clock = Clock(1_000)
+    catalog.register_node("storage-0", "partition-storage", "10.0.0.1:9000", 60_000, clock.now)
+    catalog.create_topics([("orders", 1, {})], clock.now)
+    resolver = CatalogMarkerDestinations(catalog, clock)
+    first, _ = await resolver.resolve({("orders", 0)}, ())
+    assert isinstance(first[("orders", 0)], MarkerDestination)
+
+    catalog.delete_topics(["orders"])
+    catalog.create_topics([("orders", 3, {})], clock.now)
+    routes, _ = await resolver.resolve({("orders", 0), ("orders", 2)}, ())
+    assert routes[("orders", 2)] == MarkerDestination(
+        DestinationService.PARTITION_STORAGE, "storage-0", "10.0.0.1:9000"
+    )
+    assert isinstance(routes[("orders", 0)], MarkerDestination)
+    gone, _ = await resolver.resolve({("orders", 3)}, ())
+    assert gone[("orders", 3)] is Unroutable.DELETED
