@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import uuid
+from collections import Counter
 
 import pytest
 
 from oncelog import aio
 from oncelog.client import AdminClient, Consumer, IllegalStateError, NewTopic, TopicPartition, TransactionState
+from oncelog.client.partitioner import partition_for_key
 from oncelog.testing import LocalCluster
+from oncelog.testing.reading import read_all
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -105,3 +109,62 @@ async def test_closed_producer_refuses_sends(cluster: LocalCluster) -> None:
     await producer.close()  # idempotent
     with pytest.raises(IllegalStateError, match="closed"):
         await producer.send(topic, b"y")
+
+
+# Buffer-pressure set-up: one 64 KiB batch can hold the pre-fill, so it lingers (unsent, holding memory) until
+# a send finds the buffer full and makes the sender hurry; the next appends then wait for that memory.
+_TIGHT = {"buffer_memory": 65536, "max_request_size": 65536, "batch_size": 65536, "linger_ms": 10_000}
+
+
+def keys_per_partition(partitions: int, per_partition: int) -> list[bytes]:
+    """``per_partition`` keys for each partition in turn (partition 0's first), by the default partitioner."""
+    chosen: dict[int, list[bytes]] = {p: [] for p in range(partitions)}
+    for i in itertools.count():
+        key = f"key-{i}".encode()
+        bucket = chosen[partition_for_key(key, partitions)]
+        if len(bucket) < per_partition:
+            bucket.append(key)
+        if all(len(b) == per_partition for b in chosen.values()):
+            return [key for p in range(partitions) for key in chosen[p]]
+    raise AssertionError("unreachable")
+
+
+async def test_send_batch_under_buffer_pressure_writes_each_record_once(cluster: LocalCluster) -> None:
+    """A bulk send across partitions that does not fit yet waits for memory and then appends each record once."""
+    topic = new_topic(cluster.bootstrap, partitions=4)
+    keys = keys_per_partition(4, 6)
+    values = [b"v-" + key + b"-" + b"x" * 1000 for key in keys]
+    async with aio.Producer(cluster.bootstrap, **_TIGHT) as producer:
+        await producer.partitions_for(topic)
+        prefill = asyncio.ensure_future(producer.send_batch(topic, [b"p" * 1000] * 40, partition=0))
+        bulk = asyncio.ensure_future(producer.send_batch(topic, values, keys=keys))
+        await asyncio.sleep(0)  # both tasks take their first step: the pre-fill appends, the bulk send tries
+        # the fault landed: the bulk send did not fit next to the lingering pre-fill, so it had to wait
+        assert producer._core._accumulator.used_bytes < 40 * 1000 + sum(map(len, values))
+        await asyncio.gather(prefill, bulk)
+    written = Counter(record.value for record in read_all(cluster.bootstrap, topic, "read_uncommitted"))
+    assert {value: written[value] for value in values} == dict.fromkeys(values, 1)
+    assert sum(written.values()) == 40 + len(values)
+
+
+async def test_sends_to_a_new_topic_started_together_are_written_in_call_order(cluster: LocalCluster) -> None:
+    topic = new_topic(cluster.bootstrap)
+    async with aio.Producer(cluster.bootstrap, linger_ms=2) as producer:
+        results = await asyncio.gather(*(producer.send(topic, f"v{i}".encode()) for i in range(100)))
+    assert [m.offset for m in results] == list(range(100))
+    assert committed_values(cluster.bootstrap, topic, 100) == [f"v{i}".encode() for i in range(100)]
+
+
+async def test_send_waiting_for_memory_is_not_overtaken_by_a_later_small_send(cluster: LocalCluster) -> None:
+    topic = new_topic(cluster.bootstrap)
+    async with aio.Producer(cluster.bootstrap, **_TIGHT) as producer:
+        await producer.partitions_for(topic)
+        prefill = asyncio.ensure_future(producer.send_batch(topic, [b"p" * 1000] * 40, partition=0))
+        large = asyncio.ensure_future(producer.send(topic, b"L" * 40_000, partition=0))
+        small = asyncio.ensure_future(producer.send(topic, b"small", partition=0))
+        await asyncio.sleep(0)  # the three tasks take their first step
+        # the fault landed: the large record did not fit next to the lingering pre-fill
+        assert producer._core._accumulator.used_bytes < 40 * 1000 + 40_000
+        await asyncio.gather(prefill, large, small)
+    assert large.result().offset == 40
+    assert small.result().offset == 41

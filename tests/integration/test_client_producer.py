@@ -199,3 +199,16 @@ def test_invalid_configuration_lists_every_problem(cluster: LocalCluster) -> Non
         Producer(cluster.bootstrap, transactional_id="t", enable_idempotence=False, acks="2", max_in_flight=9)
     message = str(info.value)
     assert "acks='2'" in message and "must be idempotent" in message and "max_in_flight" in message
+
+
+def test_send_batch_refused_in_a_later_partition_queues_nothing(cluster: LocalCluster) -> None:
+    """A bad record refuses the whole bulk send, also the records bound for partitions listed before it."""
+    topic = new_topic(cluster.bootstrap, 2)
+    first = next(k for k in (f"k{i}".encode() for i in range(100)) if partition_for_key(k, 2) == 0)
+    second = next(k for k in (f"k{i}".encode() for i in range(100)) if partition_for_key(k, 2) == 1)
+    with Producer(cluster.bootstrap) as producer:
+        with pytest.raises(TypeError, match="value must be bytes"):
+            producer.send_batch(topic, [b"good", "not bytes"], keys=[first, second])
+        producer.flush()
+        producer.send(topic, b"after", key=first).result(timeout=30)
+    assert read_values(cluster.bootstrap, topic) == {0: [b"after"], 1: []}

@@ -633,10 +633,67 @@ class RecordAccumulator:
         Raises:
             The exceptions of :meth:`append`; ``ValueError`` also when ``keys`` and ``values`` differ in length.
         """
-        if keys is not None and len(keys) != len(values):
-            raise ValueError(f"{len(keys)} keys for {len(values)} values; pass one key per value or none")
+        runs, wake = self.append_groups([(tp, keys, values)], timestamp, max_block_s=max_block_s)
+        return runs[0], wake
+
+    def append_groups(
+        self,
+        groups: Sequence[tuple[TopicPartition, Sequence[bytes | None] | None, Sequence[bytes | None]]],
+        timestamp: int | None = None,
+        *,
+        max_block_s: float = 0.0,
+    ) -> tuple[list[list[RecordRun]], bool]:
+        """:meth:`append_many` for several partitions at once, all or nothing.
+
+        Every record of every group is checked, and buffer memory for all of them is reserved, before the
+        first is added: a bad record, a closed accumulator or a full buffer adds none anywhere, so a caller
+        may simply call again after :class:`~oncelog.client.errors.BufferExhaustedError` without writing
+        any record twice.
+
+        Args:
+            groups: ``(partition, keys or None, values)`` per partition, each appended in order.
+
+        Returns:
+            The runs of each group (in the order of ``groups``), and whether the sender should look.
+        """
         if timestamp is not None and timestamp < 0:
             raise ValueError(f"record timestamp must be >= 0 (Unix milliseconds), got {timestamp}")
+        checked = [(tp, *self._check_bulk(keys, values)) for tp, keys, values in groups]
+        total = sum(len(values) for _, _, values, _ in checked)
+        bound = sum(group_bound for _, _, _, group_bound in checked)
+        if total == 0:
+            return [[] for _ in groups], False
+        deadline = time.monotonic() + max_block_s
+        with self._lock:
+            # all or nothing: memory for every record is reserved (an upper bound) before the first is added
+            self._ensure_open()
+            while not self._reserve(bound):
+                if bound > self._buffer_memory:
+                    raise BufferExhaustedError(
+                        f"{total} records may take up to {bound} bytes, more than buffer_memory="
+                        f"{self._buffer_memory}; send them in smaller groups or raise buffer_memory"
+                    )
+                self._wait_for_memory(bound, deadline)
+                self._ensure_open()
+            unused = bound
+            wake = False
+            all_runs: list[list[RecordRun]] = []
+            for tp, keys, values, _ in checked:
+                runs, used, created = self._append_run_locked(tp, keys, values, timestamp)
+                unused -= used
+                wake = wake or created
+                all_runs.append(runs)
+            self._used_bytes -= unused
+            if unused > 0:
+                self._memory_freed.notify_all()
+        return all_runs, wake
+
+    def _check_bulk(
+        self, keys: Sequence[bytes | None] | None, values: Sequence[bytes | None]
+    ) -> tuple[Sequence[bytes | None] | None, Sequence[bytes | None], int]:
+        """Validate one group of :meth:`append_groups`; its keys and values as bytes, and its memory bound."""
+        if keys is not None and len(keys) != len(values):
+            raise ValueError(f"{len(keys)} keys for {len(values)} values; pass one key per value or none")
         checked_values = values if _all_bytes(values) else [_as_bytes(v, "value") for v in values]
         checked_keys = keys if keys is None or _all_bytes(keys) else [_as_bytes(k, "key") for k in keys]
         largest = max(map(_length, checked_values), default=0)
@@ -647,57 +704,48 @@ class RecordAccumulator:
         if BATCH_OVERHEAD + largest + _MAX_RECORD_OVERHEAD > self._max_request_size:
             for index, value in enumerate(checked_values):
                 self._check_size(None if checked_keys is None else checked_keys[index], value, ())
-        if not checked_values:
-            return [], False
-        bound = self._bulk_bound(len(checked_values), raw, largest)
-        deadline = time.monotonic() + max_block_s
+        bound = self._bulk_bound(len(checked_values), raw, largest) if checked_values else 0
+        return checked_keys, checked_values, bound
+
+    def _append_run_locked(
+        self,
+        tp: TopicPartition,
+        keys: Sequence[bytes | None] | None,
+        values: Sequence[bytes | None],
+        timestamp: int | None,
+    ) -> tuple[list[RecordRun], int, bool]:
+        """Encode checked records into ``tp``'s batches; their memory is reserved. Runs, bytes used, wake."""
         runs: list[RecordRun] = []
+        used = 0
         wake = False
         start = 0
         open_new = False  # the open batch has no room for the next record
-        with self._lock:
-            # all or nothing: memory for every record is reserved (an upper bound) before the first is added
-            self._ensure_open()
-            while not self._reserve(bound):
-                if bound > self._buffer_memory:
-                    raise BufferExhaustedError(
-                        f"{len(checked_values)} records may take up to {bound} bytes, more than buffer_memory="
-                        f"{self._buffer_memory}; send them in smaller groups or raise buffer_memory"
-                    )
-                self._wait_for_memory(bound, deadline)
-                self._ensure_open()
-            unused = bound
-            while start < len(checked_values):
-                now = self._clock()
-                ts = now if timestamp is None else timestamp
-                queue = self._batches.get(tp)
-                if queue is None:
-                    queue = self._batches[tp] = deque()
-                last = queue[-1] if queue and not open_new else None
-                batch = last if last is not None and not last._closed and not last.is_full else None
-                created = batch is None
-                if batch is None:
-                    batch = ProducerBatch(
-                        tp, created_ms=now, batch_size=self._batch_size, compression=self._compression
-                    )
-                builder = batch._builder
-                count = builder.count
-                taken = builder.append_run(checked_keys, checked_values, start, ts, self._batch_size)
-                open_new = taken == 0  # only an open batch takes none: the next record starts a new one
-                if open_new:
-                    continue
-                unused -= builder.size_in_bytes - batch._reserved  # the batch now holds that part
-                batch._reserved = builder.size_in_bytes
-                if created:
-                    queue.append(batch)
-                    self._incomplete.add(batch)
-                runs.append(RecordRun(batch.outcome, tp, count, taken, ts))
-                start += taken
-                wake = wake or created or batch.is_full
-            self._used_bytes -= unused
-            if unused > 0:
-                self._memory_freed.notify_all()
-        return runs, wake
+        while start < len(values):
+            now = self._clock()
+            ts = now if timestamp is None else timestamp
+            queue = self._batches.get(tp)
+            if queue is None:
+                queue = self._batches[tp] = deque()
+            last = queue[-1] if queue and not open_new else None
+            batch = last if last is not None and not last._closed and not last.is_full else None
+            created = batch is None
+            if batch is None:
+                batch = ProducerBatch(tp, created_ms=now, batch_size=self._batch_size, compression=self._compression)
+            builder = batch._builder
+            count = builder.count
+            taken = builder.append_run(keys, values, start, ts, self._batch_size)
+            open_new = taken == 0  # only an open batch takes none: the next record starts a new one
+            if open_new:
+                continue
+            used += builder.size_in_bytes - batch._reserved  # the batch now holds that part
+            batch._reserved = builder.size_in_bytes
+            if created:
+                queue.append(batch)
+                self._incomplete.add(batch)
+            runs.append(RecordRun(batch.outcome, tp, count, taken, ts))
+            start += taken
+            wake = wake or created or batch.is_full
+        return runs, used, wake
 
     def _bulk_bound(self, count: int, raw: int, largest: int) -> int:
         """Most bytes ``count`` header-less records of ``raw`` key and value bytes (at most ``largest`` in one

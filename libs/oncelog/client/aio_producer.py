@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Coroutine, Iterable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from oncelog.client.errors import BufferExhaustedError
@@ -54,6 +54,8 @@ class AsyncProducer:
 
     def __init__(self, bootstrap: str | Sequence[str] | None = None, **config: Any) -> None:
         self._core = _SyncProducer(bootstrap, **config)
+        self._turn = asyncio.Lock()  # first come, first served: sends that could not append at once
+        self._waiting = 0  # sends queued on (or holding) self._turn
 
     # -------------------------------------------------------------------------------- plumbing
 
@@ -67,16 +69,38 @@ class AsyncProducer:
         if core._metadata.cached_topic(topic) is None:
             await self._on_io_loop(core._topic(topic, core._deadline(None)))
 
-    async def _retry_on_full_buffer(self, append: Any) -> Any:
-        # the synchronous producer would block its caller for memory; here the caller's loop keeps running
-        deadline = time.monotonic() + self._core._config.max_block_ms / 1000
-        while True:
+    async def _append_in_call_order(self, topic: str, append: Callable[[], T]) -> T:
+        """Run ``append`` (which adds records without blocking) in call order among this producer's sends.
+
+        The fast path appends before the first suspension: the topic's metadata is cached, memory is free
+        and no earlier send is waiting. Otherwise the send takes a place in a first-come queue
+        (``self._turn``, a FIFO lock) and waits there for the topic's metadata and for memory; every
+        later send queues behind it while any send waits, so a record never overtakes one started
+        before it (per partition, records are written in the order of the calls). ``append`` adds all of
+        its records or none, so retrying it after :class:`BufferExhaustedError` never adds one twice.
+        """
+        core = self._core
+        deadline = time.monotonic() + core._config.max_block_ms / 1000
+        if not self._waiting and core._metadata.cached_topic(topic) is not None:
             try:
                 return append()
             except BufferExhaustedError:
-                if time.monotonic() >= deadline:
-                    raise
-                await asyncio.sleep(_MEMORY_POLL_S)
+                pass
+        self._waiting += 1
+        try:
+            async with self._turn:
+                if core._metadata.cached_topic(topic) is None:
+                    await self._known_topic(topic)
+                while True:
+                    try:
+                        return append()
+                    except BufferExhaustedError:
+                        # the synchronous producer would block its caller for memory; this loop keeps running
+                        if time.monotonic() >= deadline:
+                            raise
+                        await asyncio.sleep(_MEMORY_POLL_S)
+        finally:
+            self._waiting -= 1
 
     # -------------------------------------------------------------------------------- properties
 
@@ -112,17 +136,16 @@ class AsyncProducer:
     ) -> RecordMetadata:
         """Send one record and return its :class:`RecordMetadata` once it is acknowledged.
 
-        The record is appended before the first suspension when the topic's metadata is known, so
-        records started in a given order are written in that order.
+        The record is appended before the first suspension when the topic's metadata is known and memory
+        is free; otherwise it waits in line behind earlier sends, so records started in a given order
+        (also with ``asyncio.gather``, also to a topic not seen before) are written in that order.
 
         Raises:
             The exceptions of :meth:`oncelog.client.Producer.send`, and the record's delivery error.
         """
         core = self._core
-        if core._metadata.cached_topic(topic) is None:
-            await self._known_topic(topic)
-        future = await self._retry_on_full_buffer(
-            lambda: core._send(topic, value, key, headers, partition, timestamp_ms, max_block_s=0.0)
+        future = await self._append_in_call_order(
+            topic, lambda: core._send(topic, value, key, headers, partition, timestamp_ms, max_block_s=0.0)
         )
         return await asyncio.wrap_future(future)
 
@@ -136,10 +159,8 @@ class AsyncProducer:
     ) -> Sequence[RecordMetadata]:
         """Send many records and return their metadata in order (see :meth:`oncelog.client.Producer.send_batch`)."""
         core = self._core
-        if core._metadata.cached_topic(topic) is None:
-            await self._known_topic(topic)
-        future = await self._retry_on_full_buffer(
-            lambda: core._send_batch(topic, values, keys, partition, timestamp_ms, max_block_s=0.0)
+        future = await self._append_in_call_order(
+            topic, lambda: core._send_batch(topic, values, keys, partition, timestamp_ms, max_block_s=0.0)
         )
         return await asyncio.wrap_future(future)
 

@@ -1435,18 +1435,23 @@ class Producer:
                     positions.append(index)  # type: ignore[union-attr]
                     group_keys.append(keys[index])  # type: ignore[union-attr]
                     group_values.append(values[index])  # type: ignore[attr-defined]
-        placements = []
-        wake = False
-        for target, (positions, group_keys, group_values) in groups.items():
-            tp = TopicPartition(topic, target)
-            if self._txn is not None:
-                self._txn.maybe_add_partition(tp)
-            runs, created = self._accumulator.append_many(
-                tp, group_keys, group_values, timestamp_ms, max_block_s=max_block_s
-            )
-            wake = wake or created
-            placements.append((positions, runs))
-            if partition is None and keys is None:
+        if self._txn is not None:
+            for target in groups:
+                self._txn.maybe_add_partition(TopicPartition(topic, target))
+        # one all-or-nothing append across partitions: a refused record (or a full buffer) adds none anywhere
+        runs_per_group, wake = self._accumulator.append_groups(
+            [
+                (TopicPartition(topic, target), group_keys, group_values)
+                for target, (_, group_keys, group_values) in groups.items()
+            ],
+            timestamp_ms,
+            max_block_s=max_block_s,
+        )
+        placements = [
+            (positions, runs) for (positions, _, _), runs in zip(groups.values(), runs_per_group, strict=True)
+        ]
+        if partition is None and keys is None:
+            for target, (_, _, group_values) in groups.items():
                 appended = sum(len(v) for v in group_values if v is not None)
                 self._partitioner.on_append(topic, target, appended, enable_switch=True)
         if wake:
