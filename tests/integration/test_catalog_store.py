@@ -142,3 +142,19 @@ def test_topics_need_a_live_storage_node_and_unique_names(store: CatalogStore) -
         store.create_topics([("t", 1, {})], now_ms=2)
     assert store.create_topics([("u", 1, {})], now_ms=2, validate_only=True)[0].name == "u"
     assert [t.name for t in store.describe_topics()] == ["t"]
+
+
+def test_a_topic_created_again_starts_above_every_earlier_leader_epoch(store: CatalogStore) -> None:
+    """Issue 25 item 11: a storage node still serving the deleted incarnation sees a newer epoch and refreshes."""
+    store.register_node("s-0", "partition-storage", "h:1", 10_000, now_ms=0)
+    [first] = store.create_topics([("t", 2, {})], now_ms=1)
+    assert {p.leader_epoch for p in first.partitions} == {0}
+    store.delete_topics(["t"])
+    [second] = store.create_topics([("t", 3, {})], now_ms=2)
+    assert {p.leader_epoch for p in second.partitions} == {1}
+    assert second.topic_id != first.topic_id
+    store.delete_topics(["t"])
+    [third] = store.create_topics([("t", 1, {})], now_ms=3)
+    assert [p.leader_epoch for p in third.partitions] == [2]
+    [other] = store.create_topics([("u", 1, {})], now_ms=3)
+    assert [p.leader_epoch for p in other.partitions] == [0]

@@ -50,6 +50,16 @@ partitions = sa.Table(
     sa.Column("replicas", sa.JSON, nullable=False),
 )
 
+deleted_topics = sa.Table(
+    "deleted_topics",
+    metadata,
+    # A topic created again under this name starts its leader epochs here, above every epoch its earlier
+    # incarnations used: a request carrying the new epoch makes a storage node that still serves the old
+    # incarnation re-read the catalog instead of writing into (or reading from) the deleted partition.
+    sa.Column("name", sa.String(249), primary_key=True),
+    sa.Column("next_leader_epoch", sa.Integer, nullable=False),
+)
+
 coordinator_shards = sa.Table(
     "coordinator_shards",
     metadata,

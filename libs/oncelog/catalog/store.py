@@ -236,11 +236,18 @@ class CatalogStore:
             )
             if existing:
                 raise TopicAlreadyExists(f"topic(s) already exist: {', '.join(sorted(existing))}")
+            first_epochs = {
+                row.name: row.next_leader_epoch
+                for row in conn.execute(
+                    sa.select(t.deleted_topics).where(t.deleted_topics.c.name.in_([p[0] for p in parsed]))
+                )
+            }
             created = []
             for name, count, config in parsed:
                 topic_id = str(uuid.uuid4())
                 leaders = assign_partitions(count, storage, java_string_hash(name))
-                partitions = tuple(PartitionRecord(p, leader, 0, (leader,)) for p, leader in enumerate(leaders))
+                epoch = first_epochs.get(name, 0)
+                partitions = tuple(PartitionRecord(p, leader, epoch, (leader,)) for p, leader in enumerate(leaders))
                 created.append(TopicRecord(name, topic_id, config, partitions))
                 if validate_only:
                     continue
@@ -278,6 +285,20 @@ class CatalogStore:
             missing = [n for n in names if n not in found]
             if missing:
                 raise UnknownTopicOrPartition(f"unknown topic(s): {', '.join(missing)}")
+            # Remember where leader epochs stop, so a topic created again under a name starts above them.
+            next_epochs = {
+                row.topic: row.last + 1
+                for row in conn.execute(
+                    sa.select(t.partitions.c.topic, sa.func.max(t.partitions.c.leader_epoch).label("last"))
+                    .where(t.partitions.c.topic.in_(names))
+                    .group_by(t.partitions.c.topic)
+                )
+            }
+            conn.execute(sa.delete(t.deleted_topics).where(t.deleted_topics.c.name.in_(names)))
+            conn.execute(
+                sa.insert(t.deleted_topics),
+                [{"name": name, "next_leader_epoch": next_epochs.get(name, 0)} for name in names],
+            )
             conn.execute(sa.delete(t.partitions).where(t.partitions.c.topic.in_(names)))
             conn.execute(sa.delete(t.topics).where(t.topics.c.name.in_(names)))
         return names

@@ -17,7 +17,10 @@ are single-flight, so a burst of such requests shares one catalog read.
 * A partition whose leadership moved away is closed (its files stay). A deleted topic's partitions are
   closed and their directories removed. Each partition directory records the topic id it was created for
   (``partition.metadata``, as Kafka's KIP-516), so a topic deleted and re-created under the same name never
-  sees the old incarnation's data, even if the deletion happened while this node was down.
+  sees the old incarnation's data, even if the deletion happened while this node was down. The catalog starts
+  a re-created topic's leader epochs above the old ones, so a produce or fetch for the new topic reaching
+  this node before its periodic refresh carries a newer epoch and makes it refresh first: it is never
+  served by the deleted partition (whose removal would lose what was acknowledged there).
 * ``<data_dir>/meta.properties`` binds the directory to one cluster id and node id (Kafka's
   ``meta.properties``); starting against another catalog is refused rather than deleting "unknown" topics.
 * :meth:`PartitionManager.fetch` reads many partitions under one response budget and long-polls on the
