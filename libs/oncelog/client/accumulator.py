@@ -872,6 +872,8 @@ class RecordAccumulator:
                     if self._sequences is not None:
                         first.transactional = self._sequences.transactional
                         self._sequences.assign(first)
+                elif self._sequences is not None:
+                    self._sequences.resending(first)
                 total += first.size_in_bytes
                 drained.append(first)
         for batch in drained:

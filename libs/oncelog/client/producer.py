@@ -21,7 +21,9 @@ Shape (Kafka's split into ``KafkaProducer``, ``RecordAccumulator``, ``Sender`` a
 
 An idempotent producer without ``transactional_id`` gets its producer id from any transaction coordinator
 through InitProducerId with an empty id (Kafka's null ``transactional.id``), epoch 0, lazily before its
-first batch. A sequence gap makes it bump its epoch locally (ref §4.2, §5.1).
+first batch. A sequence gap makes it bump its epoch locally (ref §4.2, §5.1); a batch that may already be
+written (its answer timed out) keeps its original stamp until the partition answers for it, so the bump never
+makes a retry write it twice.
 
 Errors (:mod:`oncelog.client.errors`): a fatal error (``ProducerFencedError``, ``InvalidProducerEpochError``
 from a coordinator, an unexpected coordinator error) fails every pending record and every later call and

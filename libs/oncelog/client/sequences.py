@@ -16,6 +16,11 @@ sequence bookkeeping in Kafka's ``TransactionManager``, ``TxnPartitionMap`` and
 * an idempotent producer that finds a real gap bumps its epoch **locally** (no RPC; a new
   producer id once the epoch is exhausted) and rewrites its in-flight sequences from 0; a
   transactional producer instead aborts and bumps the epoch through InitProducerId (KIP-360);
+* a batch that may have been written under its stamp (it is on the wire, or its last send
+  got no definite answer) is never re-stamped: the partition's rewrite waits until each such
+  batch is answered under its original (producer id, epoch, sequence) — written (a duplicate
+  answer), definitely not written, or given up on — so a retry never writes a record twice
+  (Kafka's client re-stamps them at once and can duplicate);
 * a batch whose outcome is unknown (it timed out after being sent) leaves its partition
   *unresolved*: no new batch goes there until the in-flight ones settle, and if a gap remains
   the epoch must change before the partition is written again (ref §7 problem 3).
@@ -135,6 +140,15 @@ class _InFlight:
     batch: SequencedBatch
     reset: bool = False
     """Re-stamped from 0 after an epoch change: an out-of-order answer to its old stamp is expected."""
+    on_wire: bool = True
+    """Sent under its current stamp and not answered yet."""
+    doubtful: bool = False
+    """A send under its current stamp got no definite answer: the partition may have written it."""
+
+    @property
+    def may_be_written(self) -> bool:
+        """The partition may hold this batch under its current stamp: it must keep that stamp."""
+        return self.on_wire or self.doubtful
 
 
 @dataclass(slots=True, eq=False)
@@ -156,12 +170,17 @@ class _Partition:
                 return index
         return -1
 
+    def may_hold_written(self) -> bool:
+        """Some in-flight batch may have been written under its current stamp."""
+        return any(entry.may_be_written for entry in self.in_flight)
+
     def start_at_beginning(self, identity: ProducerIdAndEpoch) -> None:
         """Re-stamp every in-flight batch from sequence 0 under ``identity`` (``startSequencesAtBeginning``)."""
         sequence = 0
         for entry in self.in_flight:
             entry.batch.stamp(identity, sequence)
             entry.reset = True
+            entry.doubtful = entry.on_wire = False  # the new stamp was never sent
             sequence = increment_sequence(sequence, entry.batch.record_count)
         self.identity = identity
         self.next_sequence = sequence
@@ -193,6 +212,9 @@ class ProducerSequences:
         self._identity = NO_PRODUCER_ID_AND_EPOCH
         self._partitions: dict[TopicPartition, _Partition] = {}
         self._to_rewrite: set[TopicPartition] = set()
+        # partitions due for re-stamping under the current identity once no batch may be written under its old
+        # stamp (each such batch is resent with that stamp until its fate is known)
+        self._restamp: set[TopicPartition] = set()
 
     @property
     def transactional(self) -> bool:
@@ -212,16 +234,17 @@ class ProducerSequences:
     def set_identity(self, identity: ProducerIdAndEpoch) -> None:
         """Adopt the id and epoch returned by InitProducerId.
 
-        Partitions waiting for an epoch bump re-stamp their in-flight batches from 0 at once.
-        Every other partition restarts at sequence 0 under the new identity as soon as it has
-        no batch in flight under the old one; until then it takes no new batch, so a batch
+        Partitions waiting for an epoch bump re-stamp their in-flight batches from 0 — at once, or,
+        while one of those batches may have been written under its old stamp, once every such batch
+        is settled (:meth:`resolve_sequences`). Every other partition restarts at sequence 0 under
+        the new identity as soon as it has no batch in flight under the old one; until then it takes no new batch, so a batch
         with the new epoch cannot overtake older ones (``RecordAccumulator.shouldStopDrainBatchesForPartition``).
         """
         self._identity = identity
-        for tp in self._to_rewrite:
-            self._partitions[tp].start_at_beginning(identity)
+        self._restamp |= self._to_rewrite
         self._to_rewrite.clear()
-        for tp in [tp for tp, entry in self._partitions.items() if not entry.in_flight]:
+        self._restamp_settled()
+        for tp in [tp for tp, entry in self._partitions.items() if not entry.in_flight and tp not in self._restamp]:
             del self._partitions[tp]
 
     def request_epoch_bump(self, tp: TopicPartition) -> None:
@@ -290,9 +313,17 @@ class ProducerSequences:
         if not self._identity.is_valid:
             return False
         tp = batch.topic_partition
-        if tp in self._to_rewrite:
-            return False
         entry = self._partitions.get(tp)
+        if tp in self._to_rewrite or tp in self._restamp:
+            # only a batch that may have been written goes out before the rewrite, with its original stamp,
+            # so the partition answers whether it holds it
+            return (
+                batch.base_sequence != NO_SEQUENCE
+                and entry is not None
+                and bool(entry.in_flight)
+                and entry.in_flight[0].batch is batch
+                and entry.in_flight[0].doubtful
+            )
         if batch.base_sequence != NO_SEQUENCE:
             return entry is not None and bool(entry.in_flight) and entry.in_flight[0].batch is batch
         if entry is None:
@@ -321,6 +352,13 @@ class ProducerSequences:
         batch.stamp(self._identity, entry.next_sequence)
         entry.next_sequence = increment_sequence(entry.next_sequence, batch.record_count)
         entry.in_flight.append(_InFlight(batch))
+
+    def resending(self, batch: SequencedBatch) -> None:
+        """``batch`` (already stamped) goes on the wire again for a retry."""
+        entry = self._partitions.get(batch.topic_partition)
+        index = -1 if entry is None else entry.find(batch)
+        if entry is not None and index >= 0:
+            entry.in_flight[index].on_wire = True
 
     def complete(self, batch: SequencedBatch, base_offset: int) -> None:
         """Record a successful write of ``batch`` at ``base_offset`` (-1 when unknown)."""
@@ -353,6 +391,8 @@ class ProducerSequences:
         entry = self._partitions.get(tp)
         index = -1 if entry is None else entry.find(batch)
         reset = entry is not None and index >= 0 and entry.in_flight[index].reset
+        if entry is not None and index >= 0:
+            self._note_answer(entry, index, written_maybe=not err.definite)
         reason = err.reason
         if reason is Reason.OUT_OF_ORDER_SEQUENCE and err.definite:
             unresolved = entry is not None and entry.unresolved_next is not None
@@ -409,6 +449,26 @@ class ProducerSequences:
                 decrement_sequence(later.batch.base_sequence, count),
             )
 
+    @staticmethod
+    def _note_answer(entry: _Partition, index: int, *, written_maybe: bool) -> None:
+        answered = entry.in_flight[index]
+        answered.on_wire = False
+        if written_maybe:
+            answered.doubtful = True
+            return
+        # definitely not written under its stamp: then no later batch of that stamp was written either
+        # (a partition writes a producer's batches only in sequence order)
+        stamp = (answered.batch.producer_id, answered.batch.producer_epoch)
+        for later in entry.in_flight[index:]:
+            if (later.batch.producer_id, later.batch.producer_epoch) == stamp:
+                later.doubtful = False
+
+    def _restamp_settled(self) -> None:
+        """Re-stamp the partitions due for a rewrite whose batches can no longer be written under their old stamp."""
+        for tp in [tp for tp in self._restamp if not self._entry(tp).may_hold_written()]:
+            self._partitions[tp].start_at_beginning(self._identity)
+            self._restamp.discard(tp)
+
     def resolve_sequences(self) -> list[TopicPartition]:
         """Settle unresolved partitions that no longer have batches in flight (``maybeResolveSequences``).
 
@@ -418,6 +478,7 @@ class ProducerSequences:
         partition back in the returned list: its transaction must be aborted with an epoch
         bump, since nobody knows whether those records were written.
         """
+        self._restamp_settled()
         doubtful = []
         for tp, entry in self._partitions.items():
             if entry.unresolved_next is None or entry.in_flight:
@@ -434,6 +495,7 @@ class ProducerSequences:
         """Forget every partition (after the transactional producer's epoch bump at abort)."""
         self._partitions.clear()
         self._to_rewrite.clear()
+        self._restamp.clear()
 
     def _entry(self, tp: TopicPartition) -> _Partition:
         entry = self._partitions.get(tp)

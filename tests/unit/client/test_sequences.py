@@ -150,13 +150,15 @@ def test_idempotent_epoch_bump_rewrites_sequences() -> None:
     assert not sequences.may_send(second)  # nothing goes to the partition before the bump
     assert sequences.bump_epoch()
     assert sequences.identity == ProducerIdAndEpoch(1000, 1)
+    # the third batch is still on the wire under epoch 0: nothing is re-stamped before its answer
+    assert third.stamped == (1000, 0, 10)
+    assert sequences.can_retry(third, OutOfOrderSequence("expected 5, got 10"))
+    assert not sequences.epoch_bump_required
+    sequences.resolve_sequences()
     # in-flight batches are re-stamped from 0 under the new epoch, in order
     assert second.stamped == (1000, 1, 0)
     assert third.stamped == (1000, 1, 5)
     assert sequences.next_sequence(TP) == 10
-    # the old stamp's out-of-order answer for the third batch is expected: retried, no second bump
-    assert sequences.can_retry(third, OutOfOrderSequence("expected 0, got 10"))
-    assert not sequences.epoch_bump_required
     # the other partition still has a batch under epoch 0: no epoch-1 batch may overtake it
     assert not sequences.may_send(FakeBatch(OTHER, 1))
     sequences.complete(stale, 0)
@@ -226,6 +228,9 @@ def test_definite_failure_of_an_idempotent_batch_requests_an_epoch_bump() -> Non
     sequences.fail(failed, definite=True)  # e.g. MESSAGE_TOO_LARGE: nothing written, sequences 0-3 left a hole
     assert sequences.epoch_bump_required
     assert sequences.bump_epoch()
+    assert later.stamped == (1000, 0, 4)  # still on the wire: its answer comes first
+    assert sequences.can_retry(later, OutOfOrderSequence("expected 0, got 4"))
+    sequences.resolve_sequences()
     assert later.stamped == (1000, 1, 0)
 
 
@@ -360,3 +365,39 @@ def test_lossy_network_writes_every_record_exactly_once_in_order(
         pytest.fail(f"records still unacknowledged after 2000 rounds; partition has {len(partition.log)}")
     assert partition.log == [b"%d" % i for i in range(records)]
     assert [future.result().offset for future in futures] == list(range(records))
+
+
+def test_batch_that_may_have_been_written_keeps_its_stamp_through_an_epoch_bump() -> None:
+    sequences = book()
+    maybe_written, refused = send(sequences, count=3), send(sequences, count=3)
+    assert sequences.can_retry(maybe_written, RequestTimedOut("not durable in time", definite=False))
+    sequences.fail(refused, definite=True)  # a hole: the epoch must change
+    assert sequences.bump_epoch()
+    sequences.resolve_sequences()
+    # resent under its first stamp, so the partition can answer "duplicate" instead of writing it again
+    assert maybe_written.stamped == (1000, 0, 0)
+    assert sequences.may_send(maybe_written)
+    assert not sequences.may_send(FakeBatch(TP, 1))  # nothing new before the partition is rewritten
+    sequences.resending(maybe_written)
+    assert sequences.can_retry(maybe_written, RequestTimedOut("still not durable", definite=False))
+    sequences.resolve_sequences()
+    assert maybe_written.stamps == [(1000, 0, 0)]
+    sequences.complete(maybe_written, 7)
+    sequences.resolve_sequences()
+    assert send(sequences, count=1).stamped == (1000, 1, 0)
+
+
+def test_batch_known_unwritten_is_restamped_once_the_partition_answered() -> None:
+    sequences = book()
+    maybe_written, later = send(sequences, count=2), send(sequences, count=2)
+    assert sequences.can_retry(maybe_written, RequestTimedOut("no answer", definite=False))
+    assert sequences.can_retry(later, RequestTimedOut("no answer", definite=False))
+    sequences.request_epoch_bump(TP)
+    assert sequences.bump_epoch()
+    sequences.resolve_sequences()
+    assert not sequences.may_send(later)  # only the oldest may go, with its first stamp
+    sequences.resending(maybe_written)
+    # definitely not written under epoch 0: then neither was the later batch
+    assert sequences.can_retry(maybe_written, NotLeader("moved"))
+    sequences.resolve_sequences()
+    assert (maybe_written.stamped, later.stamped) == ((1000, 1, 0), (1000, 1, 2))

@@ -1,0 +1,77 @@
+"""The client library under real faults of the services: a slow disk, a moved leader, a restarted node.
+
+Each test starts a cluster of its own (the faults would disturb other tests) and proves that its fault landed.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from oncelog.client import AdminClient, NewTopic, Producer
+from oncelog.errors import MessageTooLarge
+from oncelog.testing import LocalCluster
+from oncelog.testing.reading import read_all
+
+pytestmark = pytest.mark.timeout(180)
+
+SLOW_DISK = Path(__file__).parent / "slow_disk"
+
+
+def wait_until(condition: Callable[[], object], what: str, timeout: float = 30.0) -> None:
+    """Poll ``condition`` until it holds; fails with ``what`` after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+def new_topic(bootstrap: str, partitions: int = 1, **configs: str) -> str:
+    name = f"faults-{uuid.uuid4().hex[:10]}"
+    with AdminClient(bootstrap) as admin:
+        admin.create_topics([NewTopic(name, num_partitions=partitions, configs=configs)])
+    return name
+
+
+@pytest.fixture
+def slow_disk(tmp_path: Path) -> Iterator[tuple[LocalCluster, Path]]:
+    """A cluster whose storage node's fsyncs wait while ``<control>/hold`` exists (see slow_disk/sitecustomize.py)."""
+    control = tmp_path / "disk"
+    control.mkdir()
+    cluster = LocalCluster(tmp_path / "cluster", storage_nodes=1)
+    env = cluster.node("partition-storage-0").env
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(SLOW_DISK), env.get("PYTHONPATH", "")) if p)
+    env["ONCELOG_TEST_SLOW_DISK"] = str(control)
+    with cluster:
+        yield cluster, control
+
+
+def test_batch_written_before_its_answer_timed_out_is_not_written_again_after_an_epoch_bump(
+    slow_disk: tuple[LocalCluster, Path],
+) -> None:
+    """The answer to a written batch times out on a slow disk; a later batch is refused for good, which bumps the
+    idempotent producer's epoch. The first batch keeps its original stamp until the partition answers for it, so it
+    is written once (Kafka's client re-stamps it under the new epoch and writes it twice)."""
+    cluster, control = slow_disk
+    topic = new_topic(cluster.bootstrap, 1, max_message_bytes="1024")
+    with Producer(cluster.bootstrap, linger_ms=0, request_timeout_ms=1000, retry_backoff_ms=50) as producer:
+        assert producer.send(topic, b"before").result(timeout=30).offset == 0
+        (control / "hold").touch()
+        first = producer.send(topic, b"first")
+        wait_until((control / "held").exists, "the partition to wait for the disk")
+        wait_until(lambda: producer.metrics()["batch_retries"] >= 1, "the first batch's answer to time out")
+        refused = producer.send(topic, b"x" * 4000)
+        with pytest.raises(MessageTooLarge):
+            refused.result(timeout=60)
+        (control / "hold").unlink()
+        assert first.result(timeout=60).offset == 1
+        identity = producer.producer_id_and_epoch
+        assert identity is not None and identity.epoch == 1, "the refused batch left a gap: the epoch was bumped"
+        assert producer.send(topic, b"after").result(timeout=30).offset == 2
+    assert [r.value for r in read_all(cluster.bootstrap, topic, "read_uncommitted")] == [b"before", b"first", b"after"]
