@@ -6,9 +6,10 @@ import threading
 from pathlib import Path
 
 import pytest
+import sqlalchemy as sa
 
-from oncelog.catalog import CatalogStore
-from oncelog.errors import InvalidRequest, StorageUnavailable, TopicAlreadyExists
+from oncelog.catalog import CatalogStore, PartitionRecord
+from oncelog.errors import InvalidReplicationFactor, InvalidRequest, StorageUnavailable, TopicAlreadyExists
 from oncelog.storage.sql import create_engine
 
 
@@ -158,3 +159,143 @@ def test_a_topic_created_again_starts_above_every_earlier_leader_epoch(store: Ca
     assert [p.leader_epoch for p in third.partitions] == [2]
     [other] = store.create_topics([("u", 1, {})], now_ms=3)
     assert [p.leader_epoch for p in other.partitions] == [0]
+
+
+def _storage_nodes(store: CatalogStore, count: int, *, racks: str = "") -> None:
+    for i in range(count):
+        store.register_node(f"s-{i}", "partition-storage", f"h:{i}", 10_000, now_ms=0, rack=racks[i] if racks else None)
+
+
+def test_replicated_topic_records_replicas_isr_and_epochs(store: CatalogStore) -> None:
+    _storage_nodes(store, 3)
+    [created] = store.create_topics([("r3", 4, {}, 3), ("r1", 2, {})], now_ms=1)[:1]
+    [described] = store.describe_topics(["r3"])
+    assert described.partitions == created.partitions
+    for p in described.partitions:
+        assert sorted(p.replicas) == ["s-0", "s-1", "s-2"]
+        assert p.isr == p.replicas and p.leader_node_id == p.replicas[0]
+        assert (p.leader_epoch, p.partition_epoch) == (0, 0)
+    assert {p.leader_node_id for p in described.partitions} == {"s-0", "s-1", "s-2"}
+    [default] = store.describe_topics(["r1"])
+    assert all(len(p.replicas) == 1 and p.isr == p.replicas for p in default.partitions)
+
+
+def test_default_replication_factor_applies_when_the_spec_has_none(store: CatalogStore) -> None:
+    _storage_nodes(store, 2)
+    [topic] = store.create_topics([("d", 2, {}, None)], now_ms=1, default_replication_factor=2)
+    assert all(len(p.replicas) == 2 for p in topic.partitions)
+
+
+@pytest.mark.parametrize("factor", [0, -1, 4])
+def test_bad_replication_factor_creates_nothing_and_names_the_node_count(store: CatalogStore, factor: int) -> None:
+    _storage_nodes(store, 3)
+    with pytest.raises(InvalidReplicationFactor) as info:
+        store.create_topics([("fine", 1, {}), ("bad", 1, {}, factor)], now_ms=1)
+    assert "topic 'bad'" in info.value.message and "3 live storage nodes" in info.value.message
+    assert store.describe_topics() == []
+
+
+def test_replicas_spread_over_racks(store: CatalogStore) -> None:
+    _storage_nodes(store, 4, racks="aabb")
+    racks = {n.node_id: n.rack for n in store.list_nodes(now_ms=1)}
+    assert set(racks.values()) == {"a", "b"}
+    [topic] = store.create_topics([("racked", 8, {}, 2)], now_ms=1)
+    assert all({racks[n] for n in p.replicas} == {"a", "b"} for p in topic.partitions)
+
+
+def test_alter_partition_is_conditional_on_the_epochs_it_saw(store: CatalogStore) -> None:
+    _storage_nodes(store, 3)
+    store.create_topics([("alt", 1, {}, 3)], now_ms=1)
+    seen = store.partition("alt", 0)
+    leader, *followers = seen.replicas
+    shrunk = store.alter_partition("alt", seen, isr=[leader, followers[0]])
+    assert shrunk is not None and shrunk.isr == (leader, followers[0])
+    assert (shrunk.leader_epoch, shrunk.partition_epoch) == (0, 1)
+    assert store.partition("alt", 0) == shrunk
+    # a second writer holding the old view loses, and changes nothing
+    assert store.alter_partition("alt", seen, isr=[leader]) is None
+    assert store.partition("alt", 0) == shrunk
+    # a change of leader bumps the leader epoch too
+    moved = store.alter_partition("alt", shrunk, leader_node_id=followers[0], isr=[followers[0]])
+    assert moved is not None and (moved.leader_node_id, moved.leader_epoch, moved.partition_epoch) == (
+        followers[0],
+        1,
+        2,
+    )
+    # going offline keeps the ISR (its last member is elected cleanly when it returns)
+    offline = store.alter_partition("alt", moved, leader_node_id="")
+    assert offline is not None and offline.leader_node_id == "" and offline.isr == (followers[0],)
+
+
+def test_racing_alter_partitions_have_one_winner(store: CatalogStore) -> None:
+    _storage_nodes(store, 3)
+    store.create_topics([("race", 1, {}, 3)], now_ms=1)
+    seen = store.partition("race", 0)
+    results: list[object] = []
+    errors: list[BaseException] = []
+
+    def shrink(member: str) -> None:
+        try:
+            results.append(store.alter_partition("race", seen, isr=[seen.leader_node_id, member]))
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=shrink, args=(m,)) for m in seen.replicas[1:]]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert errors == []
+    winners = [r for r in results if r is not None]
+    assert len(winners) == 1 and store.partition("race", 0) == winners[0]
+
+
+@pytest.mark.parametrize(
+    ("isr", "leader", "fragment"),
+    [(["s-9"], None, "distinct members of the replicas"), (["s-0", "s-0"], None, "distinct"), ([], None, "must be in")],
+)
+def test_alter_partition_rejects_an_impossible_isr(store: CatalogStore, isr, leader, fragment) -> None:
+    _storage_nodes(store, 3)
+    store.create_topics([("bad-isr", 1, {}, 3)], now_ms=1)
+    seen = store.partition("bad-isr", 0)
+    with pytest.raises(InvalidRequest) as info:
+        store.alter_partition("bad-isr", seen, isr=isr, leader_node_id=leader)
+    assert fragment in info.value.message
+    assert store.partition("bad-isr", 0) == seen
+
+
+def test_catalog_from_before_replication_is_upgraded(tmp_path: Path) -> None:
+    """A catalog whose partitions table predates ISR and partition epochs gets them, ISR = its one replica."""
+    url = f"sqlite:///{tmp_path / 'old.db'}"
+    engine = create_engine(url)
+    with engine.begin() as conn:
+        conn.execute(sa.text("CREATE TABLE schema_version (schema_name VARCHAR(64) PRIMARY KEY, version INTEGER)"))
+        conn.execute(sa.text("INSERT INTO schema_version VALUES ('catalog', 0)"))
+        conn.execute(
+            sa.text(
+                "CREATE TABLE nodes (node_id VARCHAR(255) PRIMARY KEY, role VARCHAR(32) NOT NULL, address VARCHAR(255) "
+                "NOT NULL, node_epoch BIGINT NOT NULL, lease_expires_at_ms BIGINT NOT NULL, registered_at_ms BIGINT "
+                "NOT NULL)"
+            )
+        )
+        conn.execute(
+            sa.text(
+                "CREATE TABLE topics (name VARCHAR(249) PRIMARY KEY, topic_id VARCHAR(36) NOT NULL UNIQUE, "
+                "partition_count INTEGER NOT NULL, configs JSON NOT NULL, created_at_ms BIGINT NOT NULL)"
+            )
+        )
+        conn.execute(
+            sa.text(
+                "CREATE TABLE partitions (topic VARCHAR(249) REFERENCES topics(name) ON DELETE CASCADE, partition "
+                "INTEGER, leader_node_id VARCHAR(255) NOT NULL, leader_epoch INTEGER NOT NULL, replicas JSON NOT "
+                "NULL, PRIMARY KEY (topic, partition))"
+            )
+        )
+        conn.execute(sa.text("INSERT INTO topics VALUES ('old', 'id-old', 1, '{}', 0)"))
+        conn.execute(sa.text("INSERT INTO partitions VALUES ('old', 0, 's-0', 3, '[\"s-0\"]')"))
+    store = CatalogStore(engine)
+    store.migrate()
+    assert store.partition("old", 0) == PartitionRecord(0, "s-0", 3, ("s-0",), ("s-0",), 0)
+    store.ensure_cluster(8, 4, now_ms=0)
+    store.register_node("s-0", "partition-storage", "h:0", 10_000, now_ms=0, rack="r1")
+    assert store.list_nodes(now_ms=1)[0].rack == "r1"

@@ -84,6 +84,35 @@ def test_invalid_topics_are_rejected_precisely(stubs, spec, reason, fragment) ->
     assert spec.name not in names
 
 
+@pytest.mark.parametrize("factor", [3, 0, -1])
+def test_bad_replication_factor_is_rejected_naming_the_storage_node_count(stubs, factor: int) -> None:
+    spec = pb.TopicSpec(name=f"rf{factor}", partitions=1, replication_factor=factor)
+    code, err = _error(stubs[0].CreateTopics, pb.CreateTopicsRequest(topics=[spec]))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and err.reason == Reason.INVALID_REPLICATION_FACTOR
+    assert f"replication_factor={factor}" in err.message and "2 live storage nodes" in err.message
+    assert not err.retriable and err.definite
+    assert spec.name not in {t.name for t in stubs[1].Metadata(pb.MetadataRequest()).topics}
+
+
+def test_replicated_topic_lists_replicas_and_isr(cluster: LocalCluster, stubs) -> None:
+    created = stubs[0].CreateTopics(
+        pb.CreateTopicsRequest(
+            topics=[
+                pb.TopicSpec(name="replicated", partitions=4, replication_factor=2),
+                pb.TopicSpec(name="single", partitions=1),
+            ]
+        )
+    )
+    storage_ids = {n.node_id for n in cluster.nodes if n.service == "partition-storage"}
+    replicated, single = created.topics
+    for p in replicated.partitions:
+        assert set(p.replica_node_ids) == storage_ids and list(p.isr_node_ids) == list(p.replica_node_ids)
+        assert p.leader_node_id == p.replica_node_ids[0] and p.partition_epoch == 0
+    assert all(len(p.replica_node_ids) == 1 for p in single.partitions), "unset factor uses the default, 1"
+    assert stubs[-1].Metadata(pb.MetadataRequest(topics=["replicated"])).topics[0] == replicated
+    stubs[0].DeleteTopics(pb.DeleteTopicsRequest(topics=["replicated", "single"]))
+
+
 def test_create_topics_is_all_or_nothing(stubs) -> None:
     _, err = _error(
         stubs[0].CreateTopics,

@@ -14,8 +14,18 @@ log = logging.getLogger("oncelog.catalog.membership")
 class NodeMembership:
     """Owns this process's node row: epoch on registration, heartbeats every third of the lease."""
 
-    def __init__(self, store: CatalogStore, node_id: str, role: str, lease_ms: int, clock: Callable[[], int]) -> None:
+    def __init__(
+        self,
+        store: CatalogStore,
+        node_id: str,
+        role: str,
+        lease_ms: int,
+        clock: Callable[[], int],
+        *,
+        rack: str | None = None,
+    ) -> None:
         self.store = store
+        self.rack = rack or None
         self.node_id = node_id
         self.role = role
         self.lease_ms = lease_ms
@@ -28,7 +38,7 @@ class NodeMembership:
         """Register with ``address`` and start heartbeating (an ``on_start`` hook)."""
         self.address = address
         self.node_epoch = await asyncio.to_thread(
-            self.store.register_node, self.node_id, self.role, address, self.lease_ms, self.clock()
+            self.store.register_node, self.node_id, self.role, address, self.lease_ms, self.clock(), rack=self.rack
         )
         self._task = asyncio.create_task(self._heartbeats(), name=f"heartbeat-{self.node_id}")
         log.info("registered %s as %s epoch %d at %s", self.node_id, self.role, self.node_epoch, address)

@@ -40,11 +40,13 @@ def node_context(settings: ServiceSettings, role: str, *, clock: Callable[[], in
     store = CatalogStore(engine)
     store.migrate()
     cluster = store.ensure_cluster(settings.txn_coordinator_shards, settings.group_offsets_shards, clock())
-    membership = NodeMembership(store, settings.resolved_node_id(), role, settings.node_lease_ms, clock)
+    membership = NodeMembership(
+        store, settings.resolved_node_id(), role, settings.node_lease_ms, clock, rack=settings.rack
+    )
     spec = ServiceSpec(name=role)
     spec.add(
         cluster_pb.add_ClusterServiceServicer_to_server,
-        ClusterServicer(store, clock),
+        ClusterServicer(store, clock, default_replication_factor=settings.default_replication_factor),
         cluster_service_pb2.DESCRIPTOR.services_by_name["ClusterService"].full_name,
     )
     spec.on_start.append(membership.start)

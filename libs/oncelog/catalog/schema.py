@@ -28,6 +28,7 @@ nodes = sa.Table(
     sa.Column("node_epoch", sa.BigInteger, nullable=False),
     sa.Column("lease_expires_at_ms", sa.BigInteger, nullable=False),
     sa.Column("registered_at_ms", sa.BigInteger, nullable=False),
+    sa.Column("rack", sa.String(255), nullable=True),  # rack or zone label; replica placement spreads over racks
 )
 
 topics = sa.Table(
@@ -47,7 +48,10 @@ partitions = sa.Table(
     sa.Column("partition", sa.Integer, primary_key=True),
     sa.Column("leader_node_id", sa.String(255), nullable=False),
     sa.Column("leader_epoch", sa.Integer, nullable=False),
-    sa.Column("replicas", sa.JSON, nullable=False),
+    sa.Column("replicas", sa.JSON, nullable=False),  # preferred leader first
+    sa.Column("isr", sa.JSON, nullable=True),  # in-sync replicas; NULL only in rows written before replication
+    # grows on every change of leader, ISR or replicas; every such change is conditional on it (AlterPartition)
+    sa.Column("partition_epoch", sa.Integer, nullable=False, server_default="0"),
 )
 
 deleted_topics = sa.Table(
@@ -84,4 +88,23 @@ pid_requesters = sa.Table(
     sa.Column("requester_epoch", sa.BigInteger, nullable=False),
 )
 
-MIGRATIONS: list[Migration] = []
+
+def _add_replication_columns(conn: sa.Connection) -> None:
+    """Version 1: node racks, and per-partition ISR and partition epoch (a catalog created before replication).
+
+    A fresh catalog already has the columns (``create_all`` runs first), so each one is added only if missing.
+    Existing partitions had one replica, which was in sync: their ISR becomes their replica list.
+    """
+    inspector = sa.inspect(conn)
+    node_columns = {c["name"] for c in inspector.get_columns("nodes")}
+    partition_columns = {c["name"] for c in inspector.get_columns("partitions")}
+    if "rack" not in node_columns:
+        conn.execute(sa.text("ALTER TABLE nodes ADD COLUMN rack VARCHAR(255)"))
+    if "isr" not in partition_columns:
+        conn.execute(sa.text("ALTER TABLE partitions ADD COLUMN isr JSON"))
+    if "partition_epoch" not in partition_columns:
+        conn.execute(sa.text("ALTER TABLE partitions ADD COLUMN partition_epoch INTEGER NOT NULL DEFAULT 0"))
+    conn.execute(sa.update(partitions).where(partitions.c.isr.is_(None)).values(isr=partitions.c.replicas))
+
+
+MIGRATIONS: list[Migration] = [_add_replication_columns]

@@ -21,9 +21,10 @@ _COORDINATOR_ROLE = {pb.COORDINATOR_TYPE_TRANSACTION: "txn-coordinator", pb.COOR
 class ClusterServicer(pb.ClusterServiceServicer):
     """Translate ClusterService calls to :class:`CatalogStore` operations; nothing else."""
 
-    def __init__(self, store: CatalogStore, clock: Callable[[], int]) -> None:
+    def __init__(self, store: CatalogStore, clock: Callable[[], int], *, default_replication_factor: int = 1) -> None:
         self.store = store
         self.clock = clock
+        self.default_replication_factor = default_replication_factor
 
     async def DescribeCluster(self, request: pb.DescribeClusterRequest, context: object) -> pb.DescribeClusterResponse:
         info = await asyncio.to_thread(self.store.cluster_info)
@@ -60,9 +61,16 @@ class ClusterServicer(pb.ClusterServiceServicer):
         )
 
     async def CreateTopics(self, request: pb.CreateTopicsRequest, context: object) -> pb.CreateTopicsResponse:
-        specs = [(s.name, s.partitions, dict(s.configs)) for s in request.topics]
+        specs = [
+            (s.name, s.partitions, dict(s.configs), s.replication_factor if s.HasField("replication_factor") else None)
+            for s in request.topics
+        ]
         created = await asyncio.to_thread(
-            self.store.create_topics, specs, self.clock(), validate_only=request.validate_only
+            self.store.create_topics,
+            specs,
+            self.clock(),
+            validate_only=request.validate_only,
+            default_replication_factor=self.default_replication_factor,
         )
         addresses = await self._live_addresses()
         return pb.CreateTopicsResponse(topics=[_topic(t, addresses) for t in created])
@@ -83,6 +91,7 @@ def _node(n: NodeRecord) -> pb.Node:
         address=n.address,
         lease_expires_at_ms=n.lease_expires_at_ms,
         node_epoch=n.node_epoch,
+        rack=n.rack or "",
     )
 
 
@@ -98,6 +107,8 @@ def _topic(t: TopicRecord, addresses: dict[str, str]) -> pb.TopicMetadata:
                 leader_address=addresses.get(p.leader_node_id, ""),
                 leader_epoch=p.leader_epoch,
                 replica_node_ids=list(p.replicas),
+                isr_node_ids=list(p.isr),
+                partition_epoch=p.partition_epoch,
             )
             for p in t.partitions
         ],

@@ -17,15 +17,16 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
 from oncelog.catalog import schema as t
+from oncelog.catalog.replicas import StorageNode, place_replicas, validate_replication_factor
 from oncelog.catalog.topics import (
     TopicConfig,
-    assign_partitions,
     java_string_hash,
     shard_for,
     validate_partitions,
     validate_topic_name,
 )
 from oncelog.errors import (
+    InvalidReplicationFactor,
     InvalidRequest,
     StaleRequesterEpoch,
     StorageUnavailable,
@@ -55,6 +56,7 @@ class NodeRecord:
     address: str
     node_epoch: int
     lease_expires_at_ms: int
+    rack: str | None = None
 
     def alive(self, now_ms: int) -> bool:
         """True while the registration lease holds."""
@@ -63,12 +65,19 @@ class NodeRecord:
 
 @dataclass(frozen=True)
 class PartitionRecord:
-    """One partition's leadership."""
+    """One partition's replicas and leadership (docs/design/replication.md §1).
+
+    ``replicas`` lists the nodes holding a copy, the preferred leader first; ``isr`` the in-sync ones;
+    ``leader_node_id`` is empty while the partition is offline. ``partition_epoch`` grows on every change of the
+    row, and every change is conditional on it (:meth:`CatalogStore.alter_partition`).
+    """
 
     partition: int
     leader_node_id: str
     leader_epoch: int
     replicas: tuple[str, ...]
+    isr: tuple[str, ...] = ()
+    partition_epoch: int = 0
 
 
 @dataclass(frozen=True)
@@ -143,14 +152,25 @@ class CatalogStore:
 
     # -- nodes ---------------------------------------------------------------------------------------
 
-    def register_node(self, node_id: str, role: str, address: str, lease_ms: int, now_ms: int) -> int:
-        """Register (or re-register) a node; returns its new node epoch, one above any earlier registration."""
+    def register_node(
+        self, node_id: str, role: str, address: str, lease_ms: int, now_ms: int, *, rack: str | None = None
+    ) -> int:
+        """Register (or re-register) a node; returns its new node epoch, one above any earlier registration.
+
+        ``rack`` is the node's rack or zone label (None: no label); replica placement spreads over racks.
+        """
         if role not in ROLES:
             raise InvalidRequest(f"unknown role {role!r}; one of {', '.join(ROLES)}")
         with self._begin() as conn:
             current = conn.execute(sa.select(t.nodes.c.node_epoch).where(t.nodes.c.node_id == node_id)).scalar()
             epoch = 1 if current is None else current + 1
-            values = {"role": role, "address": address, "node_epoch": epoch, "lease_expires_at_ms": now_ms + lease_ms}
+            values = {
+                "role": role,
+                "address": address,
+                "node_epoch": epoch,
+                "lease_expires_at_ms": now_ms + lease_ms,
+                "rack": rack or None,
+            }
             if current is None:
                 conn.execute(sa.insert(t.nodes).values(node_id=node_id, registered_at_ms=now_ms, **values))
             else:
@@ -191,7 +211,7 @@ class CatalogStore:
             query = query.where(t.nodes.c.role == role)
         with self._begin() as conn:
             rows = conn.execute(query).all()
-        return [NodeRecord(r.node_id, r.role, r.address, r.node_epoch, r.lease_expires_at_ms) for r in rows]
+        return [NodeRecord(r.node_id, r.role, r.address, r.node_epoch, r.lease_expires_at_ms, r.rack) for r in rows]
 
     def node_epoch(self, node_id: str) -> int | None:
         """The node's current registration epoch, or None if it never registered."""
@@ -201,28 +221,43 @@ class CatalogStore:
     # -- topics --------------------------------------------------------------------------------------
 
     def create_topics(
-        self, specs: Iterable[tuple[str, int, Mapping[str, str]]], now_ms: int, *, validate_only: bool = False
+        self,
+        specs: Iterable[tuple[str, int, Mapping[str, str]] | tuple[str, int, Mapping[str, str], int | None]],
+        now_ms: int,
+        *,
+        validate_only: bool = False,
+        default_replication_factor: int = 1,
     ) -> list[TopicRecord]:
         """Validate every spec first, then create all topics in one transaction (all or nothing).
 
-        Partitions are led by live partition-storage nodes, round-robin from a per-topic starting point.
+        A spec is ``(name, partitions, configs)`` or ``(name, partitions, configs, replication_factor)``; a
+        missing or None replication factor means ``default_replication_factor``. Replicas are placed over the live
+        partition-storage nodes (:func:`~oncelog.catalog.replicas.place_replicas`); the first replica leads,
+        and every replica starts in the ISR (the partition is empty).
+
+        Raises:
+            InvalidReplicationFactor: a factor below 1 or above the number of live storage nodes.
         """
         parsed = []
         seen: set[str] = set()
-        for name, count, configs in specs:
+        for spec in specs:
+            name, count, configs = spec[0], spec[1], spec[2]
+            factor = spec[3] if len(spec) > 3 else None  # type: ignore[misc]
             validate_topic_name(name)
             validate_partitions(count)
             if name in seen:
                 raise InvalidRequest(f"topic {name!r} appears twice in the request")
             seen.add(name)
-            parsed.append((name, count, TopicConfig.parse(configs)))
+            parsed.append(
+                (name, count, TopicConfig.parse(configs), default_replication_factor if factor is None else factor)
+            )
         if not parsed:
             raise InvalidRequest("no topics to create; give at least one TopicSpec")
         with self._begin() as conn:
             storage = [
-                r.node_id
+                StorageNode(r.node_id, r.rack)
                 for r in conn.execute(
-                    sa.select(t.nodes.c.node_id).where(
+                    sa.select(t.nodes.c.node_id, t.nodes.c.rack).where(
                         t.nodes.c.role == "partition-storage", t.nodes.c.lease_expires_at_ms > now_ms
                     )
                 )
@@ -242,12 +277,20 @@ class CatalogStore:
                     sa.select(t.deleted_topics).where(t.deleted_topics.c.name.in_([p[0] for p in parsed]))
                 )
             }
+            for name, _, _, factor in parsed:
+                try:
+                    validate_replication_factor(factor, len(storage))
+                except InvalidReplicationFactor as err:
+                    raise InvalidReplicationFactor(f"topic {name!r}: {err.message}") from None
             created = []
-            for name, count, config in parsed:
+            for name, count, config, factor in parsed:
                 topic_id = str(uuid.uuid4())
-                leaders = assign_partitions(count, storage, java_string_hash(name))
+                placement = place_replicas(count, storage, factor, java_string_hash(name))
                 epoch = first_epochs.get(name, 0)
-                partitions = tuple(PartitionRecord(p, leader, epoch, (leader,)) for p, leader in enumerate(leaders))
+                partitions = tuple(
+                    PartitionRecord(p, replicas[0], epoch, replicas, replicas, 0)
+                    for p, replicas in enumerate(placement)
+                )
                 created.append(TopicRecord(name, topic_id, config, partitions))
                 if validate_only:
                     continue
@@ -269,6 +312,8 @@ class CatalogStore:
                             "leader_node_id": p.leader_node_id,
                             "leader_epoch": p.leader_epoch,
                             "replicas": list(p.replicas),
+                            "isr": list(p.isr),
+                            "partition_epoch": p.partition_epoch,
                         }
                         for p in partitions
                     ],
@@ -320,13 +365,83 @@ class CatalogStore:
                 part_query = part_query.where(t.partitions.c.topic.in_(wanted))
             by_topic: dict[str, list[PartitionRecord]] = {}
             for r in conn.execute(part_query):
-                by_topic.setdefault(r.topic, []).append(
-                    PartitionRecord(r.partition, r.leader_node_id, r.leader_epoch, tuple(r.replicas))
-                )
+                by_topic.setdefault(r.topic, []).append(_partition(r))
         return [
             TopicRecord(r.name, r.topic_id, TopicConfig.parse(r.configs), tuple(by_topic.get(r.name, ())))
             for r in topic_rows
         ]
+
+    def partition(self, topic: str, partition: int) -> PartitionRecord:
+        """One partition's current row; raises UnknownTopicOrPartition if it does not exist."""
+        with self._begin() as conn:
+            row = conn.execute(
+                sa.select(t.partitions).where(t.partitions.c.topic == topic, t.partitions.c.partition == partition)
+            ).first()
+        if row is None:
+            raise UnknownTopicOrPartition(f"{topic}-{partition} does not exist; check the topic and partition count")
+        return _partition(row)
+
+    def alter_partition(
+        self,
+        topic: str,
+        seen: PartitionRecord,
+        *,
+        isr: Iterable[str] | None = None,
+        leader_node_id: str | None = None,
+    ) -> PartitionRecord | None:
+        """Change a partition's ISR and/or leader if it is still exactly as ``seen`` (Kafka's AlterPartition).
+
+        The update is conditional on the leader, leader epoch and partition epoch of ``seen``; the partition
+        epoch grows by one, and the leader epoch too when the leader changes. Returns the new record, or None
+        when someone else changed the partition first: the caller must re-read it (a leader that loses this
+        race stops acting as leader).
+
+        Raises:
+            InvalidRequest: the ISR is not a subset of the replicas, or is empty while a leader is named, or the
+                leader is not an ISR member.
+            UnknownTopicOrPartition: the partition does not exist.
+        """
+        new_isr = tuple(seen.isr if isr is None else isr)
+        leader = seen.leader_node_id if leader_node_id is None else leader_node_id
+        strangers = [n for n in new_isr if n not in seen.replicas]
+        if strangers or len(set(new_isr)) != len(new_isr):
+            raise InvalidRequest(
+                f"ISR {list(new_isr)} of {topic}-{seen.partition} must list distinct members of the replicas "
+                f"{list(seen.replicas)}"
+            )
+        if leader and leader not in new_isr:
+            raise InvalidRequest(f"leader {leader!r} of {topic}-{seen.partition} must be in the ISR {list(new_isr)}")
+        leader_epoch = seen.leader_epoch + (1 if leader != seen.leader_node_id else 0)
+        updated = PartitionRecord(
+            seen.partition, leader, leader_epoch, seen.replicas, new_isr, seen.partition_epoch + 1
+        )
+        with self._begin() as conn:
+            result = conn.execute(
+                sa.update(t.partitions)
+                .where(
+                    t.partitions.c.topic == topic,
+                    t.partitions.c.partition == seen.partition,
+                    t.partitions.c.leader_node_id == seen.leader_node_id,
+                    t.partitions.c.leader_epoch == seen.leader_epoch,
+                    t.partitions.c.partition_epoch == seen.partition_epoch,
+                )
+                .values(
+                    leader_node_id=leader,
+                    leader_epoch=leader_epoch,
+                    isr=list(new_isr),
+                    partition_epoch=updated.partition_epoch,
+                )
+            )
+            if result.rowcount == 1:
+                return updated
+            exists = conn.execute(
+                sa.select(t.partitions.c.partition).where(
+                    t.partitions.c.topic == topic, t.partitions.c.partition == seen.partition
+                )
+            ).first()
+        if exists is None:
+            raise UnknownTopicOrPartition(f"{topic}-{seen.partition} does not exist (deleted?)")
+        return None
 
     # -- coordinator shards --------------------------------------------------------------------------
 
@@ -407,6 +522,12 @@ class CatalogStore:
 
     def _begin(self) -> Transaction:
         return Transaction(self.engine)
+
+
+def _partition(row: sa.Row) -> PartitionRecord:  # type: ignore[type-arg]
+    replicas = tuple(row.replicas)
+    isr = replicas if row.isr is None else tuple(row.isr)
+    return PartitionRecord(row.partition, row.leader_node_id, row.leader_epoch, replicas, isr, row.partition_epoch)
 
 
 class Transaction:

@@ -1,9 +1,9 @@
-"""Pure catalog rules: topic names, topic configs, partition assignment and key → shard mapping."""
+"""Pure catalog rules: topic names, topic configs and key → shard mapping (replica placement: ``replicas``)."""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -82,12 +82,6 @@ class TopicConfig:
     def to_map(self) -> dict[str, str]:
         """The full settings as strings, as returned by Metadata."""
         return {key: str(getattr(self, key)) for key in self.KEYS}
-
-
-def assign_partitions(partition_count: int, storage_nodes: Sequence[str], start: int) -> list[str]:
-    """Round-robin leaders over the sorted live storage nodes, starting at ``start`` (spreads topics)."""
-    ordered = sorted(storage_nodes)
-    return [ordered[(start + p) % len(ordered)] for p in range(partition_count)]
 
 
 def java_string_hash(value: str) -> int:

@@ -27,6 +27,7 @@ from oncelog.client import (
     NewTopic,
     OncelogError,
     Producer,
+    TopicInfo,
     TopicPartition,
 )
 from oncelog.client.transport import DEFAULT_CLUSTER_FILE
@@ -102,18 +103,27 @@ def topics_create(
     name: str = typer.Argument(..., help="topic name: letters, digits, '.', '_' and '-'"),
     partitions: int = typer.Option(1, "--partitions", "-p", min=1, help="partition count"),
     config: list[str] = typer.Option([], "--config", "-c", help="topic setting key=value (repeatable)"),
+    replication_factor: int | None = typer.Option(
+        None,
+        "--replication-factor",
+        "-r",
+        help="copies of each partition, 1 to the number of storage nodes; default: the cluster's default",
+    ),
     bootstrap: str | None = Bootstrap,
 ) -> None:
     """Create a topic.
 
-    Example: oncelog topics create orders --partitions 3 --config flush=async
+    Example: oncelog topics create orders --partitions 3 --replication-factor 3 --config flush=async
     """
     configs = _parse_configs(config)
-    created = _with_admin(
-        bootstrap, lambda admin: admin.create_topics([NewTopic(name, num_partitions=partitions, configs=configs)])
-    )
+    spec = NewTopic(name, num_partitions=partitions, configs=configs, replication_factor=replication_factor)
+    created = _with_admin(bootstrap, lambda admin: admin.create_topics([spec]))
     for topic in created:
-        out.print(f"created topic {topic.name} with {len(topic.partitions)} partition(s) (id {topic.topic_id})")
+        copies = len(topic.partitions[0].replicas) if topic.partitions else 0
+        out.print(
+            f"created topic {topic.name} with {len(topic.partitions)} partition(s), replication factor {copies} "
+            f"(id {topic.topic_id})"
+        )
 
 
 @topics_app.command("list")
@@ -131,7 +141,7 @@ def topics_describe(
     names: list[str] = typer.Argument(None, help="topics to describe; default all"),
     bootstrap: str | None = Bootstrap,
 ) -> None:
-    """Show partitions, leaders, leader epochs and configs.
+    """Show partitions, leaders, leader epochs, replicas, in-sync replicas and configs.
 
     Example: oncelog topics describe orders
     """
@@ -147,7 +157,25 @@ def topics_describe(
                 str(p.partition), p.leader_node_id, p.leader_address or "[red]offline[/red]", str(p.leader_epoch)
             )
         out.print(table)
+        if any(len(p.replicas) > 1 for p in topic.partitions):
+            out.print(replica_table(topic))
         out.print("configs: " + ", ".join(f"{k}={v}" for k, v in sorted(topic.configs.items())))
+
+
+def replica_table(topic: TopicInfo) -> Table:
+    """Replicas and in-sync replicas per partition; an ISR smaller than the replica list is highlighted."""
+    table = Table(title="replicas (preferred leader first)", title_justify="left")
+    table.add_column("partition", justify="right")
+    table.add_column("replicas")
+    table.add_column("in sync")
+    for p in topic.partitions:
+        isr = "\n".join(p.isr)
+        table.add_row(
+            str(p.partition),
+            "\n".join(p.replicas),
+            isr if set(p.isr) == set(p.replicas) else f"[yellow]{isr or '(none)'}[/yellow]",
+        )
+    return table
 
 
 @topics_app.command("delete")

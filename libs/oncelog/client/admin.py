@@ -56,11 +56,14 @@ class NewTopic:
         num_partitions: at least 1.
         configs: topic settings: ``flush`` (``sync``/``async``), ``max_message_bytes``, ``retention_ms``,
             ``retention_bytes``, ``segment_bytes``, ``segment_ms``.
+        replication_factor: copies of each partition, 1 to the number of live storage nodes; None uses the
+            cluster's ``default_replication_factor``.
     """
 
     name: str
     num_partitions: int = 1
     configs: Mapping[str, str] = field(default_factory=dict)
+    replication_factor: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -251,11 +254,18 @@ class AdminClient:
         Raises:
             TopicAlreadyExists: a topic of that name exists (nothing was created).
             InvalidTopic / InvalidPartitions / InvalidConfig: a spec is not acceptable (every problem is named).
+            InvalidReplicationFactor: a replication factor below 1 or above the live storage nodes.
         """
         specs = [NewTopic(t) if isinstance(t, str) else t for t in topics]
         request = cluster_pb.CreateTopicsRequest(
             topics=[
-                cluster_pb.TopicSpec(name=s.name, partitions=s.num_partitions, configs=dict(s.configs)) for s in specs
+                cluster_pb.TopicSpec(
+                    name=s.name,
+                    partitions=s.num_partitions,
+                    configs=dict(s.configs),
+                    replication_factor=s.replication_factor,
+                )
+                for s in specs
             ],
             validate_only=validate_only,
         )

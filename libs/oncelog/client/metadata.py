@@ -53,7 +53,9 @@ class PartitionInfo:
         leader_node_id: the partition-storage node leading it.
         leader_address: host:port of the leader, empty while the leader is not live.
         leader_epoch: increases on every leadership change; produce and fetch carry it for fencing.
-        replicas: node ids holding a copy, leader first.
+        replicas: node ids holding a copy, the preferred leader first.
+        isr: the in-sync replicas.
+        partition_epoch: grows on every change of leader, ISR or replicas.
     """
 
     topic: str
@@ -62,6 +64,8 @@ class PartitionInfo:
     leader_address: str
     leader_epoch: int
     replicas: tuple[str, ...] = ()
+    isr: tuple[str, ...] = ()
+    partition_epoch: int = 0
 
     @property
     def topic_partition(self) -> TopicPartition:
@@ -143,6 +147,8 @@ def topic_info(topic: cluster_pb.TopicMetadata) -> TopicInfo:
                 leader_address=p.leader_address,
                 leader_epoch=p.leader_epoch,
                 replicas=tuple(p.replica_node_ids),
+                isr=tuple(p.isr_node_ids),
+                partition_epoch=p.partition_epoch,
             )
             for p in sorted(topic.partitions, key=lambda p: p.partition)
         ),

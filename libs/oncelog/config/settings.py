@@ -146,6 +146,12 @@ class ServiceSettings:
     group_offsets_shards: int = setting(
         16, env="ONCELOG_GROUP_OFFSETS_SHARDS", help="group-offsets shards, fixed at cluster creation"
     )
+    default_replication_factor: int = setting(
+        1,
+        env="ONCELOG_DEFAULT_REPLICATION_FACTOR",
+        help="copies of each partition for topics created without a replication factor; set alike on every process",
+    )
+    rack: str = setting("", env="ONCELOG_RACK", help="rack or zone label of this node; replicas spread over racks")
     tls_cert: str = setting(
         "", env="ONCELOG_TLS_CERT", help="PEM certificate chain of this node; with tls_key it turns TLS on"
     )
@@ -183,7 +189,13 @@ class ServiceSettings:
             problems.append(f"listen={self.listen!r} must be host:port")
         if self.advertise and ":" not in self.advertise:
             problems.append(f"advertise={self.advertise!r} must be host:port")
-        for name in ("node_lease_ms", "max_message_bytes", "txn_coordinator_shards", "group_offsets_shards"):
+        for name in (
+            "node_lease_ms",
+            "max_message_bytes",
+            "txn_coordinator_shards",
+            "group_offsets_shards",
+            "default_replication_factor",
+        ):
             if getattr(self, name) <= 0:
                 problems.append(f"{name} must be positive, got {getattr(self, name)}")
         if self.shutdown_grace_s < 0 or self.drain_delay_s < 0:

@@ -61,6 +61,7 @@ class Reason(enum.Enum):
     REQUEST_TIMED_OUT = "REQUEST_TIMED_OUT"
     STORAGE_UNAVAILABLE = "STORAGE_UNAVAILABLE"
     NETWORK_EXCEPTION = "NETWORK_EXCEPTION"
+    INVALID_REPLICATION_FACTOR = "INVALID_REPLICATION_FACTOR"
 
 
 @dataclass(frozen=True)
@@ -111,6 +112,7 @@ REASONS: dict[Reason, ReasonInfo] = {
     Reason.REQUEST_TIMED_OUT: ReasonInfo("DEADLINE_EXCEEDED", retriable=True, definite=False),
     Reason.STORAGE_UNAVAILABLE: ReasonInfo("UNAVAILABLE", retriable=True, definite=False),
     Reason.NETWORK_EXCEPTION: ReasonInfo("UNAVAILABLE", retriable=True, definite=False),
+    Reason.INVALID_REPLICATION_FACTOR: ReasonInfo("INVALID_ARGUMENT", retriable=False, definite=True),
 }
 
 
@@ -222,6 +224,11 @@ StorageUnavailable = _error(
 )
 NetworkException = _error(
     "NetworkException", Reason.NETWORK_EXCEPTION, "The server could not be reached or the connection broke."
+)
+InvalidReplicationFactor = _error(
+    "InvalidReplicationFactor",
+    Reason.INVALID_REPLICATION_FACTOR,
+    "The replication factor is below 1 or above the number of live storage nodes.",
 )
 
 _BY_REASON: dict[Reason, type[OncelogError]] = {

@@ -8,7 +8,6 @@ from hypothesis import strategies as st
 
 from oncelog.catalog.topics import (
     TopicConfig,
-    assign_partitions,
     java_string_hash,
     shard_for,
     validate_partitions,
@@ -65,6 +64,3 @@ def test_topic_config_round_trip() -> None:
     config = TopicConfig.parse({"flush": "async", "retention_ms": "1000"})
     assert TopicConfig.parse(config.to_map()) == config
 
-
-def test_partitions_spread_round_robin() -> None:
-    assert assign_partitions(5, ["s1", "s0"], start=1) == ["s1", "s0", "s1", "s0", "s1"]

@@ -78,6 +78,34 @@ def test_topics_create_list_describe_delete(local: LocalCluster) -> None:
     assert code == 2 and "key=value" in stderr
 
 
+def test_topics_create_replication_factor(local: LocalCluster) -> None:
+    topic = unique("cli-rf")
+    code, _, stderr = invoke("topics", "create", topic, "-r", "2", "-b", local.bootstrap)
+    assert code == 1 and "replication_factor=2 is larger than the 1 live storage node;" in " ".join(stderr.split())
+    code, stdout, _ = invoke("topics", "create", topic, "-r", "1", "-p", "2", "-b", local.bootstrap)
+    assert code == 0 and "replication factor 1" in stdout
+    code, stdout, _ = invoke("topics", "describe", topic, "-b", local.bootstrap)
+    assert code == 0 and "partition-storage-0" in stdout and "replicas" not in stdout, "factor 1 adds no table"
+
+
+def test_replica_table_highlights_partitions_missing_in_sync_replicas() -> None:
+    from rich.console import Console
+
+    from oncelog.cli.commands import replica_table
+    from oncelog.client import PartitionInfo, TopicInfo
+
+    def part(index: int, isr: tuple[str, ...]) -> PartitionInfo:
+        return PartitionInfo("t", index, "a", "h:1", 0, replicas=("a", "b", "c"), isr=isr)
+
+    topic = TopicInfo("t", "id", (part(0, ("a", "b", "c")), part(1, ("a",))), {})
+    console = Console(width=80, record=True, color_system="truecolor")
+    console.print(replica_table(topic))
+    plain, styled = console.export_text(clear=False), console.export_text(styles=True)
+    assert all(node in plain for node in ("a", "b", "c")) and "in sync" in plain
+    highlighted = [line for line in styled.splitlines() if "\x1b[33m" in line]
+    assert len(highlighted) == 1 and "│         1 │" in highlighted[0], styled
+
+
 def test_produce_then_consume_read_committed(local: LocalCluster, tmp_path: Path) -> None:
     topic = unique("cli-data")
     invoke("topics", "create", topic, "-p", "2", "-b", local.bootstrap)

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n,oncelog/api/cluster/v1/cluster_service.proto\x12\x16oncelog.api.cluster.v1\"\x8c\x01\n\x04Node\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\x31\n\x04role\x18\x02 \x01(\x0e\x32#.oncelog.api.cluster.v1.ServiceRole\x12\x0f\n\x07\x61\x64\x64ress\x18\x03 \x01(\t\x12\x1b\n\x13lease_expires_at_ms\x18\x04 \x01(\x03\x12\x12\n\nnode_epoch\x18\x05 \x01(\x03\"1\n\x16\x44\x65scribeClusterRequest\x12\x17\n\x0finclude_expired\x18\x01 \x01(\x08\"\x98\x01\n\x17\x44\x65scribeClusterResponse\x12\x12\n\ncluster_id\x18\x01 \x01(\t\x12+\n\x05nodes\x18\x02 \x03(\x0b\x32\x1c.oncelog.api.cluster.v1.Node\x12\x1e\n\x16txn_coordinator_shards\x18\x03 \x01(\x05\x12\x1c\n\x14group_offsets_shards\x18\x04 \x01(\x05\"!\n\x0fMetadataRequest\x12\x0e\n\x06topics\x18\x01 \x03(\t\"\x86\x01\n\x11PartitionMetadata\x12\x11\n\tpartition\x18\x01 \x01(\x05\x12\x16\n\x0eleader_node_id\x18\x02 \x01(\t\x12\x16\n\x0eleader_address\x18\x03 \x01(\t\x12\x14\n\x0cleader_epoch\x18\x04 \x01(\x05\x12\x18\n\x10replica_node_ids\x18\x05 \x03(\t\"\xe3\x01\n\rTopicMetadata\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x10\n\x08topic_id\x18\x02 \x01(\t\x12=\n\npartitions\x18\x03 \x03(\x0b\x32).oncelog.api.cluster.v1.PartitionMetadata\x12\x43\n\x07\x63onfigs\x18\x04 \x03(\x0b\x32\x32.oncelog.api.cluster.v1.TopicMetadata.ConfigsEntry\x1a.\n\x0c\x43onfigsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"I\n\x10MetadataResponse\x12\x35\n\x06topics\x18\x01 \x03(\x0b\x32%.oncelog.api.cluster.v1.TopicMetadata\"\\\n\x16\x46indCoordinatorRequest\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x35\n\x04type\x18\x02 \x01(\x0e\x32\'.oncelog.api.cluster.v1.CoordinatorType\"e\n\x17\x46indCoordinatorResponse\x12\r\n\x05shard\x18\x01 \x01(\x05\x12\x0f\n\x07node_id\x18\x02 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x03 \x01(\t\x12\x19\n\x11\x63oordinator_epoch\x18\x04 \x01(\x05\"\x9e\x01\n\tTopicSpec\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x12\n\npartitions\x18\x02 \x01(\x05\x12?\n\x07\x63onfigs\x18\x03 \x03(\x0b\x32..oncelog.api.cluster.v1.TopicSpec.ConfigsEntry\x1a.\n\x0c\x43onfigsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"_\n\x13\x43reateTopicsRequest\x12\x31\n\x06topics\x18\x01 \x03(\x0b\x32!.oncelog.api.cluster.v1.TopicSpec\x12\x15\n\rvalidate_only\x18\x02 \x01(\x08\"M\n\x14\x43reateTopicsResponse\x12\x35\n\x06topics\x18\x01 \x03(\x0b\x32%.oncelog.api.cluster.v1.TopicMetadata\"%\n\x13\x44\x65leteTopicsRequest\x12\x0e\n\x06topics\x18\x01 \x03(\t\"\'\n\x14\x44\x65leteTopicsResponse\x12\x0f\n\x07\x64\x65leted\x18\x01 \x03(\t*\xb1\x01\n\x0bServiceRole\x12\x1c\n\x18SERVICE_ROLE_UNSPECIFIED\x10\x00\x12\x1e\n\x1aSERVICE_ROLE_PID_ALLOCATOR\x10\x01\x12 \n\x1cSERVICE_ROLE_TXN_COORDINATOR\x10\x02\x12\"\n\x1eSERVICE_ROLE_PARTITION_STORAGE\x10\x03\x12\x1e\n\x1aSERVICE_ROLE_GROUP_OFFSETS\x10\x04*q\n\x0f\x43oordinatorType\x12 \n\x1c\x43OORDINATOR_TYPE_UNSPECIFIED\x10\x00\x12 \n\x1c\x43OORDINATOR_TYPE_TRANSACTION\x10\x01\x12\x1a\n\x16\x43OORDINATOR_TYPE_GROUP\x10\x02\x32\xad\x04\n\x0e\x43lusterService\x12r\n\x0f\x44\x65scribeCluster\x12..oncelog.api.cluster.v1.DescribeClusterRequest\x1a/.oncelog.api.cluster.v1.DescribeClusterResponse\x12]\n\x08Metadata\x12\'.oncelog.api.cluster.v1.MetadataRequest\x1a(.oncelog.api.cluster.v1.MetadataResponse\x12r\n\x0f\x46indCoordinator\x12..oncelog.api.cluster.v1.FindCoordinatorRequest\x1a/.oncelog.api.cluster.v1.FindCoordinatorResponse\x12i\n\x0c\x43reateTopics\x12+.oncelog.api.cluster.v1.CreateTopicsRequest\x1a,.oncelog.api.cluster.v1.CreateTopicsResponse\x12i\n\x0c\x44\x65leteTopics\x12+.oncelog.api.cluster.v1.DeleteTopicsRequest\x1a,.oncelog.api.cluster.v1.DeleteTopicsResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n,oncelog/api/cluster/v1/cluster_service.proto\x12\x16oncelog.api.cluster.v1\"\x9a\x01\n\x04Node\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\x31\n\x04role\x18\x02 \x01(\x0e\x32#.oncelog.api.cluster.v1.ServiceRole\x12\x0f\n\x07\x61\x64\x64ress\x18\x03 \x01(\t\x12\x1b\n\x13lease_expires_at_ms\x18\x04 \x01(\x03\x12\x12\n\nnode_epoch\x18\x05 \x01(\x03\x12\x0c\n\x04rack\x18\x06 \x01(\t\"1\n\x16\x44\x65scribeClusterRequest\x12\x17\n\x0finclude_expired\x18\x01 \x01(\x08\"\x98\x01\n\x17\x44\x65scribeClusterResponse\x12\x12\n\ncluster_id\x18\x01 \x01(\t\x12+\n\x05nodes\x18\x02 \x03(\x0b\x32\x1c.oncelog.api.cluster.v1.Node\x12\x1e\n\x16txn_coordinator_shards\x18\x03 \x01(\x05\x12\x1c\n\x14group_offsets_shards\x18\x04 \x01(\x05\"!\n\x0fMetadataRequest\x12\x0e\n\x06topics\x18\x01 \x03(\t\"\xb5\x01\n\x11PartitionMetadata\x12\x11\n\tpartition\x18\x01 \x01(\x05\x12\x16\n\x0eleader_node_id\x18\x02 \x01(\t\x12\x16\n\x0eleader_address\x18\x03 \x01(\t\x12\x14\n\x0cleader_epoch\x18\x04 \x01(\x05\x12\x18\n\x10replica_node_ids\x18\x05 \x03(\t\x12\x14\n\x0cisr_node_ids\x18\x06 \x03(\t\x12\x17\n\x0fpartition_epoch\x18\x07 \x01(\x05\"\xe3\x01\n\rTopicMetadata\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x10\n\x08topic_id\x18\x02 \x01(\t\x12=\n\npartitions\x18\x03 \x03(\x0b\x32).oncelog.api.cluster.v1.PartitionMetadata\x12\x43\n\x07\x63onfigs\x18\x04 \x03(\x0b\x32\x32.oncelog.api.cluster.v1.TopicMetadata.ConfigsEntry\x1a.\n\x0c\x43onfigsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"I\n\x10MetadataResponse\x12\x35\n\x06topics\x18\x01 \x03(\x0b\x32%.oncelog.api.cluster.v1.TopicMetadata\"\\\n\x16\x46indCoordinatorRequest\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x35\n\x04type\x18\x02 \x01(\x0e\x32\'.oncelog.api.cluster.v1.CoordinatorType\"e\n\x17\x46indCoordinatorResponse\x12\r\n\x05shard\x18\x01 \x01(\x05\x12\x0f\n\x07node_id\x18\x02 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x03 \x01(\t\x12\x19\n\x11\x63oordinator_epoch\x18\x04 \x01(\x05\"\xd6\x01\n\tTopicSpec\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x12\n\npartitions\x18\x02 \x01(\x05\x12?\n\x07\x63onfigs\x18\x03 \x03(\x0b\x32..oncelog.api.cluster.v1.TopicSpec.ConfigsEntry\x12\x1f\n\x12replication_factor\x18\x04 \x01(\x05H\x00\x88\x01\x01\x1a.\n\x0c\x43onfigsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x42\x15\n\x13_replication_factor\"_\n\x13\x43reateTopicsRequest\x12\x31\n\x06topics\x18\x01 \x03(\x0b\x32!.oncelog.api.cluster.v1.TopicSpec\x12\x15\n\rvalidate_only\x18\x02 \x01(\x08\"M\n\x14\x43reateTopicsResponse\x12\x35\n\x06topics\x18\x01 \x03(\x0b\x32%.oncelog.api.cluster.v1.TopicMetadata\"%\n\x13\x44\x65leteTopicsRequest\x12\x0e\n\x06topics\x18\x01 \x03(\t\"\'\n\x14\x44\x65leteTopicsResponse\x12\x0f\n\x07\x64\x65leted\x18\x01 \x03(\t*\xb1\x01\n\x0bServiceRole\x12\x1c\n\x18SERVICE_ROLE_UNSPECIFIED\x10\x00\x12\x1e\n\x1aSERVICE_ROLE_PID_ALLOCATOR\x10\x01\x12 \n\x1cSERVICE_ROLE_TXN_COORDINATOR\x10\x02\x12\"\n\x1eSERVICE_ROLE_PARTITION_STORAGE\x10\x03\x12\x1e\n\x1aSERVICE_ROLE_GROUP_OFFSETS\x10\x04*q\n\x0f\x43oordinatorType\x12 \n\x1c\x43OORDINATOR_TYPE_UNSPECIFIED\x10\x00\x12 \n\x1c\x43OORDINATOR_TYPE_TRANSACTION\x10\x01\x12\x1a\n\x16\x43OORDINATOR_TYPE_GROUP\x10\x02\x32\xad\x04\n\x0e\x43lusterService\x12r\n\x0f\x44\x65scribeCluster\x12..oncelog.api.cluster.v1.DescribeClusterRequest\x1a/.oncelog.api.cluster.v1.DescribeClusterResponse\x12]\n\x08Metadata\x12\'.oncelog.api.cluster.v1.MetadataRequest\x1a(.oncelog.api.cluster.v1.MetadataResponse\x12r\n\x0f\x46indCoordinator\x12..oncelog.api.cluster.v1.FindCoordinatorRequest\x1a/.oncelog.api.cluster.v1.FindCoordinatorResponse\x12i\n\x0c\x43reateTopics\x12+.oncelog.api.cluster.v1.CreateTopicsRequest\x1a,.oncelog.api.cluster.v1.CreateTopicsResponse\x12i\n\x0c\x44\x65leteTopics\x12+.oncelog.api.cluster.v1.DeleteTopicsRequest\x1a,.oncelog.api.cluster.v1.DeleteTopicsResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -35,42 +35,42 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_TOPICMETADATA_CONFIGSENTRY']._serialized_options = b'8\001'
   _globals['_TOPICSPEC_CONFIGSENTRY']._loaded_options = None
   _globals['_TOPICSPEC_CONFIGSENTRY']._serialized_options = b'8\001'
-  _globals['_SERVICEROLE']._serialized_start=1513
-  _globals['_SERVICEROLE']._serialized_end=1690
-  _globals['_COORDINATORTYPE']._serialized_start=1692
-  _globals['_COORDINATORTYPE']._serialized_end=1805
+  _globals['_SERVICEROLE']._serialized_start=1630
+  _globals['_SERVICEROLE']._serialized_end=1807
+  _globals['_COORDINATORTYPE']._serialized_start=1809
+  _globals['_COORDINATORTYPE']._serialized_end=1922
   _globals['_NODE']._serialized_start=73
-  _globals['_NODE']._serialized_end=213
-  _globals['_DESCRIBECLUSTERREQUEST']._serialized_start=215
-  _globals['_DESCRIBECLUSTERREQUEST']._serialized_end=264
-  _globals['_DESCRIBECLUSTERRESPONSE']._serialized_start=267
-  _globals['_DESCRIBECLUSTERRESPONSE']._serialized_end=419
-  _globals['_METADATAREQUEST']._serialized_start=421
-  _globals['_METADATAREQUEST']._serialized_end=454
-  _globals['_PARTITIONMETADATA']._serialized_start=457
-  _globals['_PARTITIONMETADATA']._serialized_end=591
-  _globals['_TOPICMETADATA']._serialized_start=594
-  _globals['_TOPICMETADATA']._serialized_end=821
-  _globals['_TOPICMETADATA_CONFIGSENTRY']._serialized_start=775
-  _globals['_TOPICMETADATA_CONFIGSENTRY']._serialized_end=821
-  _globals['_METADATARESPONSE']._serialized_start=823
-  _globals['_METADATARESPONSE']._serialized_end=896
-  _globals['_FINDCOORDINATORREQUEST']._serialized_start=898
-  _globals['_FINDCOORDINATORREQUEST']._serialized_end=990
-  _globals['_FINDCOORDINATORRESPONSE']._serialized_start=992
-  _globals['_FINDCOORDINATORRESPONSE']._serialized_end=1093
-  _globals['_TOPICSPEC']._serialized_start=1096
-  _globals['_TOPICSPEC']._serialized_end=1254
-  _globals['_TOPICSPEC_CONFIGSENTRY']._serialized_start=775
-  _globals['_TOPICSPEC_CONFIGSENTRY']._serialized_end=821
-  _globals['_CREATETOPICSREQUEST']._serialized_start=1256
-  _globals['_CREATETOPICSREQUEST']._serialized_end=1351
-  _globals['_CREATETOPICSRESPONSE']._serialized_start=1353
-  _globals['_CREATETOPICSRESPONSE']._serialized_end=1430
-  _globals['_DELETETOPICSREQUEST']._serialized_start=1432
-  _globals['_DELETETOPICSREQUEST']._serialized_end=1469
-  _globals['_DELETETOPICSRESPONSE']._serialized_start=1471
-  _globals['_DELETETOPICSRESPONSE']._serialized_end=1510
-  _globals['_CLUSTERSERVICE']._serialized_start=1808
-  _globals['_CLUSTERSERVICE']._serialized_end=2365
+  _globals['_NODE']._serialized_end=227
+  _globals['_DESCRIBECLUSTERREQUEST']._serialized_start=229
+  _globals['_DESCRIBECLUSTERREQUEST']._serialized_end=278
+  _globals['_DESCRIBECLUSTERRESPONSE']._serialized_start=281
+  _globals['_DESCRIBECLUSTERRESPONSE']._serialized_end=433
+  _globals['_METADATAREQUEST']._serialized_start=435
+  _globals['_METADATAREQUEST']._serialized_end=468
+  _globals['_PARTITIONMETADATA']._serialized_start=471
+  _globals['_PARTITIONMETADATA']._serialized_end=652
+  _globals['_TOPICMETADATA']._serialized_start=655
+  _globals['_TOPICMETADATA']._serialized_end=882
+  _globals['_TOPICMETADATA_CONFIGSENTRY']._serialized_start=836
+  _globals['_TOPICMETADATA_CONFIGSENTRY']._serialized_end=882
+  _globals['_METADATARESPONSE']._serialized_start=884
+  _globals['_METADATARESPONSE']._serialized_end=957
+  _globals['_FINDCOORDINATORREQUEST']._serialized_start=959
+  _globals['_FINDCOORDINATORREQUEST']._serialized_end=1051
+  _globals['_FINDCOORDINATORRESPONSE']._serialized_start=1053
+  _globals['_FINDCOORDINATORRESPONSE']._serialized_end=1154
+  _globals['_TOPICSPEC']._serialized_start=1157
+  _globals['_TOPICSPEC']._serialized_end=1371
+  _globals['_TOPICSPEC_CONFIGSENTRY']._serialized_start=836
+  _globals['_TOPICSPEC_CONFIGSENTRY']._serialized_end=882
+  _globals['_CREATETOPICSREQUEST']._serialized_start=1373
+  _globals['_CREATETOPICSREQUEST']._serialized_end=1468
+  _globals['_CREATETOPICSRESPONSE']._serialized_start=1470
+  _globals['_CREATETOPICSRESPONSE']._serialized_end=1547
+  _globals['_DELETETOPICSREQUEST']._serialized_start=1549
+  _globals['_DELETETOPICSREQUEST']._serialized_end=1586
+  _globals['_DELETETOPICSRESPONSE']._serialized_start=1588
+  _globals['_DELETETOPICSRESPONSE']._serialized_end=1627
+  _globals['_CLUSTERSERVICE']._serialized_start=1925
+  _globals['_CLUSTERSERVICE']._serialized_end=2482
 # @@protoc_insertion_point(module_scope)

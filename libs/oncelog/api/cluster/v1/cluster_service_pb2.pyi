@@ -86,6 +86,7 @@ class Node(_message.Message):
     ADDRESS_FIELD_NUMBER: _builtins.int
     LEASE_EXPIRES_AT_MS_FIELD_NUMBER: _builtins.int
     NODE_EPOCH_FIELD_NUMBER: _builtins.int
+    RACK_FIELD_NUMBER: _builtins.int
     node_id: _builtins.str
     """node_id is the node's stable id, unique across roles."""
     role: Global___ServiceRole.ValueType
@@ -96,6 +97,8 @@ class Node(_message.Message):
     """lease_expires_at_ms is when the node's registration lapses unless renewed (Unix ms)."""
     node_epoch: _builtins.int
     """node_epoch increases every time the node registers again; fences a restarted node's old self."""
+    rack: _builtins.str
+    """rack is the node's rack or zone label, empty when none; replica placement spreads partitions over racks."""
     def __init__(
         self,
         *,
@@ -104,10 +107,11 @@ class Node(_message.Message):
         address: _builtins.str = ...,
         lease_expires_at_ms: _builtins.int = ...,
         node_epoch: _builtins.int = ...,
+        rack: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "lease_expires_at_ms", b"lease_expires_at_ms", "node_epoch", b"node_epoch", "node_id", b"node_id", "role", b"role"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "lease_expires_at_ms", b"lease_expires_at_ms", "node_epoch", b"node_epoch", "node_id", b"node_id", "rack", b"rack", "role", b"role"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -206,6 +210,8 @@ class PartitionMetadata(_message.Message):
     LEADER_ADDRESS_FIELD_NUMBER: _builtins.int
     LEADER_EPOCH_FIELD_NUMBER: _builtins.int
     REPLICA_NODE_IDS_FIELD_NUMBER: _builtins.int
+    ISR_NODE_IDS_FIELD_NUMBER: _builtins.int
+    PARTITION_EPOCH_FIELD_NUMBER: _builtins.int
     partition: _builtins.int
     """partition is the partition index."""
     leader_node_id: _builtins.str
@@ -214,9 +220,15 @@ class PartitionMetadata(_message.Message):
     """leader_address is host:port of the leader, empty when the leader is not live."""
     leader_epoch: _builtins.int
     """leader_epoch increases on every leadership change; produce and fetch carry it for fencing."""
+    partition_epoch: _builtins.int
+    """partition_epoch increases on every change of leader, ISR or replicas (conditional updates compare it)."""
     @_builtins.property
     def replica_node_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
-        """replica_node_ids lists the nodes holding a copy, leader first."""
+        """replica_node_ids lists the nodes holding a copy, the preferred leader first."""
+
+    @_builtins.property
+    def isr_node_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """isr_node_ids lists the in-sync replicas, a subset of replica_node_ids."""
 
     def __init__(
         self,
@@ -226,10 +238,12 @@ class PartitionMetadata(_message.Message):
         leader_address: _builtins.str = ...,
         leader_epoch: _builtins.int = ...,
         replica_node_ids: _abc.Iterable[_builtins.str] | None = ...,
+        isr_node_ids: _abc.Iterable[_builtins.str] | None = ...,
+        partition_epoch: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["leader_address", b"leader_address", "leader_epoch", b"leader_epoch", "leader_node_id", b"leader_node_id", "partition", b"partition", "replica_node_ids", b"replica_node_ids"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["isr_node_ids", b"isr_node_ids", "leader_address", b"leader_address", "leader_epoch", b"leader_epoch", "leader_node_id", b"leader_node_id", "partition", b"partition", "partition_epoch", b"partition_epoch", "replica_node_ids", b"replica_node_ids"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -406,10 +420,13 @@ class TopicSpec(_message.Message):
     NAME_FIELD_NUMBER: _builtins.int
     PARTITIONS_FIELD_NUMBER: _builtins.int
     CONFIGS_FIELD_NUMBER: _builtins.int
+    REPLICATION_FACTOR_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """name must match [a-zA-Z0-9._-]{1,249} and must not be "." or ".."."""
     partitions: _builtins.int
     """partitions is the partition count, at least 1."""
+    replication_factor: _builtins.int
+    """replication_factor is the number of copies of each partition, 1 to the live storage nodes; unset uses the cluster default."""
     @_builtins.property
     def configs(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
         """configs holds topic settings; unknown keys are rejected."""
@@ -420,12 +437,15 @@ class TopicSpec(_message.Message):
         name: _builtins.str = ...,
         partitions: _builtins.int = ...,
         configs: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+        replication_factor: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_replication_factor", b"_replication_factor", "replication_factor", b"replication_factor"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["configs", b"configs", "name", b"name", "partitions", b"partitions"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_replication_factor", b"_replication_factor", "configs", b"configs", "name", b"name", "partitions", b"partitions", "replication_factor", b"replication_factor"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__replication_factor: _TypeAlias = _typing.Literal["replication_factor"]  # noqa: Y015
+    _WhichOneofArgType__replication_factor: _TypeAlias = _typing.Literal["_replication_factor", b"_replication_factor"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__replication_factor) -> _WhichOneofReturnType__replication_factor | None: ...
 
 Global___TopicSpec: _TypeAlias = TopicSpec  # noqa: Y015
 

@@ -101,6 +101,8 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     """ERROR_REASON_STORAGE_UNAVAILABLE means the database or disk could not be reached."""
     ERROR_REASON_NETWORK_EXCEPTION: _ErrorReason.ValueType  # 37
     """ERROR_REASON_NETWORK_EXCEPTION means the server could not be reached or the connection broke mid-call."""
+    ERROR_REASON_INVALID_REPLICATION_FACTOR: _ErrorReason.ValueType  # 38
+    """ERROR_REASON_INVALID_REPLICATION_FACTOR means the replication factor is below 1 or above the live storage nodes."""
 
 class ErrorReason(_ErrorReason, metaclass=_ErrorReasonEnumTypeWrapper):
     """ErrorReason names why a request failed; values follow Kafka's error codes where Kafka has one."""
@@ -181,6 +183,8 @@ ERROR_REASON_STORAGE_UNAVAILABLE: ErrorReason.ValueType  # 36
 """ERROR_REASON_STORAGE_UNAVAILABLE means the database or disk could not be reached."""
 ERROR_REASON_NETWORK_EXCEPTION: ErrorReason.ValueType  # 37
 """ERROR_REASON_NETWORK_EXCEPTION means the server could not be reached or the connection broke mid-call."""
+ERROR_REASON_INVALID_REPLICATION_FACTOR: ErrorReason.ValueType  # 38
+"""ERROR_REASON_INVALID_REPLICATION_FACTOR means the replication factor is below 1 or above the live storage nodes."""
 Global___ErrorReason: _TypeAlias = ErrorReason  # noqa: Y015
 
 @_typing.final

@@ -1,0 +1,100 @@
+"""Pure replica rules: replication-factor checks and replica placement over storage nodes.
+
+Placement follows Kafka's ``AdminUtils.assignReplicasToBrokers`` (seed 002 §2.6.3): the first replica of each
+partition goes round-robin over the nodes from a per-topic starting point (so replication factor 1 places leaders
+exactly as before replication existed), and the other replicas follow at a shift that grows every full round, so
+the followers of one node's partitions spread over all other nodes instead of always landing on its neighbour.
+When every node carries a rack label the node list is first interleaved by rack and each partition's replicas
+take distinct racks while unused racks remain.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from oncelog.errors import InvalidReplicationFactor
+
+MAX_REPLICATION_FACTOR = 32_767  # Kafka's int16 wire limit
+
+
+@dataclass(frozen=True, slots=True)
+class StorageNode:
+    """A live storage node as placement sees it: its id and optional rack label."""
+
+    node_id: str
+    rack: str | None = None
+
+
+def validate_replication_factor(replication_factor: int, live_storage_nodes: int) -> None:
+    """Raise :class:`InvalidReplicationFactor` unless ``1 <= replication_factor <= live_storage_nodes``.
+
+    The message names the number of live storage nodes, so the caller knows the largest factor it may ask for.
+    """
+    nodes = f"{live_storage_nodes} live storage node{'' if live_storage_nodes == 1 else 's'}"
+    if replication_factor < 1:
+        raise InvalidReplicationFactor(
+            f"replication_factor={replication_factor}; it must be at least 1 (the cluster has {nodes})"
+        )
+    if replication_factor > min(live_storage_nodes, MAX_REPLICATION_FACTOR):
+        raise InvalidReplicationFactor(
+            f"replication_factor={replication_factor} is larger than the {nodes}; use at most "
+            f"{live_storage_nodes} or start more storage nodes"
+        )
+
+
+def place_replicas(
+    partition_count: int, nodes: Sequence[StorageNode], replication_factor: int, start: int
+) -> list[tuple[str, ...]]:
+    """Replica lists (preferred leader first) for ``partition_count`` partitions.
+
+    Args:
+        partition_count: partitions of the topic.
+        nodes: live storage nodes (any order; placement sorts them, so every caller places alike).
+        replication_factor: copies per partition; must already be valid for ``len(nodes)``.
+        start: per-topic starting point (the topic name's hash), spreading topics over the nodes.
+    """
+    validate_replication_factor(replication_factor, len(nodes))
+    racked = all(n.rack for n in nodes)
+    ordered = _rack_alternated(nodes) if racked else sorted(nodes, key=lambda n: n.node_id)
+    count = len(ordered)
+    racks = {n.rack for n in ordered}
+    first_index = start % count
+    shift = start % count
+    placement: list[tuple[str, ...]] = []
+    for p in range(partition_count):
+        if p > 0 and p % count == 0:
+            shift += 1
+        first = (first_index + p) % count
+        chosen = [ordered[first]]
+        for _ in range(replication_factor - 1):
+            chosen.append(_next_replica(ordered, first, shift, chosen, racks if racked else set()))
+        placement.append(tuple(n.node_id for n in chosen))
+    return placement
+
+
+def _next_replica(
+    ordered: Sequence[StorageNode], first: int, shift: int, chosen: list[StorageNode], racks: set[str | None]
+) -> StorageNode:
+    """The next follower: walk the shifted sequence, preferring a node on a rack this partition does not use yet."""
+    count = len(ordered)
+    used_racks = {n.rack for n in chosen}
+    candidates = [ordered[(first + 1 + (shift + k) % (count - 1)) % count] for k in range(count - 1)]
+    fresh = [n for n in candidates if n not in chosen]
+    if racks and used_racks != racks:
+        for node in fresh:
+            if node.rack not in used_racks:
+                return node
+    return fresh[0]
+
+
+def _rack_alternated(nodes: Sequence[StorageNode]) -> list[StorageNode]:
+    """Kafka's ``getRackAlternatedBrokerList``: one node of each rack in turn (racks and nodes sorted)."""
+    by_rack: dict[str, list[StorageNode]] = {}
+    for node in sorted(nodes, key=lambda n: n.node_id):
+        by_rack.setdefault(node.rack or "", []).append(node)
+    columns = [by_rack[rack] for rack in sorted(by_rack)]
+    result: list[StorageNode] = []
+    for depth in range(max(len(c) for c in columns)):
+        result.extend(column[depth] for column in columns if depth < len(column))
+    return result
