@@ -1,4 +1,4 @@
-"""Pure catalog rules: topic names, topic configs and key → shard mapping (replica placement: ``replicas``)."""
+"""Pure catalog rules: topic names, group ids, topic configs, key → shard mapping, replica placement (``replicas``)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from oncelog.errors import InvalidConfig, InvalidPartitions, InvalidTopic
+from oncelog.errors import InvalidConfig, InvalidPartitions, InvalidRequest, InvalidTopic
 
 MAX_TOPIC_NAME = 249
+MAX_GROUP_ID_LENGTH = 255
+"""Longest consumer group id, in characters (the width of group-offsets' ``group_id`` columns)."""
 MAX_PARTITIONS = 10_000
 _LEGAL = re.compile(r"^[a-zA-Z0-9._-]+$")
 
@@ -25,6 +27,20 @@ def validate_topic_name(name: str) -> None:
     if not _LEGAL.match(name):
         bad = sorted({c for c in name if not _LEGAL.match(c)})
         raise InvalidTopic(f"topic name {name!r} contains {bad}; only [a-zA-Z0-9._-] are allowed")
+
+
+def validate_group_id(group_id: str, where: str = "group_id") -> None:
+    """The one rule for consumer group ids, applied wherever one enters (AddOffsetsToTxn, group-offsets).
+
+    Raises:
+        InvalidRequest: the id is empty or longer than :data:`MAX_GROUP_ID_LENGTH`, naming ``where`` it came.
+    """
+    if not group_id:
+        raise InvalidRequest(f"{where} is empty; name the consumer group (1-{MAX_GROUP_ID_LENGTH} characters)")
+    if len(group_id) > MAX_GROUP_ID_LENGTH:
+        raise InvalidRequest(
+            f"{where} is {len(group_id)} characters long; the limit is {MAX_GROUP_ID_LENGTH}: use a shorter group id"
+        )
 
 
 def validate_partitions(count: int) -> None:

@@ -52,6 +52,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import NamedTuple, Protocol, TypeVar
 
+from oncelog.catalog.topics import validate_group_id
 from oncelog.errors import (
     IllegalGeneration,
     InvalidProducerEpoch,
@@ -85,8 +86,6 @@ NO_PRODUCER_EPOCH = -1
 NO_COORDINATOR_EPOCH = -1
 """Coordinator epoch stored for a producer before its first marker."""
 
-MAX_GROUP_ID_LENGTH = 255
-"""Longest accepted group id, in characters (the width of the ``group_id`` columns)."""
 
 MAX_TOPIC_LENGTH = 249
 """Longest topic name Kafka allows."""
@@ -443,15 +442,28 @@ class OffsetMetadataManager:
     def write_txn_markers(self, markers: Sequence[TxnMarker]) -> list[list[GroupResult]]:
         """Apply markers in order, each in its own atomic transaction; one result per group of each marker.
 
-        The whole request is validated first, so a malformed marker fails the call before anything is applied.
-        Per-group outcomes: success, NOT_COORDINATOR (the shard is not ours), TRANSACTION_COORDINATOR_FENCED.
-
-        Raises:
-            InvalidRequest: a marker lacks its producer, result or coordinator epoch, or names a group badly.
+        Every marker and every group is answered on its own, so a malformed one never holds back the others
+        (a coordinator retries only what failed). Per-group outcomes: success, INVALID_REQUEST (the marker
+        lacks its producer, result or coordinator epoch, names a group twice, or the group id breaks the
+        group id rules), NOT_COORDINATOR (the shard is not ours), TRANSACTION_COORDINATOR_FENCED.
         """
+        results: list[list[GroupResult]] = []
         for index, marker in enumerate(markers):
-            self._check_marker(index, marker)
-        return [self._complete_transaction(marker) for marker in markers]
+            try:
+                self._check_marker(index, marker)
+            except InvalidRequest as err:
+                results.append([GroupResult(group_id, err) for group_id in marker.groups])
+                continue
+            refused: dict[str, OncelogError] = {}
+            for group_id in marker.groups:
+                try:
+                    validate_group_id(group_id, f"markers[{index}]: group id")
+                except InvalidRequest as err:
+                    refused[group_id] = err
+            valid = replace(marker, groups=tuple(g for g in marker.groups if g not in refused))
+            applied = {r.group_id: r for r in self._complete_transaction(valid)}
+            results.append([applied.get(g) or GroupResult(g, refused[g]) for g in marker.groups])
+        return results
 
     def _complete_transaction(self, marker: TxnMarker) -> list[GroupResult]:
         errors: dict[str, OncelogError | None] = {}
@@ -518,10 +530,7 @@ class OffsetMetadataManager:
 
     @staticmethod
     def _check_group_id(group_id: str) -> None:
-        if not group_id:
-            raise InvalidRequest("group_id is required: the consumer group whose offsets these are")
-        if len(group_id) > MAX_GROUP_ID_LENGTH:
-            raise InvalidRequest(f"group_id is {len(group_id)} characters long; the limit is {MAX_GROUP_ID_LENGTH}")
+        validate_group_id(group_id)
 
     @staticmethod
     def _check_partition(tp: TopicPartition) -> None:
@@ -581,10 +590,6 @@ class OffsetMetadataManager:
             raise InvalidRequest(f"{where}: result is unspecified; send TRANSACTION_RESULT_COMMIT or _ABORT")
         seen: set[str] = set()
         for group_id in marker.groups:
-            if not group_id:
-                raise InvalidRequest(f"{where}: a group id is empty")
-            if len(group_id) > MAX_GROUP_ID_LENGTH:
-                raise InvalidRequest(f"{where}: group id is longer than {MAX_GROUP_ID_LENGTH} characters")
             if group_id in seen:
                 raise InvalidRequest(f"{where}: group {group_id!r} appears twice")
             seen.add(group_id)

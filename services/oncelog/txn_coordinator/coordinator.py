@@ -64,6 +64,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol, TypeVar
 
+from oncelog.catalog.topics import validate_group_id
 from oncelog.errors import (
     ConcurrentTransactions,
     CoordinatorLoadInProgress,
@@ -544,8 +545,7 @@ class TransactionCoordinator:
         The group-offsets shard then receives a marker like any partition. Parking and errors as
         :meth:`add_partitions`.
         """
-        if not group:
-            raise InvalidRequest("AddOffsetsToTxn needs a group id")
+        validate_group_id(group, "AddOffsetsToTxn group id")
         add = functools.partial(
             self._add_participants, transactional_id, producer_id, producer_epoch, frozenset(), frozenset({group})
         )

@@ -46,8 +46,9 @@ from oncelog.api.common import v1 as common_pb
 from oncelog.api.offsets import v1 as offsets_pb
 from oncelog.api.storage import v1 as storage_pb
 from oncelog.catalog.store import CatalogStore, NodeRecord, TopicRecord
-from oncelog.catalog.topics import shard_for
+from oncelog.catalog.topics import shard_for, validate_group_id
 from oncelog.errors import (
+    InvalidRequest,
     NetworkException,
     NotCoordinator,
     OncelogError,
@@ -334,6 +335,14 @@ class TransactionMarkerChannelManager:
         now = asyncio.get_running_loop().time()
         ready = [i for i in self._unrouted if not i.job.dropped and i.not_before <= now]
         self._unrouted = [i for i in self._unrouted if not i.job.dropped and i.not_before > now]
+        for item in [i for i in ready if i.group is not None]:
+            refusal = _group_refusal(item.group or "")
+            if refusal is not None:
+                # Admitted before AddOffsetsToTxn applied the group id rule (replayed from the transaction log):
+                # group-offsets refuses the id, so no offset can exist for it and there is nothing to settle.
+                log.warning("dropping group from transaction %r: %s", item.job.transactional_id, refusal)
+                ready.remove(item)
+                self._acknowledge(item)
         if not ready:
             return
         try:
@@ -529,6 +538,15 @@ class TransactionMarkerChannelManager:
             otel_context.detach(token)
             if self._jobs.get(job.transactional_id) is job:
                 del self._jobs[job.transactional_id]
+
+
+def _group_refusal(group: str) -> str | None:
+    """Why a group id can never take a marker (it breaks the group id rule), or None."""
+    try:
+        validate_group_id(group, "group id")
+    except InvalidRequest as err:
+        return str(err)
+    return None
 
 
 # ---------------------------------------------------------------------------------------------- resolver

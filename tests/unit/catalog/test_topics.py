@@ -7,13 +7,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from oncelog.catalog.topics import (
+    MAX_GROUP_ID_LENGTH,
     TopicConfig,
     java_string_hash,
     shard_for,
+    validate_group_id,
     validate_partitions,
     validate_topic_name,
 )
-from oncelog.errors import InvalidConfig, InvalidPartitions, InvalidTopic
+from oncelog.errors import InvalidConfig, InvalidPartitions, InvalidRequest, InvalidTopic
 
 
 @pytest.mark.parametrize("name", ["a", "orders.v1", "A-b_c.9", "x" * 249])
@@ -64,3 +66,10 @@ def test_topic_config_round_trip() -> None:
     config = TopicConfig.parse({"flush": "async", "retention_ms": "1000"})
     assert TopicConfig.parse(config.to_map()) == config
 
+
+def test_group_id_rule() -> None:
+    validate_group_id("g" * MAX_GROUP_ID_LENGTH)
+    with pytest.raises(InvalidRequest, match="empty"):
+        validate_group_id("")
+    with pytest.raises(InvalidRequest, match=f"AddOffsetsToTxn group id is 256 .* limit is {MAX_GROUP_ID_LENGTH}"):
+        validate_group_id("g" * 256, "AddOffsetsToTxn group id")

@@ -228,6 +228,24 @@ def test_marker_is_idempotent(env: Env) -> None:
     assert visible(env.manager, T0, stable=True) == {T0: 12}
 
 
+def test_a_bad_marker_entry_is_answered_alone(env: Env) -> None:
+    """Issue 25 item 2: a group id over 255 characters or a malformed marker fails only its own entry."""
+    txn_commit(env, po(T0, 7))
+    txn_commit(env, po(T1, 9), group="other", pid=PID + 1)
+    too_long = "g" * 256
+    no_result = TxnMarker(PID + 2, 1, 0, None, ("third",), TXN_ID)
+    results = env.manager.write_txn_markers(
+        [marker(TxnResult.COMMIT, too_long, GROUP), no_result, marker(TxnResult.COMMIT, "other", pid=PID + 1)]
+    )
+    [[bad, good], [malformed], [other]] = results
+    assert (bad.group_id, good.group_id, malformed.group_id, other.group_id) == (too_long, GROUP, "third", "other")
+    assert isinstance(bad.error, InvalidRequest) and "256 characters" in str(bad.error)
+    assert isinstance(malformed.error, InvalidRequest) and "result is unspecified" in str(malformed.error)
+    assert good.error is None and other.error is None
+    assert visible(env.manager, T0) == {T0: 7}
+    assert visible(env.manager, T1, group="other") == {T1: 9}
+
+
 def test_commit_marker_does_not_overwrite_newer_plain_commit(env: Env) -> None:
     txn_commit(env, po(T0, 10), po(T1, 20))
     env.manager.commit_offsets(GROUP, NO_MEMBER, [po(T0, 15)])  # newer in commit order than the pending T0
@@ -431,7 +449,7 @@ def _groups_on_two_shards() -> tuple[str, str]:
 @pytest.mark.parametrize(
     ("call", "fragment"),
     [
-        (lambda m: m.commit_offsets("", NO_MEMBER, [po(T0, 1)]), "group_id is required"),
+        (lambda m: m.commit_offsets("", NO_MEMBER, [po(T0, 1)]), "group_id is empty"),
         (lambda m: m.commit_offsets("g" * 256, NO_MEMBER, [po(T0, 1)]), "256 characters"),
         (lambda m: m.commit_offsets(GROUP, NO_MEMBER, []), "offsets is empty"),
         (lambda m: m.commit_offsets(GROUP, NO_MEMBER, [po(T0, -5)]), "offset=-5"),
@@ -443,13 +461,8 @@ def _groups_on_two_shards() -> tuple[str, str]:
         (lambda m: m.commit_offsets(GROUP, GroupMember(-2, "a"), [po(T0, 1)]), "generation_id=-2"),
         (lambda m: m.commit_transactional_offsets("", PID, 0, GROUP, NO_MEMBER, [po(T0, 1)]), "transactional_id"),
         (lambda m: m.commit_transactional_offsets(TXN_ID, -1, -1, GROUP, NO_MEMBER, [po(T0, 1)]), "producer is"),
-        (lambda m: m.fetch_offsets("", [], False), "group_id is required"),
+        (lambda m: m.fetch_offsets("", [], False), "group_id is empty"),
         (lambda m: m.fetch_offsets(GROUP, [TopicPartition("orders", -3)], False), "partition=-3"),
-        (lambda m: m.write_txn_markers([marker(TxnResult.COMMIT, pid=-1)]), "markers[0]: producer is required"),
-        (lambda m: m.write_txn_markers([marker(TxnResult.COMMIT), marker(None)]), "markers[1]: result"),  # type: ignore[arg-type]
-        (lambda m: m.write_txn_markers([marker(TxnResult.COMMIT, coordinator_epoch=-1)]), "coordinator_epoch=-1"),
-        (lambda m: m.write_txn_markers([marker(TxnResult.COMMIT, GROUP, "")]), "group id is empty"),
-        (lambda m: m.write_txn_markers([marker(TxnResult.COMMIT, GROUP, GROUP)]), "appears twice"),
     ],
 )
 def test_bad_input_is_rejected_with_a_fix_and_changes_nothing(
@@ -461,7 +474,30 @@ def test_bad_input_is_rejected_with_a_fix_and_changes_nothing(
     assert fragment in info.value.message
     assert info.value.definite and not info.value.retriable
     with pytest.raises(UnstableOffsetCommit):
-        visible(env.manager, T0, stable=True)  # a rejected marker batch settled nothing
+        visible(env.manager, T0, stable=True)  # a rejected call settled nothing
+
+
+@pytest.mark.parametrize(
+    ("bad", "fragment"),
+    [
+        (marker(TxnResult.COMMIT, "other", pid=-1), "markers[0]: producer is required"),
+        (marker(None, "other"), "markers[0]: result"),  # type: ignore[arg-type]
+        (marker(TxnResult.COMMIT, "other", coordinator_epoch=-1), "coordinator_epoch=-1"),
+        (marker(TxnResult.COMMIT, "other", ""), "markers[0]: group id is empty"),
+        (marker(TxnResult.COMMIT, "other", "g" * 256), "markers[0]: group id is 256 characters long"),
+        (marker(TxnResult.COMMIT, "other", "other"), "appears twice"),
+    ],
+)
+def test_a_malformed_marker_is_refused_with_a_fix_and_the_others_apply(env: Env, bad: TxnMarker, fragment: str) -> None:
+    txn_commit(env, po(T0, 10))
+    [refused, [applied]] = env.manager.write_txn_markers([bad, marker(TxnResult.COMMIT)])
+    errors = [r.error for r in refused if r.error is not None]
+    assert errors, "the malformed marker must be refused"
+    for error in errors:
+        assert isinstance(error, InvalidRequest) and fragment in error.message
+        assert error.definite and not error.retriable
+    assert applied.error is None
+    assert visible(env.manager, T0, stable=True) == {T0: 10}
 
 
 def test_offsets_for_unknown_partitions_are_rejected(env: Env) -> None:

@@ -455,6 +455,16 @@ async def test_add_partitions_rejects_unknown_id_and_foreign_identity(h: Harness
     assert h.describe("t").state is S.EMPTY
 
 
+async def test_add_offsets_applies_the_group_id_rule(h: Harness) -> None:
+    """Issue 25 item 2: an id group-offsets would refuse never becomes a participant (its marker would wedge)."""
+    pid, epoch = await h.begin("t")
+    with pytest.raises(InvalidRequest, match="256 characters long; the limit is 255"):
+        await h.coordinator.add_offsets("t", pid, epoch, "g" * 256)
+    assert h.store.rows["t"].groups == set()
+    await h.coordinator.add_offsets("t", pid, epoch, "g" * 255)
+    assert h.store.rows["t"].groups == {"g" * 255}
+
+
 async def test_add_partitions_already_present_writes_nothing(h: Harness) -> None:
     pid, epoch = await h.begin("t", TP0, TP1)
     writes = len(h.store.writes)

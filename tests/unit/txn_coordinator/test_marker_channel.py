@@ -277,6 +277,20 @@ async def test_transaction_without_participants_completes_immediately(h: Harness
     assert h.transport.requests == []
 
 
+async def test_a_group_id_no_group_can_have_is_dropped_without_holding_back_the_batch(h: Harness) -> None:
+    """Issue 25 item 2: a transaction admitted with a group id over 255 characters (before the rule held at
+    AddOffsetsToTxn) completes without sending that group a marker, and the transaction batched with it too."""
+    too_long = "g" * 256
+    h.resolver.groups[too_long] = G
+    wedged = h.enqueue("tx-1", groups=[too_long, GROUP])
+    other = h.enqueue("tx-2", groups=[GROUP])
+    h.manager.start()
+    await settle(h.manager)
+    assert (wedged.calls, other.calls) == (1, 1)
+    sent_groups = {g for batch in h.transport.sent_to(G) for entry in batch for g in entry.groups}
+    assert sent_groups == {GROUP}
+
+
 # ------------------------------------------------------------------------------------------ retries
 
 
