@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from oncelog.client import AdminClient, NewTopic, Producer
+from oncelog.client import AdminClient, Consumer, NewTopic, Producer, RetriableError, TopicPartition
 from oncelog.errors import MessageTooLarge
 from oncelog.testing import LocalCluster
 from oncelog.testing.reading import read_all
@@ -75,3 +75,29 @@ def test_batch_written_before_its_answer_timed_out_is_not_written_again_after_an
         assert identity is not None and identity.epoch == 1, "the refused batch left a gap: the epoch was bumped"
         assert producer.send(topic, b"after").result(timeout=30).offset == 2
     assert [r.value for r in read_all(cluster.bootstrap, topic, "read_uncommitted")] == [b"before", b"first", b"after"]
+
+
+def test_commit_after_a_failed_offset_commit_carries_the_offsets(tmp_path: Path) -> None:
+    """send_offsets_to_transaction() times out (the group's offsets service is down); the caller goes on and
+    commits. The commit must carry the offsets (or fail): output without its input offsets would make a restarted
+    copier process the input again."""
+    group = f"copier-{uuid.uuid4().hex[:6]}"
+    with LocalCluster(tmp_path, storage_nodes=1) as cluster:
+        source, sink = new_topic(cluster.bootstrap), new_topic(cluster.bootstrap)
+        tp = TopicPartition(source, 0)
+        producer = Producer(
+            cluster.bootstrap, transactional_id=f"copier-{group}", request_timeout_ms=1000, retry_backoff_ms=50
+        )
+        with producer:
+            producer.init_transactions()
+            producer.begin_transaction()
+            producer.send(sink, b"output of input 0..9").result(timeout=30)
+            cluster.kill("group-offsets-0")
+            with pytest.raises(RetriableError):
+                producer.send_offsets_to_transaction({tp: 10}, group, timeout=2)
+            cluster.restart("group-offsets-0")
+            producer.commit_transaction(timeout=60)
+        with Consumer(cluster.bootstrap, group_id=group) as consumer:
+            committed = consumer.committed([tp], timeout=30)[tp]
+        assert committed is not None and committed.offset == 10
+        assert [r.value for r in read_all(cluster.bootstrap, sink)] == [b"output of input 0..9"]

@@ -45,6 +45,7 @@ __all__ = [
     "RetriableError",
     "Source",
     "classify",
+    "may_have_taken_effect",
 ]
 
 Source = Literal["produce", "coordinator", "group", "fetch"]
@@ -356,3 +357,19 @@ def classify(err: OncelogError, *, source: Source, transactional: bool = False) 
     if source == "coordinator" or (source == "group" and transactional):
         return _FATAL
     return _FAIL
+
+
+# Answers that do not prove a coordinator request had no effect: a coordinator that loses its shard after writing
+# the change (say PrepareCommit) answers NOT_COORDINATOR, though the change stands.
+_UNPROVEN_BY_COORDINATOR = frozenset({Reason.NOT_COORDINATOR, Reason.COORDINATOR_NOT_AVAILABLE})
+
+
+def may_have_taken_effect(err: OncelogError, *, sent: bool) -> bool:
+    """Whether a failed attempt of a state-changing coordinator request (EndTxn) may still have taken effect.
+
+    An attempt that was never sent (the coordinator lookup failed) did nothing. A sent one did nothing only
+    when a coordinator said so: a definite answer other than NOT_COORDINATOR or COORDINATOR_NOT_AVAILABLE.
+    Once any attempt may have taken effect, the request's outcome is unknown until an answer settles it,
+    whatever later attempts answer.
+    """
+    return sent and (not err.definite or err.reason in _UNPROVEN_BY_COORDINATOR)

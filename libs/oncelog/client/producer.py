@@ -76,6 +76,7 @@ from oncelog.client.errors import (
     Refresh,
     RetriableError,
     classify,
+    may_have_taken_effect,
 )
 from oncelog.client.metadata import ClusterMetadata, TopicInfo
 from oncelog.client.partitioner import DefaultPartitioner
@@ -640,6 +641,10 @@ class _TransactionManager:
         # groups whose offsets partition this transaction has (AddOffsetsToTxn answered), with the address of
         # the group's offsets owner from that answer ("" when it named none)
         self._groups: dict[str, str] = {}
+        # offsets of send_offsets_to_transaction() calls that did not complete (a retriable failure): the commit
+        # sends them first, so output and input offsets commit together or not at all (Kafka queues them ahead
+        # of EndTxn)
+        self._pending_offsets: dict[str, tuple[dict[TopicPartition, OffsetAndMetadata], ConsumerGroupMetadata]] = {}
         self._add_task: asyncio.Task[None] | None = None
         # One transaction-changing request at a time, as Kafka's TransactionManager does: two in flight
         # would make the coordinator answer the second with CONCURRENT_TRANSACTIONS and cost a retry.
@@ -774,27 +779,35 @@ class _TransactionManager:
         """Call the transactional id's coordinator, retrying retriable errors until ``deadline``.
 
         Raises:
-            RetriableError: a retriable error outlasted the deadline (``definite`` tells whether the
-                last attempt may have taken effect).
+            RetriableError: a retriable error outlasted the deadline. ``definite`` is False as soon as any
+                attempt may have reached the coordinator and taken effect (no answer, or an answer like
+                NOT_COORDINATOR that a coordinator may give after it wrote the change), not only the last.
             OncelogError: a non-retriable answer, for the caller to classify.
         """
         backoff = Backoff(self._config.retry_backoff_ms, self._config.retry_backoff_max_ms)
         concurrent = Backoff(_CONCURRENT_TRANSACTIONS_BACKOFF_MS, _CONCURRENT_TRANSACTIONS_BACKOFF_MAX_MS)
+        taken_effect_maybe = False
         while True:
+            sent = False
             try:
                 address = await self._metadata.find_coordinator(self._tid, _TRANSACTION)
+                sent = True
                 return await rpc(self._channels.txn(address))
             except OncelogError as err:
+                taken_effect_maybe = taken_effect_maybe or may_have_taken_effect(err, sent=sent)
                 disposition = classify(err, source="coordinator", transactional=True)
                 if disposition.action is not Action.RETRY:
                     raise
                 if disposition.refresh is not Refresh.NONE or err.reason is Reason.NOT_COORDINATOR:
                     self._metadata.invalidate_coordinator(self._tid, _TRANSACTION)
                 if deadline.expired:
-                    raise RetriableError(
-                        f"{name} for transactional id {self._tid!r} did not complete in time: {err.message}",
+                    timed_out = RetriableError(
+                        f"{name} for transactional id {self._tid!r} did not complete in time: {err.message}"
+                        + ("; an earlier attempt may have taken effect" if taken_effect_maybe else ""),
                         cause=err,
-                    ) from err
+                    )
+                    timed_out.definite = err.definite and not taken_effect_maybe
+                    raise timed_out from err
                 pause = concurrent.next_s() if err.reason is Reason.CONCURRENT_TRANSACTIONS else backoff.next_s()
                 await asyncio.sleep(deadline.cap(pause))
 
@@ -870,13 +883,20 @@ class _TransactionManager:
         self._partitions.clear()
         self._pending_partitions.clear()
         self._groups.clear()
+        self._pending_offsets.clear()
 
-    async def add_offsets(self, group_id: str, deadline: Deadline) -> str:
-        """AddOffsetsToTxn for ``group_id``, once per transaction; the group's offsets owner (or "")."""
+    def _check_in_transaction(self, what: str) -> None:
         with self._lock:
             if self.state is not TransactionState.IN_TRANSACTION:
                 self._raise_if_failed()
-                raise IllegalStateError(self._hint("send_offsets_to_transaction()"))
+                raise IllegalStateError(self._hint(what))
+
+    async def add_offsets(self, group_id: str, deadline: Deadline) -> str:
+        """AddOffsetsToTxn for ``group_id``, once per transaction; the group's offsets owner (or "")."""
+        self._check_in_transaction("send_offsets_to_transaction()")
+        return await self._add_offsets(group_id, deadline)
+
+    async def _add_offsets(self, group_id: str, deadline: Deadline) -> str:
         async with self._coordinator_turn:
             # checked after the wait for our turn: a call for the same group that held it may have added it
             if group_id in self._groups:
@@ -900,8 +920,23 @@ class _TransactionManager:
         self, offsets: Mapping[TopicPartition, OffsetAndMetadata], group: ConsumerGroupMetadata, deadline: Deadline
     ) -> None:
         """AddOffsetsToTxn (unless this transaction already added the group), then TxnOffsetCommit to the
-        group's owner (ref §1.1 step 4, KIP-447)."""
-        address = await self.add_offsets(group.group_id, deadline)
+        group's owner (ref §1.1 step 4, KIP-447).
+
+        Until the offsets are committed they stay pending, merged with earlier pending offsets of the group:
+        when this call fails with a retriable error, ``commit_transaction()`` commits them before EndTxn.
+        """
+        self._check_in_transaction("send_offsets_to_transaction()")
+        earlier = self._pending_offsets.get(group.group_id)
+        merged = {**earlier[0], **offsets} if earlier is not None else dict(offsets)
+        self._pending_offsets[group.group_id] = (merged, group)
+        await self._commit_offsets(merged, group, deadline)
+        if self._pending_offsets.get(group.group_id, (None,))[0] is merged:
+            del self._pending_offsets[group.group_id]
+
+    async def _commit_offsets(
+        self, offsets: Mapping[TopicPartition, OffsetAndMetadata], group: ConsumerGroupMetadata, deadline: Deadline
+    ) -> None:
+        address = await self._add_offsets(group.group_id, deadline)
         identity = self._sequences.identity
         commit = offsets_pb.TxnOffsetCommitRequest(
             transactional_id=self._tid,
@@ -958,6 +993,12 @@ class _TransactionManager:
             if self._pending_partitions:
                 # flush() returns only after every batch was sent, so every partition was added already
                 raise IllegalStateError(f"partitions {sorted(self._pending_partitions)} were never added")
+        for group_id, (offsets, group) in list(self._pending_offsets.items()):
+            # a send_offsets_to_transaction() that failed: the commit carries its offsets or does not happen
+            await self._commit_offsets(offsets, group, deadline)
+            del self._pending_offsets[group_id]
+        with self._lock:
+            self._raise_if_failed()
             started = self._started
         if started:
             try:
@@ -1536,7 +1577,9 @@ class Producer:
         Raises:
             ProducerFencedError: a newer instance took over.
             AbortableError: the group rejected the commit (stale generation or member); abort.
-            RetriableError: no answer within ``timeout`` (default ``max_block_ms``); call again.
+            RetriableError: no answer within ``timeout`` (default ``max_block_ms``). The offsets stay part of
+                the transaction: call again, or go on to ``commit_transaction()``, which commits them before
+                the transaction (and does not commit the transaction without them).
             IllegalStateError: no open transaction.
         """
         self._run(self._send_offsets_to_transaction(offsets, group_metadata, timeout))
@@ -1586,12 +1629,18 @@ class Producer:
     def commit_transaction(self, timeout: float | None = None) -> None:
         """Flush the transaction's records, then commit it; returns once the commit is durable.
 
+        Offsets of a ``send_offsets_to_transaction()`` call that failed with a retriable error are committed
+        first: the transaction commits with every offset it was given, or not at all.
+
         Raises:
             AbortableError: a record or offset commit of the transaction failed; call
                 ``abort_transaction()`` and run the transaction again.
-            ProducerFencedError: a newer instance took over; nothing of this transaction commits.
-            RetriableError: no answer within ``timeout`` (default ``max_block_ms``). The outcome may
-                be unknown: call ``commit_transaction()`` again — never ``abort_transaction()``.
+            ProducerFencedError: a newer instance took over; close this producer. It does not prove that
+                nothing committed: if an earlier attempt of this commit reached the coordinator, the
+                transaction may have committed (the new instance's ``init_transactions()`` completes it).
+            RetriableError: no answer within ``timeout`` (default ``max_block_ms``). ``definite`` is False
+                when any attempt may have reached the coordinator (the commit may have happened or may
+                still happen): call ``commit_transaction()`` again — never ``abort_transaction()``.
             IllegalStateError: no open transaction.
         """
         self._run(self._commit_transaction(timeout))

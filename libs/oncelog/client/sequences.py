@@ -237,8 +237,9 @@ class ProducerSequences:
         Partitions waiting for an epoch bump re-stamp their in-flight batches from 0 — at once, or,
         while one of those batches may have been written under its old stamp, once every such batch
         is settled (:meth:`resolve_sequences`). Every other partition restarts at sequence 0 under
-        the new identity as soon as it has no batch in flight under the old one; until then it takes no new batch, so a batch
-        with the new epoch cannot overtake older ones (``RecordAccumulator.shouldStopDrainBatchesForPartition``).
+        the new identity as soon as it has no batch in flight under the old one; until then it takes
+        no new batch, so a batch with the new epoch cannot overtake older ones
+        (``RecordAccumulator.shouldStopDrainBatchesForPartition``).
         """
         self._identity = identity
         self._restamp |= self._to_rewrite

@@ -16,10 +16,13 @@ from oncelog.client.errors import (
     Refresh,
     RetriableError,
     classify,
+    may_have_taken_effect,
 )
 from oncelog.errors import (
+    ConcurrentTransactions,
     InvalidTxnState,
     NetworkException,
+    NotCoordinator,
     NotLeader,
     OncelogError,
     OutOfOrderSequence,
@@ -217,3 +220,11 @@ def test_client_errors_are_oncelog_errors_with_sensible_flags() -> None:
     assert illegal.reason is Reason.INVALID_REQUEST and illegal.definite is True and illegal.retriable is False
     fatal = FatalError("the producer is closed")
     assert fatal.cause is None and fatal.retriable is False
+
+
+def test_a_commit_attempt_is_unproven_unless_a_coordinator_said_it_did_nothing() -> None:
+    # NOT_COORDINATOR can come from a coordinator that lost its shard after PrepareCommit was durable
+    assert may_have_taken_effect(NotCoordinator("shard changed owner while writing", definite=True), sent=True)
+    assert may_have_taken_effect(NetworkException("stream reset", definite=False), sent=True)
+    assert not may_have_taken_effect(ConcurrentTransactions("previous one completing", definite=True), sent=True)
+    assert not may_have_taken_effect(NetworkException("no coordinator found", definite=False), sent=False)
