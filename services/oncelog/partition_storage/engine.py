@@ -693,6 +693,12 @@ class PartitionEngine:
             deleted = self._log.enforce_retention()
             for base in deleted:
                 self._txn_indexes.pop(base, None)
+            if deleted:
+                # Snapshots go with their segments (Kafka deletes a segment's snapshot with it): one below the
+                # new log start must never be loaded again.
+                for offset in self._log.snapshot_offsets():
+                    if offset < self._log.log_start_offset:
+                        await asyncio.to_thread(self._log.delete_snapshot, offset)
         if deleted:
             self._notify()
         return deleted
@@ -750,12 +756,14 @@ def _recover(
     """Open the log and rebuild producer state and aborted-transaction indexes (ref §4.6); blocking.
 
     1. :class:`PartitionLog` truncates a torn or CRC-failing tail and flushes what it keeps.
-    2. The newest readable snapshot gives the producer state at its offset S (an unreadable one is deleted and
-       the previous one tried; with none, S is the log start).
+    2. Snapshots below the log start are deleted (Kafka's ``truncateAndReload``); the newest readable one left
+       gives the producer state at its offset S (an unreadable one is deleted and the previous one tried; with
+       none, S is the log start).
     3. Index entries of markers below S are trusted (the snapshot invariant); entries at or above S are cut.
     4. The log is replayed from S with origin REPLICATION (never rejects); every ABORT marker of a
        transaction with data yields its index entry again, with the LSO of that moment.
     5. Index files that changed are replaced atomically.
+    6. If anything was replayed, a snapshot is written at the log end.
     """
     log_ = PartitionLog(
         directory,
@@ -767,6 +775,13 @@ def _recover(
         clock=clock,
     )
     try:
+        # Kafka's truncateAndReload: a snapshot below the log start describes a prefix whose tail is gone (the
+        # retention that deleted it may have taken markers the snapshot has not seen), so it is never loaded.
+        # One exactly at the log start holds the state of everything below it and stays valid.
+        for offset in log_.snapshot_offsets():
+            if offset < log_.log_start_offset:
+                log.info("deleting producer snapshot %d of %s: below the log start", offset, directory)
+                log_.delete_snapshot(offset)
         producers = _load_snapshot(log_, config, clock)
         start = max(producers.map_end_offset, log_.log_start_offset)
         files = {base: log_.read_txn_index(base) for base in log_.segment_bases}
@@ -783,6 +798,11 @@ def _recover(
             rebuilt = index.to_bytes() if index is not None else b""
             if rebuilt != content:
                 log_.replace_txn_index(base, rebuilt)
+        if start < log_.log_end_offset:
+            # What was just replayed is stored, so the next recovery starts here rather than from an older
+            # snapshot that a later retention pass may leave below the log start. Everything below the log end
+            # is durable (the log flushed what it kept, the index files were replaced), as the invariant asks.
+            log_.write_snapshot(log_.log_end_offset, producers.snapshot())
         if log_.recovery.truncated_bytes or start < log_.log_end_offset:
             log.info(
                 "recovered %s: replayed [%d, %d), %d open transaction(s), %d producer(s)",

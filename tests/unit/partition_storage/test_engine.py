@@ -576,6 +576,42 @@ async def test_corrupt_snapshot_falls_back_to_a_full_replay(opened, tmp_path: Pa
     assert (await reopened.append(data(7, 0, 0))).duplicate
 
 
+async def test_recovery_never_loads_a_snapshot_below_the_log_start(opened, tmp_path: Path) -> None:
+    """Issue 25 item 3: crash between a roll and its snapshot, a retention pass, a second crash.
+
+    The only snapshot left predates the COMMIT marker that retention deleted; loading it reopened the committed
+    transaction at its old epoch, stuck the LSO below the log start and let a zombie continue it.
+    """
+    directory = tmp_path / "t-0"
+    engine = await opened(segment_bytes=200)
+    await engine.append(data(8, 0, 0, txn=True, tag="committed"))  # offset 0
+    await engine.close()  # snapshot at 1: producer 8's transaction is open there
+    stale = (directory / f"{1:020d}.snapshot").read_bytes()
+    engine = await opened(segment_bytes=200)
+    [outcome] = await engine.write_markers([marker(8, 1)])  # offset 1 commits it
+    assert outcome is None
+    for seq in range(6):  # plain data rolls segments past the marker
+        await engine.append(data(7, 0, 2 * seq, n=2, tag=f"plain{seq}"))
+    await engine.close()
+    log_ = PartitionLog(directory, retention_bytes=250)
+    for offset in log_.snapshot_offsets():
+        log_.delete_snapshot(offset)  # the roll snapshots never reached the disk...
+    log_.write_snapshot(1, stale)  # ...only the one from before the marker did
+    assert log_.enforce_retention(), "retention must delete the segments holding the marker"
+    log_start, log_end = log_.log_start_offset, log_.log_end_offset
+    assert log_start > 1
+    log_.close()
+
+    recovered = await opened(segment_bytes=200)
+    assert recovered.log_start_offset == log_start
+    assert recovered.last_stable_offset == recovered.high_watermark == log_end
+    assert all(p.current_txn_start_offset is None for p in recovered.describe_producers())
+    fetched = recovered.read(log_start, 1 << 20, RC)
+    assert read_committed_values(fetched), "read_committed readers get the retained data"
+    snapshots = sorted(int(path.stem) for path in directory.glob("*.snapshot"))
+    assert snapshots == [log_end], "the stale snapshot is gone, and recovery stored what it replayed"
+
+
 async def test_closed_engine_refuses_requests(opened) -> None:
     engine = await opened()
     await engine.close()
