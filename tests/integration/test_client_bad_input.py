@@ -189,7 +189,7 @@ def test_closed_producer_refuses_every_call_and_says_to_create_a_new_one(cluster
     [
         ("localhost", "'localhost' is not host:port"),
         ("127.0.0.1:http", "'127.0.0.1:http' is not host:port"),
-        ("127.0.0.1:70000", "'127.0.0.1:70000' is not host:port"),
+        ("127.0.0.1:70000", "'127.0.0.1:70000' has an invalid port 70000: a port is 1-65535"),
         (":7101", "':7101' is not host:port"),
         (" , ", "bootstrap is empty"),
     ],

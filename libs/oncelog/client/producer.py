@@ -108,7 +108,6 @@ _COMPRESSION = {
     None: Compression.NONE,
     "none": Compression.NONE,
     "gzip": Compression.GZIP,
-    "snappy": Compression.SNAPPY,
     "lz4": Compression.LZ4,
     "zstd": Compression.ZSTD,
 }
@@ -1088,7 +1087,7 @@ class Producer:
         delivery_timeout_ms: upper bound on the time from ``send()`` to the acknowledgement, retries
             included; a record still unacknowledged then fails.
         transaction_timeout_ms: the coordinator aborts a transaction open longer than this.
-        compression: None, ``"gzip"``, ``"snappy"``, ``"lz4"`` or ``"zstd"``.
+        compression: None, ``"gzip"``, ``"lz4"`` or ``"zstd"`` (snappy is not supported: refused here).
         buffer_memory: bytes of records waiting to be sent before ``send()`` blocks.
         max_request_size: largest batch sent; larger records are refused at ``send()``.
         max_block_ms: how long ``send()`` (metadata, memory) and the blocking calls (``init_transactions``,
@@ -1144,7 +1143,8 @@ class Producer:
         if not 1 <= max_in_flight <= MAX_IN_FLIGHT:
             problems.append(f"max_in_flight must be between 1 and {MAX_IN_FLIGHT}, got {max_in_flight}")
         if compression not in _COMPRESSION:
-            problems.append(f"compression={compression!r}; use one of None, 'gzip', 'snappy', 'lz4', 'zstd'")
+            unsupported = " is not supported by oncelog" if compression == "snappy" else ""
+            problems.append(f"compression={compression!r}{unsupported}; use one of None, 'gzip', 'lz4', 'zstd'")
         if transaction_timeout_ms <= 0 or request_timeout_ms <= 0 or max_block_ms < 0:
             problems.append("transaction_timeout_ms and request_timeout_ms must be positive, max_block_ms >= 0")
         if problems:

@@ -8,18 +8,19 @@ batches in flight per partition) and concurrent fetches without a thread per con
 piece of sender state on one thread, so the producer's sequence book needs no lock.
 
 Bootstrap: any oncelog process serves ClusterService (DESIGN §2), so any address of the cluster will do.
-``bootstrap=None`` reads the ``bootstrap`` entry of ``.oncelog/cluster.json``, the file ``oncelog dev``
-writes.
+``bootstrap=None`` reads ``$ONCELOG_BOOTSTRAP``, then the addresses in ``.oncelog/cluster.json``, the file
+``oncelog dev`` writes.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 import random
 import threading
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, TypeVar
@@ -38,6 +39,7 @@ from oncelog.rpc.errors import from_rpc_error
 from oncelog.rpc.interceptors import AioClientInterceptor
 
 __all__ = [
+    "BOOTSTRAP_ENV",
     "DEFAULT_CLUSTER_FILE",
     "Backoff",
     "BootstrapError",
@@ -52,6 +54,9 @@ T = TypeVar("T")
 
 DEFAULT_CLUSTER_FILE = Path(".oncelog") / "cluster.json"
 """Where ``oncelog dev`` writes the local cluster's addresses (relative to the working directory)."""
+
+BOOTSTRAP_ENV = "ONCELOG_BOOTSTRAP"
+"""The environment variable naming the cluster when no bootstrap is passed (before the cluster file)."""
 
 # A restarted server should be dialled again within a second, not after gRPC's default backoff of up
 # to two minutes: a producer retrying a batch is waiting for exactly that reconnect. (Not
@@ -76,27 +81,38 @@ class BootstrapError(OncelogError):
 
 
 def resolve_bootstrap(
-    bootstrap: str | Sequence[str] | None, *, cluster_file: Path | str = DEFAULT_CLUSTER_FILE
+    bootstrap: str | Sequence[str] | None,
+    *,
+    environ: Mapping[str, str] | None = None,
+    cluster_file: Path | str = DEFAULT_CLUSTER_FILE,
 ) -> tuple[str, ...]:
-    """The bootstrap addresses to use, from the argument or from the local cluster file.
+    """The bootstrap addresses to use: the argument, else ``$ONCELOG_BOOTSTRAP``, else the local cluster file.
+
+    Every client (producer, consumer, admin, the CLI and the Spark source and sink) resolves its addresses here.
 
     Args:
         bootstrap: ``"host:port"``, a comma-separated list of them, a sequence of them, or None to read
-            ``cluster_file``.
-        cluster_file: the file ``oncelog dev`` writes; read only when ``bootstrap`` is None.
+            ``ONCELOG_BOOTSTRAP`` and then ``cluster_file``.
+        environ: where ``ONCELOG_BOOTSTRAP`` is looked up; ``os.environ`` by default.
+        cluster_file: the file ``oncelog dev`` writes; read only when neither names an address.
 
     Raises:
-        BootstrapError: no address given and the file is missing or unreadable, or an address is not
-            ``host:port``.
+        BootstrapError: nothing names an address (no argument, no variable, no readable file), or an
+            address is not ``host:port`` with a port in 1-65535.
     """
+    environ = os.environ if environ is None else environ
+    source = ""
+    if bootstrap is None and environ.get(BOOTSTRAP_ENV, "").strip():
+        bootstrap, source = environ[BOOTSTRAP_ENV], f" (from {BOOTSTRAP_ENV})"
     if bootstrap is None:
         path = Path(cluster_file)
+        source = f" (from {path})"
         try:
             data = json.loads(path.read_text())
         except FileNotFoundError:
             raise BootstrapError(
-                f"no bootstrap address given and {path} does not exist; start a local cluster with `oncelog dev` "
-                'or pass bootstrap="host:port" (any oncelog service address)'
+                f"no bootstrap address given, {BOOTSTRAP_ENV} is not set and {path} does not exist; start a local "
+                'cluster with `oncelog dev` or pass bootstrap="host:port" (any oncelog service address)'
             ) from None
         except (OSError, ValueError) as exc:
             raise BootstrapError(f'cannot read the cluster file {path}: {exc}; pass bootstrap="host:port"') from None
@@ -110,11 +126,18 @@ def resolve_bootstrap(
     items: list[str] = bootstrap.split(",") if isinstance(bootstrap, str) else list(bootstrap)
     addresses = tuple(dict.fromkeys(item.strip() for item in items if item and item.strip()))
     if not addresses:
-        raise BootstrapError('bootstrap is empty; pass bootstrap="host:port" (any oncelog service address)')
+        raise BootstrapError(f'bootstrap is empty{source}; pass bootstrap="host:port" (any oncelog service address)')
     for address in addresses:
         host, sep, port = address.rpartition(":")
-        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise BootstrapError(f"bootstrap address {address!r} is not host:port (for example 127.0.0.1:7101)")
+        if not sep or not host or not port.isdigit():
+            raise BootstrapError(
+                f"bootstrap address {address!r} is not host:port (for example 127.0.0.1:7101){source}"
+            )
+        if not 0 < int(port) < 65536:
+            raise BootstrapError(
+                f"bootstrap address {address!r}{source} has an invalid port {port}: a port is 1-65535 "
+                "(host:port, for example 127.0.0.1:7101)"
+            )
     return addresses
 
 

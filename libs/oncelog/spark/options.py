@@ -19,13 +19,14 @@ from __future__ import annotations
 
 import difflib
 import json
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from oncelog.client import transport
 from oncelog.client.fetch_filter import IsolationLevel
 from oncelog.client.records import TopicPartition
+from oncelog.client.transport import BOOTSTRAP_ENV, DEFAULT_CLUSTER_FILE, BootstrapError
 from oncelog.spark.offsets import EARLIEST, LATEST, offsets_from_json
 
 __all__ = [
@@ -43,12 +44,6 @@ __all__ = [
     "parse_source_options",
     "resolve_bootstrap",
 ]
-
-BOOTSTRAP_ENV = "ONCELOG_BOOTSTRAP"
-"""Environment variable read when the ``bootstrap`` option is absent (the CLI reads it too)."""
-
-DEFAULT_CLUSTER_FILE = Path(".oncelog") / "cluster.json"
-"""The file ``oncelog dev`` writes; its ``bootstrap`` entry is the last fallback."""
 
 # every option the source understands, by lower-cased name -> the spelling shown in messages
 _SOURCE_OPTIONS = {
@@ -323,42 +318,16 @@ def resolve_bootstrap(
 ) -> tuple[str, ...]:
     """The cluster addresses: the ``bootstrap`` option, else ``$ONCELOG_BOOTSTRAP``, else ``.oncelog/cluster.json``.
 
-    The value is resolved on the driver and travels with the reader, so executors never look for the file.
+    The clients' resolver (:func:`oncelog.client.transport.resolve_bootstrap`) with its error as an option
+    problem. The value is resolved on the driver and travels with the reader, so executors never look for the file.
 
     Raises:
         OptionError: nothing names the cluster, or an address is not ``host:port``.
     """
-    environ = os.environ if environ is None else environ
-    source = "bootstrap"
-    if not value:
-        value, source = environ.get(BOOTSTRAP_ENV, ""), BOOTSTRAP_ENV
-    if not value:
-        source = str(cluster_file)
-        try:
-            data = json.loads(Path(cluster_file).read_text())
-        except FileNotFoundError:
-            raise OptionError(
-                [
-                    f"bootstrap: not set, {BOOTSTRAP_ENV} is not set and {cluster_file} does not exist; pass "
-                    '.option("bootstrap", "host:port") with any oncelog service address, or start `oncelog dev`'
-                ]
-            ) from None
-        except (OSError, ValueError) as exc:
-            raise OptionError([f"bootstrap: not set and {cluster_file} cannot be read ({exc})"]) from None
-        value = data.get("bootstrap", "") if isinstance(data, dict) else ""
-        if not isinstance(value, str) or not value:
-            raise OptionError([f"bootstrap: not set and {cluster_file} names no bootstrap address"])
-    addresses = tuple(dict.fromkeys(a.strip() for a in value.split(",") if a.strip()))
-    bad = [a for a in addresses if not _is_host_port(a)]
-    if not addresses or bad:
-        shown = ", ".join(repr(a) for a in bad) or repr(value)
-        raise OptionError([f"bootstrap: {shown} (from {source}) is not host:port, e.g. 127.0.0.1:7101"])
-    return addresses
-
-
-def _is_host_port(address: str) -> bool:
-    host, sep, port = address.rpartition(":")
-    return bool(sep and host and port.isdigit() and 0 < int(port) < 65536)
+    try:
+        return transport.resolve_bootstrap(value or None, environ=environ, cluster_file=cluster_file)
+    except BootstrapError as exc:
+        raise OptionError([f"bootstrap: {exc.message}"]) from None
 
 
 def _typos(opts: Mapping[str, str], known: Mapping[str, str], *, ignore: Mapping[str, str]) -> list[str]:
