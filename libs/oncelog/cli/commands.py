@@ -8,39 +8,42 @@ output pipes; progress, tables and errors go to stderr (tables of the describe/l
 
 from __future__ import annotations
 
+import json
 import sys
+import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
+import grpc
 import typer
-from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
+from oncelog.cli.output import Format, err, error, output_option, print_rows, print_table, stdout_console
 from oncelog.client import (
     AdminClient,
     Consumer,
     NewTopic,
     OncelogError,
     Producer,
-    TopicInfo,
+    ProducerFencedError,
     TopicPartition,
 )
-from oncelog.client.transport import DEFAULT_CLUSTER_FILE
+from oncelog.client.metadata import TopicInfo
+from oncelog.client.transport import BOOTSTRAP_ENV, DEFAULT_CLUSTER_FILE, BootstrapError, resolve_bootstrap
 
-__all__ = ["consume", "groups_app", "produce", "producers_app", "topics_app", "transactions_app"]
+__all__ = ["SETTINGS", "consume", "groups_app", "produce", "producers_app", "topics_app", "transactions_app"]
 
 T = TypeVar("T")
 
-out = Console(highlight=False, soft_wrap=True, emoji=False)
-err = Console(stderr=True, highlight=False, emoji=False)
-
 BOOTSTRAP_HELP = f"any cluster address, host:port[,host:port]; default: the one in {DEFAULT_CLUSTER_FILE}"
-Bootstrap = typer.Option(None, "--bootstrap", "-b", envvar="ONCELOG_BOOTSTRAP", help=BOOTSTRAP_HELP)
+Bootstrap = typer.Option(None, "--bootstrap", "-b", envvar=BOOTSTRAP_ENV, help=BOOTSTRAP_HELP)
 
 topics_app = typer.Typer(help="Create, list, describe and delete topics.", no_args_is_help=True)
 transactions_app = typer.Typer(
@@ -49,34 +52,137 @@ transactions_app = typer.Typer(
 producers_app = typer.Typer(help="Inspect producer state on partitions.", no_args_is_help=True)
 groups_app = typer.Typer(help="Inspect consumer group offsets.", no_args_is_help=True)
 
+# a connection attempt gets at most this long, so a wrong address fails in seconds, not at the request timeout
+CONNECT_TIMEOUT_S = 5.0
+
+
+@dataclass
+class Settings:
+    """Options of the ``oncelog`` command itself, set before any subcommand runs."""
+
+    timeout_s: float = 30.0
+    """Bound of every network step: connecting, each request, each record's delivery (``--timeout``)."""
+
+    @property
+    def timeout_ms(self) -> int:
+        """``timeout_s`` in whole milliseconds (at least one)."""
+        return max(int(self.timeout_s * 1000), 1)
+
+    @property
+    def request_timeout_ms(self) -> int:
+        """One request's bound: the timeout, at most 30 s (retries then fit in the rest)."""
+        return min(self.timeout_ms, 30_000)
+
+
+SETTINGS = Settings()
+
+
+class CommandFailed(Exception):
+    """A failure the command explains in one line (exit code 1)."""
+
+
+def _caused_by_fencing(exc: BaseException | None) -> bool:
+    while exc is not None:
+        if isinstance(exc, ProducerFencedError):
+            return True
+        exc = getattr(exc, "cause", None)
+    return False
+
 
 @contextmanager
 def _errors() -> Iterator[None]:
-    """Turn a library error into one red line and exit code 1 (no traceback for expected failures)."""
+    """Turn a library error into one line on stderr and exit code 1 (no traceback for expected failures)."""
     try:
         yield
+    except CommandFailed as exc:
+        error(str(exc))
+        raise typer.Exit(1) from None
     except OncelogError as exc:
-        err.print(f"[red]error:[/red] {exc.message}", markup=True)
+        message = exc.message
+        if "did not complete in time" in message or "expired after" in message:
+            message += f" (oncelog --timeout is {SETTINGS.timeout_s:g} s)"
+        error(message)
         raise typer.Exit(1) from None
     except ValueError as exc:
-        err.print(f"[red]error:[/red] {exc}")
+        error(str(exc))
         raise typer.Exit(2) from None
 
 
-def _bootstrap(bootstrap: str | None) -> str | None:
-    """``bootstrap`` as given; without it, stop early with the fix when there is no local cluster file."""
+def _probe(address: str, timeout_s: float) -> str | None:
+    """None when ``address`` accepts a gRPC connection within ``timeout_s``, else what went wrong."""
+    settled = threading.Event()
+    states: list[grpc.ChannelConnectivity] = []
+
+    def watch(state: grpc.ChannelConnectivity) -> None:
+        if state in (grpc.ChannelConnectivity.READY, grpc.ChannelConnectivity.TRANSIENT_FAILURE):
+            states.append(state)
+            settled.set()
+
+    channel = grpc.insecure_channel(address)
+    channel.subscribe(watch, try_to_connect=True)
+    try:
+        if not settled.wait(timeout_s):
+            return f"no answer within {timeout_s:g} s"
+        return None if states[0] is grpc.ChannelConnectivity.READY else "connection refused or host unreachable"
+    finally:
+        channel.unsubscribe(watch)
+        channel.close()
+
+
+def _bootstrap(bootstrap: str | None) -> tuple[str, ...]:
+    """The cluster's addresses, checked to answer within seconds; otherwise one line saying what to check."""
     if bootstrap is None and not DEFAULT_CLUSTER_FILE.exists():
-        err.print(
-            f"[red]error:[/red] no --bootstrap given and {DEFAULT_CLUSTER_FILE} does not exist: start a local "
-            "cluster with `oncelog dev` in this directory, or pass --bootstrap host:port (or set ONCELOG_BOOTSTRAP)"
+        raise CommandFailed(
+            f"no --bootstrap given and {DEFAULT_CLUSTER_FILE} does not exist: start a local cluster with "
+            f"`oncelog dev` in this directory, or pass --bootstrap host:port (or set {BOOTSTRAP_ENV})"
         )
-        raise typer.Exit(1)
-    return bootstrap
+    try:
+        addresses = resolve_bootstrap(bootstrap)
+    except BootstrapError as exc:
+        raise CommandFailed(exc.message) from None
+    wait_s = min(SETTINGS.timeout_s, CONNECT_TIMEOUT_S)
+    problems = []
+    for address in addresses:
+        problem = _probe(address, wait_s)
+        if problem is None:
+            return addresses
+        problems.append(f"{address}: {problem}")
+    source = "--bootstrap" if bootstrap is not None else str(DEFAULT_CLUSTER_FILE)
+    raise CommandFailed(
+        f"cannot reach the cluster ({'; '.join(problems)}); check that the cluster is running (`oncelog dev`, "
+        f"or the services' pods) and that {source} (or {BOOTSTRAP_ENV}) names one of its addresses"
+    )
+
+
+def _admin(addresses: tuple[str, ...]) -> AdminClient:
+    return AdminClient(addresses, request_timeout_ms=SETTINGS.timeout_ms)
 
 
 def _with_admin(bootstrap: str | None, action: Callable[[AdminClient], T]) -> T:
-    with _errors(), AdminClient(_bootstrap(bootstrap)) as admin:
+    with _errors(), _admin(_bootstrap(bootstrap)) as admin:
         return action(admin)
+
+
+def _offline(topic: TopicInfo, partitions: Iterable[int] | None = None) -> list[str]:
+    wanted = None if partitions is None else set(partitions)
+    return [
+        f"{topic.name}-{p.partition} (leader {p.leader_node_id or 'none'})"
+        for p in topic.partitions
+        if not p.leader_address and (wanted is None or p.partition in wanted)
+    ]
+
+
+def _require_online(admin: AdminClient, topic: str, partitions: Iterable[int] | None = None) -> TopicInfo:
+    """The topic's description; fails naming every wanted partition whose leader is not live."""
+    info = admin.describe_topics([topic])[topic]
+    offline = _offline(info, partitions)
+    if offline:
+        raise CommandFailed(
+            f"{'partition' if len(offline) == 1 else 'partitions'} {', '.join(offline)} "
+            f"{'is' if len(offline) == 1 else 'are'} offline: the leading storage node is not live; start it "
+            f"again, and see `oncelog topics describe {topic}`"
+        )
+    return info
 
 
 def _ms_to_text(ms: int) -> str:
@@ -120,62 +226,82 @@ def topics_create(
     created = _with_admin(bootstrap, lambda admin: admin.create_topics([spec]))
     for topic in created:
         copies = len(topic.partitions[0].replicas) if topic.partitions else 0
-        out.print(
+        typer.echo(
             f"created topic {topic.name} with {len(topic.partitions)} partition(s), replication factor {copies} "
             f"(id {topic.topic_id})"
         )
 
 
 @topics_app.command("list")
-def topics_list(bootstrap: str | None = Bootstrap) -> None:
+def topics_list(bootstrap: str | None = Bootstrap, output: Format = output_option(Format.PLAIN)) -> None:
     """List topic names, one per line.
 
     Example: oncelog topics list
     """
-    for name in _with_admin(bootstrap, lambda admin: admin.list_topics()):
-        out.print(name)
+    names = _with_admin(bootstrap, lambda admin: admin.list_topics())
+    print_rows([(name,) for name in names], ["topic"], output, title="topics")
+
+
+_PARTITION_COLUMNS = ["partition", "leader", "address", "leader epoch", "replicas", "in sync"]
+_PARTITION_COLUMNS += ["log start", "high watermark", "last stable"]
+
+
+def _partition_rows(admin: AdminClient, topic: TopicInfo) -> list[tuple[Any, ...]]:
+    """One row per partition; offsets of offline partitions are unknown (None)."""
+    online = [TopicPartition(topic.name, p.partition) for p in topic.partitions if p.leader_address]
+    offsets: dict[str, dict[TopicPartition, tuple[int, int]]] = {}
+    if online:
+        offsets["start"] = admin.list_offsets(dict.fromkeys(online, "earliest"))
+        offsets["hw"] = admin.list_offsets(dict.fromkeys(online, "latest"))
+        offsets["lso"] = admin.list_offsets(dict.fromkeys(online, "latest"), isolation_level="read_committed")
+    rows = []
+    for p in topic.partitions:
+        tp = TopicPartition(topic.name, p.partition)
+        known = [offsets[k][tp][0] if tp in offsets.get(k, {}) else None for k in ("start", "hw", "lso")]
+        replicas, isr = ",".join(p.replicas), ",".join(p.isr)
+        rows.append(
+            (p.partition, p.leader_node_id, p.leader_address or "OFFLINE", p.leader_epoch, replicas, isr, *known)
+        )
+    return rows
 
 
 @topics_app.command("describe")
 def topics_describe(
     names: list[str] = typer.Argument(None, help="topics to describe; default all"),
     bootstrap: str | None = Bootstrap,
+    output: Format = output_option(),
 ) -> None:
-    """Show partitions, leaders, leader epochs, replicas, in-sync replicas and configs.
+    """Show partitions, leaders, leader epochs, replicas (preferred leader first), in-sync replicas, log start,
+    high watermark, last stable offset and configs.
+
+    An offline partition (its leader is not live) shows OFFLINE as its address.
 
     Example: oncelog topics describe orders
     """
-    topics = _with_admin(bootstrap, lambda admin: admin.describe_topics(names or None))
-    for topic in topics.values():
-        table = Table(title=f"{topic.name}  ({topic.topic_id})", title_justify="left")
-        table.add_column("partition", justify="right")
-        table.add_column("leader")
-        table.add_column("address")
-        table.add_column("leader epoch", justify="right")
-        for p in topic.partitions:
-            table.add_row(
-                str(p.partition), p.leader_node_id, p.leader_address or "[red]offline[/red]", str(p.leader_epoch)
-            )
-        out.print(table)
-        if any(len(p.replicas) > 1 for p in topic.partitions):
-            out.print(replica_table(topic))
-        out.print("configs: " + ", ".join(f"{k}={v}" for k, v in sorted(topic.configs.items())))
 
+    def describe(admin: AdminClient) -> list[tuple[TopicInfo, list[tuple[Any, ...]]]]:
+        return [(t, _partition_rows(admin, t)) for t in admin.describe_topics(names or None).values()]
 
-def replica_table(topic: TopicInfo) -> Table:
-    """Replicas and in-sync replicas per partition; an ISR smaller than the replica list is highlighted."""
-    table = Table(title="replicas (preferred leader first)", title_justify="left")
-    table.add_column("partition", justify="right")
-    table.add_column("replicas")
-    table.add_column("in sync")
-    for p in topic.partitions:
-        isr = "\n".join(p.isr)
-        table.add_row(
-            str(p.partition),
-            "\n".join(p.replicas),
-            isr if set(p.isr) == set(p.replicas) else f"[yellow]{isr or '(none)'}[/yellow]",
-        )
-    return table
+    described = _with_admin(bootstrap, describe)
+    if output is Format.JSON:
+        keys = [c.replace(" ", "_") for c in _PARTITION_COLUMNS]
+        document = [
+            {
+                "topic": t.name,
+                "topic_id": t.topic_id,
+                "configs": dict(sorted(t.configs.items())),
+                "partitions": [dict(zip(keys, row, strict=True)) for row in rows],
+            }
+            for t, rows in described
+        ]
+        typer.echo(json.dumps(document))
+        return
+    for topic, rows in described:
+        if output is Format.PLAIN:
+            print_rows([(topic.name, *row) for row in rows], ["topic", *_PARTITION_COLUMNS], output)
+            continue
+        print_rows(rows, _PARTITION_COLUMNS, output, title=f"{topic.name}  ({topic.topic_id})")
+        stdout_console().print(Text("configs: " + ", ".join(f"{k}={v}" for k, v in sorted(topic.configs.items()))))
 
 
 @topics_app.command("delete")
@@ -188,20 +314,29 @@ def topics_delete(
     Example: oncelog topics delete orders scratch
     """
     for name in _with_admin(bootstrap, lambda admin: admin.delete_topics(names)):
-        out.print(f"deleted topic {name}")
+        typer.echo(f"deleted topic {name}")
 
 
 # ------------------------------------------------------------------------------------------------ produce
 
 
-def _lines(file: Path | None) -> Iterator[str]:
+def _lines(file: Path | None) -> Iterator[bytes]:
+    """Input lines as bytes, line ending removed: any encoding (or none) goes through unchanged."""
     if file is None:
-        for line in sys.stdin:
-            yield line.rstrip("\r\n")
+        for line in sys.stdin.buffer:
+            yield line.rstrip(b"\r\n")
         return
-    with file.open(encoding="utf-8") as handle:
+    with file.open("rb") as handle:
         for line in handle:
-            yield line.rstrip("\r\n")
+            yield line.rstrip(b"\r\n")
+
+
+def _fenced_message(transactional_id: str | None, committed: int) -> str:
+    return (
+        f"producer fenced: another producer started with transactional id {transactional_id!r}, or an operator "
+        f"aborted its transaction (`oncelog transactions abort`); this one stopped. The open transaction is not "
+        f"committed; {committed} record(s) were committed before. Produce the rest again with a new run."
+    )
 
 
 def produce(
@@ -222,61 +357,112 @@ def produce(
 ) -> None:
     """Write each line of stdin (or --file) as one record, then print the rate.
 
-    Records are acknowledged exactly once (idempotent producer); with --transactional-id they become
-    visible to read_committed consumers only when their transaction commits.
+    Lines are sent as the bytes they are (any encoding). Records are acknowledged exactly once
+    (idempotent producer); with --transactional-id they become visible to read_committed consumers
+    only when their transaction commits. Ctrl-C aborts the open transaction.
 
     Example: seq 1 1000 | oncelog produce orders --transactional-id loader-1 --transaction-size 100
     """
+    if transaction_size and not transactional_id:
+        raise typer.BadParameter(
+            "--transaction-size needs --transactional-id (-t); without one, records are not written in transactions",
+            param_hint="--transaction-size",
+        )
     total = None
     if file is not None:
-        with file.open(encoding="utf-8") as handle:
+        with file.open("rb") as handle:
             total = sum(1 for _ in handle)
-    sent = failed = 0
+    sent = failed = committed = 0
+    first_failure: list[BaseException] = []
+    separator = None if key_separator is None else key_separator.encode()
     started = time.monotonic()
-    with _errors(), Producer(_bootstrap(bootstrap), transactional_id=transactional_id, linger_ms=linger_ms) as producer:
-        if transactional_id:
-            producer.init_transactions()
-            producer.begin_transaction()
-        in_transaction = 0
-        with Progress(
-            SpinnerColumn(),
-            TextColumn("[progress.description]{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            console=err,
-            transient=True,
-        ) as progress:
-            task = progress.add_task(f"producing to {topic}", total=total)
-
-            def acknowledged(future: Any) -> None:
-                nonlocal failed
-                if future.exception() is not None:
-                    failed += 1
-
-            for line in _lines(file):
-                key: bytes | None = None
-                value = line
-                if key_separator is not None and key_separator in line:
-                    raw_key, _, value = line.partition(key_separator)
-                    key = raw_key.encode()
-                producer.send(topic, value.encode(), key=key, partition=partition).add_done_callback(acknowledged)
-                sent += 1
-                in_transaction += 1
-                progress.advance(task)
-                if transactional_id and transaction_size and in_transaction >= transaction_size:
-                    producer.commit_transaction()
-                    producer.begin_transaction()
-                    in_transaction = 0
+    with _errors():
+        addresses = _bootstrap(bootstrap)
+        with _admin(addresses) as admin:
+            _require_online(admin, topic, None if partition is None else [partition])
+        producer = Producer(
+            addresses,
+            transactional_id=transactional_id,
+            linger_ms=linger_ms,
+            max_block_ms=SETTINGS.timeout_ms,
+            request_timeout_ms=SETTINGS.request_timeout_ms,
+            delivery_timeout_ms=SETTINGS.timeout_ms,
+        )
+    in_transaction = 0
+    try:
+        with _errors(), producer:
             if transactional_id:
-                producer.commit_transaction()
-            else:
-                producer.flush()
+                producer.init_transactions()
+                producer.begin_transaction()
+            with Progress(
+                SpinnerColumn(),
+                TextColumn("[progress.description]{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                console=err(),
+                transient=True,
+                disable=not sys.stderr.isatty(),  # a log file gets the summary line, not a bar's remains
+            ) as progress:
+                task = progress.add_task(f"producing to {topic}", total=total)
+
+                def acknowledged(future: Any) -> None:
+                    nonlocal failed
+                    if future.exception() is not None:
+                        failed += 1
+                        first_failure[:] = first_failure or [future.exception()]
+
+                try:
+                    for line in _lines(file):
+                        key: bytes | None = None
+                        value = line
+                        if separator is not None and separator in line:
+                            key, _, value = line.partition(separator)
+                        producer.send(topic, value, key=key, partition=partition).add_done_callback(acknowledged)
+                        sent += 1
+                        in_transaction += 1
+                        progress.advance(task)
+                        if transactional_id and transaction_size and in_transaction >= transaction_size:
+                            producer.commit_transaction()
+                            committed += in_transaction
+                            producer.begin_transaction()
+                            in_transaction = 0
+                    if transactional_id:
+                        producer.commit_transaction()
+                        committed += in_transaction
+                        in_transaction = 0
+                    else:
+                        producer.flush()
+                except KeyboardInterrupt:
+                    _interrupted(producer, transactional_id, sent, committed, in_transaction)
+                except OncelogError as exc:
+                    if _caused_by_fencing(exc):
+                        raise CommandFailed(_fenced_message(transactional_id, committed)) from None
+                    raise
+    except KeyboardInterrupt:  # a second Ctrl-C while closing
+        raise typer.Exit(130) from None
     elapsed = max(time.monotonic() - started, 1e-9)
     if failed:
-        err.print(f"[red]{failed} of {sent} record(s) failed[/red]")
+        cause = first_failure[0] if first_failure else None
+        reason = getattr(cause, "message", str(cause)) if cause is not None else "unknown"
+        error(f"{failed} of {sent} record(s) failed; first error: {reason}")
         raise typer.Exit(1)
-    err.print(f"produced {sent} record(s) to {topic} in {elapsed:.2f} s ({sent / elapsed:,.0f} records/s)")
+    err().print(Text(f"produced {sent} record(s) to {topic} in {elapsed:.2f} s ({sent / elapsed:,.0f} records/s)"))
+
+
+def _interrupted(producer: Producer, transactional_id: str | None, sent: int, committed: int, open_count: int) -> None:
+    """Ctrl-C during produce: abort the open transaction (or flush), say what happened, exit 130."""
+    if transactional_id:
+        try:
+            producer.abort_transaction()
+            outcome = f"aborted the open transaction ({open_count} record(s) discarded)"
+        except OncelogError as exc:
+            outcome = f"could not abort the open transaction ({exc.message}); it aborts at its timeout"
+        error(f"interrupted: {outcome}; {committed} record(s) were committed before")
+    else:
+        producer.flush()
+        error(f"interrupted: {sent} record(s) were produced")
+    raise typer.Exit(130)
 
 
 # ------------------------------------------------------------------------------------------------ consume
@@ -301,20 +487,30 @@ def consume(
 ) -> None:
     """Print records of a topic, one value per line.
 
+    Fails at once, naming them, when partitions of the topic are offline (and later, if one goes offline
+    while waiting for records).
+
     Example: oncelog consume orders --from-beginning --isolation read_committed --max-messages 10
     """
     if isolation not in ("read_committed", "read_uncommitted"):
         raise typer.BadParameter("use read_committed or read_uncommitted", param_hint="--isolation")
     count = 0
+    with _errors():
+        addresses = _bootstrap(bootstrap)
+        admin = _admin(addresses)
     with (
         _errors(),
+        admin,
         Consumer(
-            _bootstrap(bootstrap),
+            addresses,
             group_id=group,
             isolation_level=isolation,
             auto_offset_reset="earliest" if from_beginning else "latest",
+            request_timeout_ms=SETTINGS.request_timeout_ms,
+            default_api_timeout_ms=SETTINGS.timeout_ms,
         ) as consumer,
     ):
+        _require_online(admin, topic)
         if group:
             consumer.subscribe([topic])
         else:
@@ -323,7 +519,7 @@ def consume(
                 consumer.seek_to_beginning()
             else:
                 consumer.seek_to_end()
-        last_record = time.monotonic()
+        last_record = last_check = time.monotonic()
         try:
             while max_messages is None or count < max_messages:
                 left = None if max_messages is None else max_messages - count
@@ -336,15 +532,19 @@ def consume(
                         value = f"{key}\t{value}"
                     typer.echo(f"{prefix}{value}")  # plain text, tabs kept: the output is meant for pipes
                 count += len(records)
+                now = time.monotonic()
                 if records:
-                    last_record = time.monotonic()
-                elif timeout is not None and time.monotonic() - last_record >= timeout:
+                    last_record = last_check = now
+                elif timeout is not None and now - last_record >= timeout:
                     break
+                elif now - last_check >= CONNECT_TIMEOUT_S:  # idle: make sure it is not a partition gone offline
+                    last_check = now
+                    _require_online(admin, topic)
         except KeyboardInterrupt:
             pass
         if group:
             consumer.commit()
-    err.print(f"consumed {count} record(s) from {topic}")
+    err().print(Text(f"consumed {count} record(s) from {topic}"))
 
 
 # ------------------------------------------------------------------------------------------------ transactions
@@ -355,6 +555,7 @@ def transactions_list(
     state: list[str] = typer.Option([], "--state", "-s", help="keep this state (ongoing, prepare_commit, ...)"),
     older_than_ms: int = typer.Option(0, "--older-than-ms", min=0, help="keep open transactions older than this"),
     bootstrap: str | None = Bootstrap,
+    output: Format = output_option(),
 ) -> None:
     """List transactional ids with their state and producer id.
 
@@ -363,37 +564,52 @@ def transactions_list(
     listed = _with_admin(
         bootstrap, lambda admin: admin.list_transactions(states=state or None, older_than_ms=older_than_ms or None)
     )
-    table = Table(title="transactions", title_justify="left")
-    for column in ("transactional id", "producer id", "state", "started"):
-        table.add_column(column)
-    for t in listed:
-        table.add_row(t.transactional_id, str(t.producer_id), t.state, _ms_to_text(t.transaction_start_time_ms))
-    out.print(table)
+    rows = [(t.transactional_id, t.producer_id, t.state, _ms_to_text(t.transaction_start_time_ms)) for t in listed]
+    print_rows(rows, ["transactional id", "producer id", "state", "started"], output, title="transactions")
 
 
 @transactions_app.command("describe")
 def transactions_describe(
     transactional_ids: list[str] = typer.Argument(..., help="transactional ids"),
     bootstrap: str | None = Bootstrap,
+    output: Format = output_option(),
 ) -> None:
     """Show the coordinator's view of transactional ids: state, producer, partitions, groups.
 
     Example: oncelog transactions describe copier-0
     """
     described = _with_admin(bootstrap, lambda admin: admin.describe_transactions(transactional_ids))
-    for d in described.values():
-        table = Table(title=d.transactional_id, title_justify="left", show_header=False)
+    columns = ["transactional id", "state", "producer id", "producer epoch", "timeout ms", "started", "partitions"]
+    columns += ["groups", "coordinator", "coordinator epoch", "last update"]
+    rows = [
+        (
+            d.transactional_id,
+            d.state,
+            d.producer_id,
+            d.producer_epoch,
+            d.transaction_timeout_ms,
+            _ms_to_text(d.transaction_start_time_ms),
+            ", ".join(map(str, d.partitions)) or "-",
+            ", ".join(d.groups) or "-",
+            d.coordinator_node_id,
+            d.coordinator_epoch,
+            _ms_to_text(d.last_update_time_ms),
+        )
+        for d in described.values()
+    ]
+    if output is not Format.TABLE:
+        print_rows(rows, columns, output)
+        return
+    for row in rows:  # one two-column table per id: field, value
+        table = Table(show_header=False)
         table.add_column("field")
         table.add_column("value")
-        table.add_row("state", d.state)
-        table.add_row("producer", f"id {d.producer_id}, epoch {d.producer_epoch}")
-        table.add_row("timeout", f"{d.transaction_timeout_ms} ms")
-        table.add_row("started", _ms_to_text(d.transaction_start_time_ms))
-        table.add_row("partitions", ", ".join(map(str, d.partitions)) or "-")
-        table.add_row("groups", ", ".join(d.groups) or "-")
-        table.add_row("coordinator", f"{d.coordinator_node_id} (epoch {d.coordinator_epoch})")
-        table.add_row("last update", _ms_to_text(d.last_update_time_ms))
-        out.print(table)
+        for column, value in zip(columns[1:], row[1:], strict=True):
+            table.add_row(Text(column), Text(str(value)))
+        print_table(table, str(row[0]))
+
+
+_OPEN_STATES = ("ongoing", "prepare_commit", "prepare_abort", "prepare_epoch_fence")
 
 
 @transactions_app.command("abort")
@@ -403,10 +619,19 @@ def transactions_abort(
 ) -> None:
     """Abort an open (hanging) transaction; its producer instance is fenced.
 
+    Without an open transaction nothing happens, and the command says so (exit code 0).
+
     Example: oncelog transactions abort copier-0
     """
-    producer_id, epoch = _with_admin(bootstrap, lambda admin: admin.abort_transaction(transactional_id))
-    out.print(f"aborted the transaction of {transactional_id}; producer id {producer_id} is fenced at epoch {epoch}")
+
+    def abort(admin: AdminClient) -> str:
+        state = admin.describe_transactions([transactional_id])[transactional_id].state
+        if state not in _OPEN_STATES:
+            return f"transactional id {transactional_id} has no open transaction (state {state}); nothing was aborted"
+        producer_id, epoch = admin.abort_transaction(transactional_id)
+        return f"aborted the transaction of {transactional_id}; producer id {producer_id} is fenced at epoch {epoch}"
+
+    typer.echo(_with_admin(bootstrap, abort))
 
 
 # ------------------------------------------------------------------------------------------------ producers, groups
@@ -417,6 +642,7 @@ def producers_describe(
     topic: str = typer.Argument(..., help="topic"),
     partition: list[int] = typer.Option([], "--partition", "-p", help="partition (repeatable); default all"),
     bootstrap: str | None = Bootstrap,
+    output: Format = output_option(),
 ) -> None:
     """Show each partition's producers: epoch, last sequence, open transaction start.
 
@@ -428,21 +654,21 @@ def producers_describe(
         return admin.describe_producers([TopicPartition(topic, p) for p in partitions])
 
     described = _with_admin(bootstrap, describe)
-    table = Table(title=f"producers of {topic}", title_justify="left")
-    for column in ("partition", "producer id", "epoch", "last sequence", "last write", "coordinator epoch", "open txn"):
-        table.add_column(column)
-    for tp, producers in sorted(described.items()):
-        for p in producers:
-            table.add_row(
-                str(tp.partition),
-                str(p.producer_id),
-                str(p.producer_epoch),
-                str(p.last_sequence),
-                _ms_to_text(p.last_timestamp_ms),
-                str(p.coordinator_epoch),
-                "-" if p.current_transaction_start_offset is None else f"from {p.current_transaction_start_offset}",
-            )
-    out.print(table)
+    columns = ["partition", "producer id", "epoch", "last sequence", "last write", "coordinator epoch", "open txn"]
+    rows = [
+        (
+            tp.partition,
+            p.producer_id,
+            p.producer_epoch,
+            p.last_sequence,
+            _ms_to_text(p.last_timestamp_ms),
+            p.coordinator_epoch,
+            "-" if p.current_transaction_start_offset is None else f"from {p.current_transaction_start_offset}",
+        )
+        for tp, producers in sorted(described.items())
+        for p in producers
+    ]
+    print_rows(rows, columns, output, title=f"producers of {topic}")
 
 
 @groups_app.command("offsets")
@@ -450,15 +676,12 @@ def groups_offsets(
     group: str = typer.Argument(..., help="consumer group id"),
     stable: bool = typer.Option(False, "--stable", help="wait while a transactional commit is pending"),
     bootstrap: str | None = Bootstrap,
+    output: Format = output_option(),
 ) -> None:
     """Show a group's committed offsets.
 
     Example: oncelog groups offsets billing --stable
     """
     offsets = _with_admin(bootstrap, lambda admin: admin.list_group_offsets(group, require_stable=stable))
-    table = Table(title=f"offsets of group {group}", title_justify="left")
-    for column in ("topic", "partition", "offset", "metadata"):
-        table.add_column(column)
-    for tp, om in sorted(offsets.items()):
-        table.add_row(tp.topic, str(tp.partition), str(om.offset), om.metadata or "")
-    out.print(table)
+    rows = [(tp.topic, tp.partition, om.offset, om.metadata or "") for tp, om in sorted(offsets.items())]
+    print_rows(rows, ["topic", "partition", "offset", "metadata"], output, title=f"offsets of group {group}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import signal
 import threading
 from pathlib import Path
@@ -10,7 +11,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from oncelog.cli.commands import consume, groups_app, produce, producers_app, topics_app, transactions_app
+from oncelog.cli.commands import SETTINGS, consume, groups_app, produce, producers_app, topics_app, transactions_app
 from oncelog.cli.demo import demo
 from oncelog.cli.spark_demo import spark_demo
 from oncelog.testing import SERVICES, ClusterStartError, LocalCluster
@@ -24,9 +25,32 @@ app = typer.Typer(
 console = Console()
 
 
+def _version(value: bool) -> None:
+    if value:
+        try:
+            version = importlib.metadata.version("oncelog")
+        except importlib.metadata.PackageNotFoundError:
+            version = "unknown (not installed)"
+        typer.echo(f"oncelog {version}")
+        raise typer.Exit()
+
+
 @app.callback()
-def root() -> None:
+def root(
+    timeout: float = typer.Option(
+        SETTINGS.timeout_s,
+        "--timeout",
+        min=0.1,
+        envvar="ONCELOG_TIMEOUT",
+        help="seconds any network step may take (connecting, each request, each record's delivery) before the "
+        "command fails with the reason; connecting gets at most 5 s",
+    ),
+    version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="print the version and exit"
+    ),
+) -> None:
     """Exactly-once messaging: idempotent producers, transactions and read_committed consumers over gRPC."""
+    SETTINGS.timeout_s = timeout
 
 
 @app.command()
@@ -97,4 +121,4 @@ app.add_typer(groups_app, name="groups")
 
 def main() -> None:
     """Console-script entry point."""
-    app()
+    app(prog_name="oncelog")

@@ -1,0 +1,261 @@
+"""The ``oncelog`` command run as a user runs it: a subprocess, stdout piped (not a terminal), exact text or JSON.
+
+Each failure path answers with one line naming the problem and what to check, within a bounded time where
+it used to hang (the subprocess timeouts below are those bounds, not performance figures).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from oncelog.client import AdminClient, Consumer, NewTopic, Producer, TopicPartition
+from oncelog.testing import LocalCluster
+
+pytestmark = pytest.mark.timeout(180)
+
+
+@pytest.fixture(scope="module")
+def local(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    with LocalCluster(tmp_path_factory.mktemp("cli-pipes"), storage_nodes=1) as running:
+        yield running
+
+
+def oncelog(
+    *args: str, input: bytes | None = None, cwd: Path | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    """Run ``python -m oncelog ARGS`` with stdout and stderr piped; text decoded leniently."""
+    env = {k: v for k, v in os.environ.items() if k not in ("ONCELOG_BOOTSTRAP", "COLUMNS")}
+    done = subprocess.run(
+        [sys.executable, "-m", "oncelog", *args],
+        input=input if input is not None else b"",
+        capture_output=True,
+        cwd=cwd,
+        env=env,
+        timeout=timeout,
+    )
+    return subprocess.CompletedProcess(
+        done.args, done.returncode, done.stdout.decode(errors="replace"), done.stderr.decode(errors="replace")
+    )
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def new_topic(local: LocalCluster, name: str | None = None, partitions: int = 1) -> str:
+    name = name or unique("pipes")
+    with AdminClient(local.bootstrap) as admin:
+        admin.create_topics([NewTopic(name, num_partitions=partitions)])
+    return name
+
+
+def unused_address() -> str:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return f"127.0.0.1:{sock.getsockname()[1]}"
+
+
+def values_of(local: LocalCluster, topic: str, count: int) -> list[bytes | None]:
+    with Consumer(local.bootstrap, isolation_level="read_committed") as consumer:
+        consumer.assign([TopicPartition(topic, 0)])
+        consumer.seek_to_beginning()
+        seen: list[bytes | None] = []
+        while len(seen) < count:
+            seen += [r.value for r in consumer.poll(timeout_ms=5_000)]
+        return seen
+
+
+# ---------------------------------------------------------------------------------------------- errors
+
+
+def test_server_text_is_printed_literally_not_as_markup(local: LocalCluster) -> None:
+    done = oncelog("topics", "create", "bad name!", "-b", local.bootstrap)
+    assert done.returncode == 1
+    assert done.stderr == "error: topic name 'bad name!' contains [' ', '!']; only [a-zA-Z0-9._-] are allowed\n"
+
+
+def test_unreachable_bootstrap_fails_within_seconds_naming_the_address_and_what_to_check() -> None:
+    address = unused_address()
+    for command in (["topics", "list"], ["produce", "orders"], ["consume", "orders", "-n", "1"]):
+        done = oncelog(*command, "-b", address, timeout=20)  # it took 30 s (topics) and 60 s (produce)
+        assert done.returncode == 1, command
+        assert done.stderr == (
+            f"error: cannot reach the cluster ({address}: connection refused or host unreachable); check that the "
+            "cluster is running (`oncelog dev`, or the services' pods) and that --bootstrap (or ONCELOG_BOOTSTRAP) "
+            "names one of its addresses\n"
+        ), command
+
+
+def test_port_out_of_range_is_reported_as_an_invalid_port() -> None:
+    done = oncelog("topics", "list", "-b", "127.0.0.1:99999")
+    assert done.returncode == 1
+    assert done.stderr == (
+        "error: bootstrap address '127.0.0.1:99999' has an invalid port 99999: a port is 1-65535 "
+        "(host:port, for example 127.0.0.1:7101)\n"
+    )
+
+
+def test_transaction_size_without_transactional_id_is_refused() -> None:
+    done = oncelog("produce", "orders", "--transaction-size", "10", "-b", "127.0.0.1:9")
+    assert done.returncode == 2
+    flat = " ".join(done.stderr.replace("│", " ").split())
+    assert "--transaction-size needs --transactional-id (-t); without one, records are not written in" in flat
+
+
+def test_non_utf8_input_is_produced_byte_for_byte(local: LocalCluster, tmp_path: Path) -> None:
+    topic = new_topic(local)
+    payload = b"caf\xe9\n\xff\xfe\nplain\n"
+    done = oncelog("produce", topic, "-b", local.bootstrap, input=payload)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.startswith(f"produced 3 record(s) to {topic} in ")
+    source = tmp_path / "latin1.txt"
+    source.write_bytes(b"k\xe9:v\xe9\n")
+    done = oncelog("produce", topic, "-f", str(source), "-k", ":", "-b", local.bootstrap)
+    assert done.returncode == 0, done.stderr
+    assert values_of(local, topic, 4) == [b"caf\xe9", b"\xff\xfe", b"plain", b"v\xe9"]
+
+
+def test_aborting_an_already_aborted_transaction_says_nothing_was_aborted(local: LocalCluster) -> None:
+    tid = unique("abort-twice")
+    topic = new_topic(local)
+    producer = Producer(local.bootstrap, transactional_id=tid)
+    producer.init_transactions()
+    producer.begin_transaction()
+    producer.send(topic, b"hanging").result()
+    first = oncelog("transactions", "abort", tid, "-b", local.bootstrap)
+    assert first.returncode == 0, first.stderr
+    assert first.stdout.startswith(f"aborted the transaction of {tid}; producer id ")
+    second = oncelog("transactions", "abort", tid, "-b", local.bootstrap)
+    assert second.returncode == 0, second.stderr
+    assert second.stdout in (
+        f"transactional id {tid} has no open transaction (state {state}); nothing was aborted\n"
+        for state in ("complete_abort", "prepare_abort")
+    )
+    producer.close()
+
+
+# ---------------------------------------------------------------------------------------------- output
+
+
+def test_tables_are_not_cut_when_stdout_is_not_a_terminal(local: LocalCluster) -> None:
+    topic = new_topic(local, name="wide-" + "x" * 120)
+    tid = "long-transactional-id-" + "y" * 120
+    with Producer(local.bootstrap, transactional_id=tid) as producer:
+        producer.init_transactions()
+    done = oncelog("topics", "describe", topic, "-b", local.bootstrap)
+    assert done.returncode == 0, done.stderr
+    assert "…" not in done.stdout
+    assert done.stdout.splitlines()[0].startswith(f"{topic}  (")
+    assert "partition-storage-0" in done.stdout and "retention_ms=" in done.stdout
+    done = oncelog("transactions", "list", "-b", local.bootstrap)
+    assert done.returncode == 0, done.stderr
+    [row] = [line for line in done.stdout.splitlines() if tid in line]
+    assert row.split("│")[1].strip() == tid and row.split("│")[3].strip() == "empty"
+
+
+def test_topics_describe_json_has_log_start_high_watermark_and_last_stable_offset(local: LocalCluster) -> None:
+    topic = new_topic(local)
+    with Producer(local.bootstrap) as producer:
+        producer.send(topic, b"a")
+        producer.send(topic, b"b")
+    with Producer(local.bootstrap, transactional_id=unique("lso")) as producer:
+        producer.init_transactions()
+        producer.begin_transaction()
+        producer.send(topic, b"open").result()  # the open transaction holds the last stable offset at 2
+        done = oncelog("topics", "describe", topic, "-o", "json", "-b", local.bootstrap)
+        producer.abort_transaction()
+    assert done.returncode == 0, done.stderr
+    [described] = json.loads(done.stdout)
+    assert described["topic"] == topic
+    assert described["partitions"] == [
+        {
+            "partition": 0,
+            "leader": "partition-storage-0",
+            "address": local.addresses("partition-storage")[0],
+            "leader_epoch": described["partitions"][0]["leader_epoch"],
+            "replicas": "partition-storage-0",
+            "in_sync": "partition-storage-0",
+            "log_start": 0,
+            "high_watermark": 3,
+            "last_stable": 2,
+        }
+    ]
+
+
+def test_every_listing_command_prints_json_and_plain(local: LocalCluster) -> None:
+    topic = new_topic(local)
+    tid = unique("listing")
+    with Producer(local.bootstrap, transactional_id=tid) as producer:
+        producer.init_transactions()
+        producer.begin_transaction()
+        producer.send(topic, b"x")
+        producer.commit_transaction()
+    b = ["-b", local.bootstrap]
+    listed = json.loads(oncelog("topics", "list", "-o", "json", *b).stdout)
+    assert {"topic": topic} in listed
+    assert topic in oncelog("topics", "list", *b).stdout.splitlines()
+    [txn] = json.loads(oncelog("transactions", "describe", tid, "-o", "json", *b).stdout)
+    assert (txn["transactional_id"], txn["state"]) == (tid, "complete_commit")
+    listing = json.loads(oncelog("transactions", "list", "-o", "json", *b).stdout)
+    assert [t["state"] for t in listing if t["transactional_id"] == tid] == ["complete_commit"]
+    [producer_row] = json.loads(oncelog("producers", "describe", topic, "-o", "json", *b).stdout)
+    assert (producer_row["partition"], producer_row["producer_id"]) == (0, txn["producer_id"])
+    plain = oncelog("producers", "describe", topic, "-o", "plain", *b).stdout
+    assert plain.split("\t")[0] == "0" and len(plain.splitlines()) == 1
+    assert json.loads(oncelog("groups", "offsets", unique("nobody"), "-o", "json", *b).stdout) == []
+
+
+def test_version_and_python_dash_m() -> None:
+    done = oncelog("--version")
+    assert done.returncode == 0
+    assert done.stdout.startswith("oncelog ") and done.stdout.split()[1][0].isdigit()
+
+
+# ---------------------------------------------------------------------------------------------- interrupts
+
+
+def test_ctrl_c_in_a_transactional_produce_aborts_and_says_so(local: LocalCluster) -> None:
+    topic = new_topic(local)
+    tid = unique("interrupted")
+    env = {k: v for k, v in os.environ.items() if k != "ONCELOG_BOOTSTRAP"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "oncelog", "produce", topic, "-t", tid, "-b", local.bootstrap],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
+    try:
+        assert proc.stdin is not None
+        proc.stdin.write(b"one\ntwo\n")
+        proc.stdin.flush()
+        with AdminClient(local.bootstrap) as admin:  # the signal: the coordinator holds the open transaction
+            while True:
+                described = admin.describe_transactions([tid]) if tid in admin_ids(admin) else {}
+                if tid in described and described[tid].state == "ongoing" and described[tid].partitions:
+                    break
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130
+    assert stderr.decode() == (
+        "error: interrupted: aborted the open transaction (2 record(s) discarded); 0 record(s) were committed before\n"
+    )
+    with AdminClient(local.bootstrap) as admin:
+        assert admin.describe_transactions([tid])[tid].state in ("prepare_abort", "complete_abort")
+
+
+def admin_ids(admin: AdminClient) -> set[str]:
+    return {t.transactional_id for t in admin.list_transactions()}
