@@ -183,11 +183,11 @@ def test_topics_describe_json_has_log_start_high_watermark_and_last_stable_offse
             "leader": "partition-storage-0",
             "address": local.addresses("partition-storage")[0],
             "leader_epoch": described["partitions"][0]["leader_epoch"],
-            "replicas": "partition-storage-0",
-            "in_sync": "partition-storage-0",
             "log_start": 0,
             "high_watermark": 3,
             "last_stable": 2,
+            "replicas": ["partition-storage-0"],
+            "in_sync": ["partition-storage-0"],
         }
     ]
 

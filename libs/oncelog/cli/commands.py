@@ -242,8 +242,7 @@ def topics_list(bootstrap: str | None = Bootstrap, output: Format = output_optio
     print_rows([(name,) for name in names], ["topic"], output, title="topics")
 
 
-_PARTITION_COLUMNS = ["partition", "leader", "address", "leader epoch", "replicas", "in sync"]
-_PARTITION_COLUMNS += ["log start", "high watermark", "last stable"]
+_PARTITION_COLUMNS = ["partition", "leader", "address", "leader epoch", "log start", "high watermark", "last stable"]
 
 
 def _partition_rows(admin: AdminClient, topic: TopicInfo) -> list[tuple[Any, ...]]:
@@ -258,10 +257,7 @@ def _partition_rows(admin: AdminClient, topic: TopicInfo) -> list[tuple[Any, ...
     for p in topic.partitions:
         tp = TopicPartition(topic.name, p.partition)
         known = [offsets[k][tp][0] if tp in offsets.get(k, {}) else None for k in ("start", "hw", "lso")]
-        replicas, isr = ",".join(p.replicas), ",".join(p.isr)
-        rows.append(
-            (p.partition, p.leader_node_id, p.leader_address or "OFFLINE", p.leader_epoch, replicas, isr, *known)
-        )
+        rows.append((p.partition, p.leader_node_id, p.leader_address or "OFFLINE", p.leader_epoch, *known))
     return rows
 
 
@@ -290,7 +286,10 @@ def topics_describe(
                 "topic": t.name,
                 "topic_id": t.topic_id,
                 "configs": dict(sorted(t.configs.items())),
-                "partitions": [dict(zip(keys, row, strict=True)) for row in rows],
+                "partitions": [
+                    {**dict(zip(keys, row, strict=True)), "replicas": list(p.replicas), "in_sync": list(p.isr)}
+                    for p, row in zip(t.partitions, rows, strict=True)
+                ],
             }
             for t, rows in described
         ]
@@ -301,7 +300,26 @@ def topics_describe(
             print_rows([(topic.name, *row) for row in rows], ["topic", *_PARTITION_COLUMNS], output)
             continue
         print_rows(rows, _PARTITION_COLUMNS, output, title=f"{topic.name}  ({topic.topic_id})")
+        if any(len(p.replicas) > 1 for p in topic.partitions):
+            print_table(replica_table(topic), "replicas (preferred leader first)")
         stdout_console().print(Text("configs: " + ", ".join(f"{k}={v}" for k, v in sorted(topic.configs.items()))))
+
+
+def replica_table(topic: TopicInfo) -> Table:
+    """Replicas and in-sync replicas per partition; an ISR smaller than the replica list is highlighted."""
+    table = Table()
+    table.add_column("partition", justify="right")
+    table.add_column("replicas")
+    table.add_column("in sync")
+    for p in topic.partitions:
+        isr = "\n".join(p.isr)
+        complete = set(p.isr) == set(p.replicas)
+        table.add_row(
+            str(p.partition),
+            Text("\n".join(p.replicas)),
+            Text(isr) if complete else Text(isr or "(none)", style="yellow"),
+        )
+    return table
 
 
 @topics_app.command("delete")
