@@ -209,7 +209,8 @@ class PendingAppend:
         """Wait until the written (or, for a duplicate, the original) batches are below the high watermark.
 
         Raises:
-            StorageUnavailable: the fsync failed (``definite=False``) or the partition went offline.
+            StorageUnavailable: the fsync failed or the partition went offline or closed meanwhile; always
+                ``definite=False``, since the batches are in the log and may survive.
         """
         await self._engine._await_high_watermark(self._durable_offset)
         return self.result
@@ -536,7 +537,7 @@ class PartitionEngine:
 
     async def _await_high_watermark(self, offset: int) -> None:
         """Return once the high watermark is at or above ``offset`` (fsyncing through group commit)."""
-        self._check_online()
+        self._check_waiting_write()
         if self._high_watermark >= offset:
             return
         await self._await_durable(offset)
@@ -546,7 +547,7 @@ class PartitionEngine:
         """Return once everything below ``offset`` is fsynced, whatever the topic's flush setting."""
         if self._log.recovery_point >= offset:
             return
-        self._check_online()
+        self._check_waiting_write()
         waiter = asyncio.get_running_loop().create_future()
         heapq.heappush(self._durability_waiters, (offset, next(self._waiter_ids), waiter))
         if self._pump is None:
@@ -608,6 +609,22 @@ class PartitionEngine:
             )
         if self._closed:
             raise StorageUnavailable(f"partition {self._log.directory.name} is closed", definite=True)
+
+    def _check_waiting_write(self) -> None:
+        """:meth:`_check_online` for a wait on data already in the log: closing never makes it definite.
+
+        ``close()`` flushes what was written, so a write waiting for its fsync when the partition closes
+        (leadership moved, shutdown) may well survive: reporting it as definitely failed would make an
+        idempotent producer that gave up tell its user so, and a re-send would duplicate it.
+        """
+        if self._closed and self._failure is None:
+            raise StorageUnavailable(
+                f"partition {self._log.directory.name} closed while a write waited for its fsync; the write is "
+                "in the log and may survive, so its outcome is unknown: retry it with the same producer identity "
+                "(it is deduplicated) on the new leader",
+                definite=False,
+            )
+        self._check_online()
 
     def _fail(self, err: BaseException) -> None:
         if self._failure is None:

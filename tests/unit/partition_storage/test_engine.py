@@ -612,6 +612,20 @@ async def test_recovery_never_loads_a_snapshot_below_the_log_start(opened, tmp_p
     assert snapshots == [log_end], "the stale snapshot is gone, and recovery stored what it replayed"
 
 
+async def test_a_write_waiting_for_its_fsync_when_the_engine_closes_is_indeterminate(opened) -> None:
+    """Issue 25 item 6: close() flushes the batch, so the wait must not report it as definitely failed."""
+    engine = await opened()
+    pending = await engine.write(data(7, 0, 0, tag="in-the-log"))
+    assert not pending.acknowledged
+    await engine.close()  # leadership moved, or SIGTERM
+    with pytest.raises(StorageUnavailable) as info:
+        await pending.wait()
+    assert info.value.definite is False, "the write is in the log: its outcome is unknown, not failed"
+    reopened = await opened()
+    assert uncommitted_values(reopened.read(0, 1 << 20, RU)) == [b"in-the-log-0"], "the write survived"
+    assert (await reopened.append(data(7, 0, 0, tag="in-the-log"))).duplicate, "a retry is deduplicated"
+
+
 async def test_closed_engine_refuses_requests(opened) -> None:
     engine = await opened()
     await engine.close()
