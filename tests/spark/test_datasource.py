@@ -8,12 +8,16 @@ checkpoint round trip of our offsets, and how errors surface to the user.
 from __future__ import annotations
 
 import json
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from oncelog.api.storage.v1 import OFFSET_SPEC_LATEST
+from oncelog.client.fetch_filter import IsolationLevel
+from oncelog.spark.channels import LogClient
 from oncelog.testing import LocalCluster
 
 from .conftest import Topic
@@ -103,3 +107,70 @@ def test_bad_options_are_reported_with_the_option_name(spark: Any, cluster: Loca
     query = frame.writeStream.format("noop").option("checkpointLocation", str(tmp_path / "c")).start()
     with pytest.raises(Exception, match=r"topic: .*no-such-topic"):
         query.awaitTermination(120)
+
+
+class BackgroundWriter:
+    """Appends to every partition of ``topic`` until stopped, as producers do while a query starts."""
+
+    def __init__(self, topic: Topic, partitions: int = 2) -> None:
+        self.topic, self.partitions = topic, partitions
+        self.stopped = threading.Event()
+        self.appended = threading.Semaphore(0)
+        self.failure: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, name="background-writer", daemon=True)
+
+    def __enter__(self) -> BackgroundWriter:
+        self.thread.start()
+        self.appended.acquire()  # the topic is being written before the query starts
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stopped.set()
+        self.thread.join(30)
+        assert self.failure is None, self.failure
+
+    def _run(self) -> None:
+        try:
+            i = 0
+            while not self.stopped.is_set():
+                for p in range(self.partitions):
+                    self.topic.append(p, [f"{p}-{i}"])
+                self.appended.release()
+                i += 1
+                self.stopped.wait(0.02)  # the pace of the producers, not a synchronisation
+        except BaseException as exc:  # reported by __exit__
+            self.failure = exc
+
+
+def test_stream_from_latest_on_a_topic_being_written_loses_nothing_through_a_restart(
+    spark: Any, cluster: LocalCluster, tmp_path: Path
+) -> None:
+    """``startingOffsets=latest`` (the default) under Trigger.AvailableNow while producers write, then a restart
+    that replays batch 0 and two more runs.
+
+    Spark asks the source for batch 0's start when it plans it, when it runs it and when a restart replays
+    it; the records written in between must not move that start (the snapshot of AvailableNow then looked
+    like a truncated topic, and a replay failed with "end offset … is before start offset …"), and every
+    record after it must be read exactly once.
+    """
+    topic = Topic(cluster)
+    checkpoint, output = tmp_path / "checkpoint", tmp_path / "out"
+    frame = read_stream(spark, cluster, topic).selectExpr("partition", "offset")
+    with BackgroundWriter(topic):
+        first = run_available_now(frame, output, checkpoint)
+        assert first.recentProgress[0]["batchId"] == 0 and first.recentProgress[0]["numInputRows"] == 0
+        pinned = json.loads(first.recentProgress[0]["sources"][0]["endOffset"])[topic.name]
+        last = max(b["batchId"] for b in first.recentProgress)
+        # as if the driver died after the last batch's offsets were logged but before its commit
+        (checkpoint / "commits" / str(last)).unlink()
+        (checkpoint / "commits" / f".{last}.crc").unlink(missing_ok=True)
+        replay = run_available_now(frame, output, checkpoint)
+        assert replay.recentProgress[0]["batchId"] == last, "the restart replayed the uncommitted batch"
+    run_available_now(frame, output, checkpoint)  # the rest, now that the writer stopped
+    client = LogClient([cluster.bootstrap])
+    end = client.list_offsets(client.topic_partitions([topic.name]), OFFSET_SPEC_LATEST, IsolationLevel.READ_COMMITTED)
+    written = sorted((r.partition, r.offset) for r in spark.read.parquet(str(output)).collect())
+    expected = sorted((tp.partition, o) for tp in end for o in range(pinned[str(tp.partition)], end[tp]))
+    assert min(end.values()) > max(pinned.values()), "records arrived after the start was pinned"
+    assert len(written) == len(set(written)), "no record twice"
+    assert written == expected, "every record after the pinned start, none before"

@@ -270,10 +270,18 @@ class _Planner:
             wanted.update(self.bounds(latest, storage_pb.OFFSET_SPEC_LATEST))
         return wanted
 
-    def checkpointed(self, document: Mapping[str, Any]) -> PartitionOffsets:
-        """Offsets Spark read back from its checkpoint; they must belong to this source's topics."""
+    def checkpointed(self, document: Mapping[str, Any], *, initial: bool = False) -> PartitionOffsets:
+        """Offsets Spark read back from its checkpoint; they must belong to this source's topics.
+
+        Args:
+            document: the offsets JSON.
+            initial: the document may be a start from :meth:`OncelogStreamReader.initialOffset`, whose
+                partitions at ``latest`` hold -1 until batch 0 pins them.
+        """
         try:
-            offsets = offsets_from_json(document)
+            offsets = offsets_from_json(document, allow_sentinels=initial)
+            if any(offset == EARLIEST for offset in offsets.values()):
+                raise ValueError("-2 (earliest) is not a checkpointed offset")
         except ValueError as exc:
             raise OptionError([f"checkpointLocation: the checkpointed source offset is not ours: {exc}"]) from None
         foreign = sorted({tp.topic for tp in offsets} - set(self.options.topics))
@@ -359,10 +367,23 @@ class OncelogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._latest: PartitionOffsets | None = None
 
     def initialOffset(self) -> dict:
-        """Where a new query starts: ``startingOffsets`` resolved against the cluster now."""
+        """Where a new query starts: ``startingOffsets``, with ``latest`` left for the first batch to pin.
+
+        Spark calls this more than once for the same batch 0 — to plan it, to run it, and again when it
+        replays batch 0 after a restart — and never records the answer. Earliest and explicit offsets are
+        resolved here (the same answer each time while retention keeps the data). A partition starting at
+        ``latest`` is answered with the marker ``-1`` instead of the log's current end, which moves while
+        the topic is written: the first :meth:`latestOffset` resolves it once, and batch 0 then ends there
+        and reads nothing of that partition. Spark writes that end into ``offsets/0``, so every later call,
+        replay and restart starts from the same pinned offset (Spark's Kafka source pins it in a file of
+        the checkpoint instead, which a Python source cannot reach).
+        """
         planner = _Planner(self.options)
         tps = planner.topic_partitions()
-        return offsets_to_json(planner.resolve("startingOffsets", self.options.starting_offsets, tps))
+        spec = self.options.starting_offsets
+        at_latest = [tp for tp in tps if spec.offset_for(tp) == LATEST]
+        resolved = planner.resolve("startingOffsets", spec, [tp for tp in tps if tp not in at_latest])
+        return offsets_to_json({**resolved, **dict.fromkeys(at_latest, LATEST)})
 
     def getDefaultReadLimit(self) -> ReadLimit:
         """``maxRecordsPerTrigger`` or ``maxBytesPerTrigger`` as Spark's read limit (both apply when both are set)."""
@@ -385,10 +406,16 @@ class OncelogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             OffsetOutOfRange: a partition now ends before the checkpointed offset and ``failOnDataLoss`` is set.
         """
         planner = _Planner(self.options)
-        begin = planner.checkpointed(start)
+        begin = planner.checkpointed(start, initial=True)
         tps = planner.topic_partitions()
         latest = planner.bounds(tps, storage_pb.OFFSET_SPEC_LATEST)
         self._latest = dict(latest)
+        for tp, offset in begin.items():
+            if offset == LATEST:
+                # batch 0 of a query starting at latest: pin the start here, once (see initialOffset); under
+                # Trigger.AvailableNow "latest" is the end the trigger snapshotted
+                pinned = self._target if self._target is not None and tp in self._target else latest
+                begin[tp] = pinned.get(tp, 0)
         if self._target is not None:
             latest = {tp: min(latest[tp], self._target[tp]) for tp in tps if tp in self._target}
         for tp, offset in begin.items():
@@ -456,9 +483,12 @@ class OncelogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         """The tasks of one micro-batch; the same ``(start, end)`` always gives the same tasks."""
         planner = _Planner(self.options)
+        begin, stop = planner.checkpointed(start, initial=True), planner.checkpointed(end)
+        # a partition that started at latest ends batch 0 where latestOffset pinned it: nothing to read
+        begin = {tp: stop.get(tp, 0) if offset == LATEST else offset for tp, offset in begin.items()}
         ranges = plan_ranges(
-            planner.checkpointed(start),
-            planner.checkpointed(end),
+            begin,
+            stop,
             min_partitions=self.options.min_partitions,
             max_records_per_partition=self.options.max_records_per_partition,
         )

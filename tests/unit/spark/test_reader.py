@@ -254,10 +254,58 @@ def test_starting_offsets_latest_skips_existing_data(cluster: LocalCluster, topi
     topic.append(0, ["old"])
     reader = source(cluster, topic).streamReader(None)
     start = reader.initialOffset()
-    assert start == {topic.name: {"0": 1}}
+    assert start == {topic.name: {"0": -1}}, "latest is pinned by batch 0, not here"
+    first = reader.latestOffset(start, ReadAllAvailable())
+    assert first == {topic.name: {"0": 1}} and rows(reader, reader.partitions(start, first)) == []
     topic.append(0, ["new"])
-    end = reader.latestOffset(start, ReadAllAvailable())
-    assert values(rows(reader, reader.partitions(start, end))) == ["new"]
+    end = reader.latestOffset(first, ReadAllAvailable())
+    assert values(rows(reader, reader.partitions(first, end))) == ["new"]
+
+
+def test_starting_offsets_latest_stays_pinned_across_calls_and_restarts(cluster: LocalCluster, topic3: Topic) -> None:
+    """Spark asks initialOffset() to plan batch 0, again to run it, and again when a restart replays it.
+
+    Records keep arriving between those calls; every call must describe the same batch 0, and the records
+    after its end must all reach batch 1.
+    """
+    options = {"startingOffsets": "latest", "maxRecordsPerTrigger": 1000}
+    for p in range(3):
+        topic3.append(p, [f"old-{p}"])
+    reader = source(cluster, topic3, **options).streamReader(None)
+    planned = reader.initialOffset()
+    topic3.append(0, ["arrived-before-batch-0-was-planned"])  # part of "latest": skipped
+    batch0_end = reader.latestOffset(planned, reader.getDefaultReadLimit())
+    topic3.append(1, ["arrived-while-batch-0-ran"])
+    ran = reader.initialOffset()
+    assert ran == planned
+    assert rows(reader, reader.partitions(ran, batch0_end)) == [], "batch 0 starts at latest: it reads nothing"
+    topic3.append(2, ["arrived-before-the-restart"])
+    restarted = source(cluster, topic3, **options).streamReader(None)  # a new driver process replays batch 0
+    replayed = restarted.initialOffset()
+    assert replayed == planned
+    assert rows(restarted, restarted.partitions(replayed, batch0_end)) == []
+    later = drain(restarted, batch0_end, restarted.getDefaultReadLimit())
+    found = [r for s, e in later for r in rows(restarted, restarted.partitions(s, e))]
+    assert sorted(values(found)) == [
+        "arrived-before-the-restart",
+        "arrived-while-batch-0-ran",
+    ], "latest is pinned when batch 0 is planned: nothing older is read, nothing newer lost"
+
+
+def test_trigger_available_now_from_latest_reads_nothing_old(cluster: LocalCluster, topic: Topic) -> None:
+    """Trigger.AvailableNow snapshots its end before Spark asks for the start; a later write must not make the
+    start lie after that end (which looked like a truncated topic)."""
+    topic.append(0, ["old"])
+    reader = source(cluster, topic, startingOffsets="latest").streamReader(None)
+    reader.prepareForTriggerAvailableNow()
+    topic.append(0, ["after-the-snapshot"])
+    planned = drain(reader, reader.initialOffset(), reader.getDefaultReadLimit())
+    assert [e for _, e in planned] == [{topic.name: {"0": 1}}], "one empty batch 0 ending at the snapshot"
+    assert [r for s, e in planned for r in rows(reader, reader.partitions(s, e))] == []
+    following = source(cluster, topic, startingOffsets="latest").streamReader(None)  # the next AvailableNow run
+    following.prepareForTriggerAvailableNow()
+    later = drain(following, planned[-1][1], following.getDefaultReadLimit())
+    assert values([r for s, e in later for r in rows(following, following.partitions(s, e))]) == ["after-the-snapshot"]
 
 
 def test_partition_added_while_running_is_read_from_zero(cluster: LocalCluster, topic3: Topic) -> None:
