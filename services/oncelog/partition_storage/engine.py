@@ -704,10 +704,10 @@ class PartitionEngine:
             return self._producers.remove_expired_producers()
 
     async def enforce_retention(self) -> list[int]:
-        """Delete whole segments beyond the topic's retention; returns their base offsets."""
+        """Delete whole segments beyond the topic's retention, never past the high watermark; returns their bases."""
         self._check_online()
         async with self._lock:
-            deleted = self._log.enforce_retention()
+            deleted = self._log.enforce_retention(up_to=self._high_watermark)
             for base in deleted:
                 self._txn_indexes.pop(base, None)
             if deleted:

@@ -525,8 +525,12 @@ class PartitionLog:
 
     # ------------------------------------------------------------------------------------------ retention
 
-    def enforce_retention(self, now_ms: int | None = None) -> list[int]:
+    def enforce_retention(self, now_ms: int | None = None, *, up_to: int | None = None) -> list[int]:
         """Delete whole old segments beyond ``retention_ms`` or ``retention_bytes``; never the active one.
+
+        With ``up_to`` (the high watermark), only segments that end at or below it are deleted: retention
+        never takes a write that is not acknowledged yet (Kafka bounds deletable segments by the high
+        watermark), so nothing is acknowledged after its segment is gone.
 
         Kafka's rules (``deleteRetentionMsBreachedSegments``, ``deleteRetentionSizeBreachedSegments``):
         oldest first, a segment is deleted when ``now - largest timestamp > retention_ms``, or while the log
@@ -542,6 +546,9 @@ class PartitionLog:
             if self._closed:
                 return []
             candidates = self._segments[:-1]
+            if up_to is not None:
+                # a segment ends where the next one starts
+                candidates = [seg for seg, nxt in zip(candidates, self._bases[1:], strict=True) if nxt <= up_to]
             by_time = 0
             if self._retention_ms >= 0:
                 while by_time < len(candidates) and now - candidates[by_time].largest_timestamp > self._retention_ms:

@@ -475,6 +475,19 @@ async def test_retention_deletes_old_segments(opened, clock: Clock) -> None:
     assert engine.read(engine.log_start_offset, 1 << 20, RC).records
 
 
+async def test_retention_never_deletes_writes_above_the_high_watermark(opened) -> None:
+    """Issue 25 item 8: segments holding writes that are not acknowledged yet stay until they are."""
+    engine = await opened(segment_bytes=300, retention_bytes=100)
+    pending = [await engine.write(data(7, 0, 3 * batch, n=3, tag=f"b{batch}")) for batch in range(6)]
+    assert engine.high_watermark == 0 and engine.log_end_offset == 18
+    assert await engine.enforce_retention() == [], "nothing below the high watermark: nothing may go"
+    for write in pending:
+        await write.wait()
+    assert engine.high_watermark == 18
+    assert await engine.enforce_retention() == [0]
+    assert uncommitted_values(engine.read(engine.log_start_offset, 1 << 20, RU))
+
+
 # ---------------------------------------------------------------------------------------------------- recovery
 
 
