@@ -168,3 +168,39 @@ def test_bad_usage_is_refused_with_the_fix(cluster: LocalCluster) -> None:
         consumer.poll()
     with pytest.raises(ValueError, match="isolation_level"):
         Consumer(cluster.bootstrap, isolation_level="read_everything")
+
+
+def test_rewind_without_a_committed_offset_returns_to_the_first_input_of_the_aborted_transaction(
+    cluster: LocalCluster,
+) -> None:
+    source, sink = new_topic(cluster.bootstrap), new_topic(cluster.bootstrap)
+    tp = TopicPartition(source, 0)
+    produce(cluster.bootstrap, source, 10)
+    group = f"rewind-{uuid.uuid4().hex[:6]}"
+    with (
+        Consumer(cluster.bootstrap, group_id=group, auto_offset_reset="latest") as consumer,
+        Producer(cluster.bootstrap, transactional_id=f"rewind-{group}") as producer,
+    ):
+        consumer.assign([tp])
+        assert consumer.position(tp) == 10  # "latest": the group has no committed offset
+        produce(cluster.bootstrap, source, 5)
+        producer.init_transactions()
+        producer.begin_transaction()
+        for record in poll_until(consumer, 5):
+            producer.send(sink, record.value)
+        producer.send_offsets_to_transaction({tp: consumer.position(tp)}, consumer.group_metadata())
+        assert consumer.position(tp) == 15
+        producer.abort_transaction()
+        assert consumer.rewind_to_committed() == {tp: 10}
+        assert [r.offset for r in poll_until(consumer, 5)] == list(range(10, 15))
+
+
+def test_rewind_after_seek_with_auto_offset_reset_none_returns_to_the_seek(cluster: LocalCluster) -> None:
+    topic = new_topic(cluster.bootstrap)
+    tp = TopicPartition(topic, 0)
+    produce(cluster.bootstrap, topic, 6)
+    with Consumer(cluster.bootstrap, group_id=f"seek-{uuid.uuid4().hex[:6]}", auto_offset_reset="none") as consumer:
+        consumer.assign([tp])
+        consumer.seek(tp, 3)
+        assert [r.offset for r in poll_until(consumer, 3)] == [3, 4, 5]
+        assert consumer.rewind_to_committed() == {tp: 3}

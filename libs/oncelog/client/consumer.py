@@ -64,6 +64,9 @@ class _PartitionState:
     position: int | None = None
     reset: str | None = None
     """How to find the position when it is None: "committed", "earliest" or "latest"."""
+    start: int | None = None
+    """Where this consumer began reading the partition (its first resolved position, or the last ``seek()``):
+    ``rewind_to_committed()`` returns here while the group has no committed offset for it."""
     leader_epoch: int | None = None
     """Leader epoch of the last record returned, committed with the offset."""
     buffered: CompletedFetch | None = None
@@ -268,6 +271,7 @@ class Consumer:
             raise ValueError(f"offset must be >= 0, got {offset}")
         state = self._state(TopicPartition(*partition))
         state.position, state.reset, state.buffered, state.error = offset, None, None, None
+        state.start = offset
 
     def seek_to_beginning(self, partitions: Iterable[TopicPartition] | None = None) -> None:
         """Read from the log start of ``partitions`` (default all assigned), evaluated lazily."""
@@ -281,6 +285,7 @@ class Consumer:
         for tp in self._assignment if partitions is None else [TopicPartition(*p) for p in partitions]:
             state = self._state(tp)
             state.position, state.reset, state.buffered, state.error = None, reset, None, None
+            state.start = None
 
     def position(self, partition: TopicPartition | tuple[str, int], timeout: float | None = None) -> int:
         """The offset of the next record ``poll()`` returns for ``partition``, resolving it if needed.
@@ -304,8 +309,11 @@ class Consumer:
         In a consume-transform-produce loop the committed offset of each input partition is the first
         input offset of the transaction that was aborted, so the records it read are read again. The
         committed offsets are fetched with ``require_stable``: the call waits until the abort has
-        removed the transaction's pending offsets. Partitions without a committed offset start at
-        ``auto_offset_reset``. Buffered records are dropped.
+        removed the transaction's pending offsets. A partition without a committed offset goes back to
+        where this consumer began reading it (its first position, from ``auto_offset_reset``, or the last
+        ``seek()``): no transaction committed offsets for it, so everything read since then is input of
+        the aborted transaction (or of none). Only a partition never read starts at ``auto_offset_reset``.
+        Buffered records are dropped.
 
         Returns:
             The new position of each partition.
@@ -348,6 +356,8 @@ class Consumer:
                         if found is not None:
                             state.position, state.reset = found.offset, None
                             state.leader_epoch = found.leader_epoch
+                        elif state.start is not None:
+                            state.position, state.reset = state.start, None  # a rewind: back to the first read
                         else:
                             state.reset = self._auto_offset_reset
                 by_reset: dict[str, list[TopicPartition]] = {}
@@ -365,6 +375,8 @@ class Consumer:
                         state = self._assignment.get(tp)
                         if state is not None and state.position is None and state.reset == reset:
                             state.position, state.reset = offset, None
+                            if state.start is None:
+                                state.start = offset
                 continue
             except OncelogError as err:
                 if not err.retriable:
