@@ -101,3 +101,57 @@ def test_commit_after_a_failed_offset_commit_carries_the_offsets(tmp_path: Path)
             committed = consumer.committed([tp], timeout=30)[tp]
         assert committed is not None and committed.offset == 10
         assert [r.value for r in read_all(cluster.bootstrap, sink)] == [b"output of input 0..9"]
+
+
+def produce(bootstrap: str, topic: str, values: list[bytes]) -> None:
+    with Producer(bootstrap) as producer:
+        for value in values:
+            producer.send(topic, value)
+
+
+def restart_on_a_new_port(cluster: LocalCluster, node_id: str) -> str:
+    """Kill ``node_id`` and start it again; it binds a new free port (the fault: its old address is dead)."""
+    old = cluster.node(node_id).address
+    cluster.kill(node_id)
+    new = cluster.restart(node_id)
+    assert new != old, "the node came back on its old port: the fault did not land"
+    return new
+
+
+def test_end_and_beginning_offsets_retry_within_their_timeout_after_the_leader_moved(tmp_path: Path) -> None:
+    with LocalCluster(tmp_path, storage_nodes=1) as cluster:
+        topic = new_topic(cluster.bootstrap)
+        tp = TopicPartition(topic, 0)
+        produce(cluster.bootstrap, topic, [b"a", b"b", b"c"])
+        with Consumer(cluster.bootstrap) as consumer:
+            assert consumer.end_offsets([tp]) == {tp: 3}  # the leader's address is cached now
+            restart_on_a_new_port(cluster, "partition-storage-0")
+            assert consumer.end_offsets([tp], timeout=60) == {tp: 3}
+            restart_on_a_new_port(cluster, "partition-storage-0")
+            assert consumer.beginning_offsets([tp], timeout=60) == {tp: 0}
+
+
+def test_consumer_without_a_group_reaches_the_cluster_after_its_bootstrap_node_moved(tmp_path: Path) -> None:
+    """The consumer's only bootstrap address is the storage node that leads its partition; the node restarts on
+    a new port while every other process stays up. The consumer finds it again through the nodes it learned."""
+    with LocalCluster(tmp_path, storage_nodes=1) as cluster:
+        topic = new_topic(cluster.bootstrap)
+        tp = TopicPartition(topic, 0)
+        produce(cluster.bootstrap, topic, [b"before"])
+        storage = cluster.node("partition-storage-0")
+        with Consumer(storage.address) as consumer:
+            consumer.assign([tp])
+            assert [r.value for r in poll_until(consumer, 1)] == [b"before"]
+            wait_until(lambda: len(consumer._metadata._addresses()) > 1, "the consumer to learn the cluster's nodes")
+            restart_on_a_new_port(cluster, storage.node_id)
+            produce(cluster.bootstrap, topic, [b"after"])
+            assert [r.value for r in poll_until(consumer, 1)] == [b"after"]
+
+
+def poll_until(consumer: Consumer, count: int, timeout_s: float = 60) -> list:
+    records: list = []
+    deadline = time.monotonic() + timeout_s
+    while len(records) < count:
+        assert time.monotonic() < deadline, f"{len(records)} of {count} records arrived"
+        records.extend(consumer.poll(timeout_ms=200, max_records=count - len(records)))
+    return records

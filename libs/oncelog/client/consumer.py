@@ -390,6 +390,25 @@ class Consumer:
                 log.debug("position lookup failed (%s); retrying", err)
                 await asyncio.sleep(deadline.cap(backoff.next_s()))
 
+    async def _lookup_offsets(
+        self, partitions: Sequence[TopicPartition], reset: str, deadline: Deadline
+    ) -> dict[TopicPartition, int]:
+        """:meth:`_list_offsets`, retried until ``deadline`` while the error is retriable (a leader moved)."""
+        backoff = Backoff(self._retry_backoff_ms, 1_000)
+        while True:
+            try:
+                return await self._list_offsets(partitions, reset, deadline)
+            except OncelogError as err:
+                if not err.retriable or err.reason is Reason.UNKNOWN_TOPIC_OR_PARTITION:
+                    raise
+                if deadline.expired:
+                    raise RetriableError(
+                        f"could not look up the {reset} offsets of {', '.join(map(str, partitions))}: {err.message}",
+                        cause=err,
+                    ) from err
+                log.debug("offsets lookup failed (%s); retrying", err)
+                await asyncio.sleep(deadline.cap(backoff.next_s()))
+
     async def _list_offsets(
         self, partitions: Sequence[TopicPartition], reset: str, deadline: Deadline
     ) -> dict[TopicPartition, int]:
@@ -541,20 +560,34 @@ class Consumer:
     def beginning_offsets(
         self, partitions: Iterable[TopicPartition], timeout: float | None = None
     ) -> dict[TopicPartition, int]:
-        """The first offset still stored in each partition."""
+        """The first offset still stored in each partition.
+
+        Retries within ``timeout`` (default ``default_api_timeout_ms``) while a leader moves or is unreachable.
+
+        Raises:
+            UnknownTopicOrPartition: a topic or partition does not exist.
+            RetriableError: no answer within ``timeout``.
+        """
         self._ensure_open()
         return self._run(
-            self._list_offsets([TopicPartition(*p) for p in partitions], "earliest", self._deadline(timeout))
+            self._lookup_offsets([TopicPartition(*p) for p in partitions], "earliest", self._deadline(timeout))
         )
 
     def end_offsets(
         self, partitions: Iterable[TopicPartition], timeout: float | None = None
     ) -> dict[TopicPartition, int]:
         """The end of each partition for this consumer: the last stable offset at read_committed, else the
-        high watermark. A read_committed consumer that read everything has exactly this position."""
+        high watermark. A read_committed consumer that read everything has exactly this position.
+
+        Retries within ``timeout`` (default ``default_api_timeout_ms``) while a leader moves or is unreachable.
+
+        Raises:
+            UnknownTopicOrPartition: a topic or partition does not exist.
+            RetriableError: no answer within ``timeout``.
+        """
         self._ensure_open()
         return self._run(
-            self._list_offsets([TopicPartition(*p) for p in partitions], "latest", self._deadline(timeout))
+            self._lookup_offsets([TopicPartition(*p) for p in partitions], "latest", self._deadline(timeout))
         )
 
     def partitions_for(self, topic: str) -> list[TopicPartition]:

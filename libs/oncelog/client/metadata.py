@@ -5,7 +5,9 @@ address and leader epoch, and the owner of each transactional id's or group's co
 asks again when an answer goes stale: a partition reports NOT_LEADER, a fenced leader epoch or an unknown
 partition, a connection breaks, or a coordinator says NOT_COORDINATOR. Any process of the cluster
 answers ClusterService, so a question goes to the bootstrap addresses first and then to any node seen in
-an answer, moving on while one is unreachable.
+an answer, moving on while one is unreachable. At first contact (and again every metadata max age) the
+client learns every live node from DescribeCluster, so it still finds the cluster when its bootstrap
+address and the leaders it knew are gone.
 
 Cached reads (:meth:`ClusterMetadata.cached_topic`) are safe from any thread: each topic's entry is an
 immutable value replaced whole. Everything that calls the network runs on the client's I/O loop.
@@ -14,6 +16,7 @@ immutable value replaced whole. Everything that calls the network runs on the cl
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -34,6 +37,10 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+
+log = logging.getLogger("oncelog.client.metadata")
+
+_MAX_KNOWN_ADDRESSES = 64
 
 _ROLE_NAMES = {
     cluster_pb.SERVICE_ROLE_PID_ALLOCATOR: "pid-allocator",
@@ -181,7 +188,9 @@ class ClusterMetadata:
     ) -> None:
         self._channels = channels
         self._bootstrap = tuple(bootstrap)
-        self._known_addresses: dict[str, None] = {}
+        self._known_addresses: dict[str, None] = {}  # oldest first; at most _MAX_KNOWN_ADDRESSES
+        self._nodes_learned_at: float | None = None
+        self._learn_task: asyncio.Task[None] | None = None
         self._request_timeout_s = request_timeout_s
         self._retry_backoff_ms = retry_backoff_ms
         self._retry_backoff_max_ms = retry_backoff_max_ms
@@ -206,11 +215,14 @@ class ClusterMetadata:
         last: OncelogError | None = None
         for address in self._addresses():
             try:
-                return await rpc(self._channels.cluster(address))
+                answer = await rpc(self._channels.cluster(address))
             except OncelogError as err:
                 if err.reason not in (Reason.NETWORK_EXCEPTION, Reason.REQUEST_TIMED_OUT):
                     raise
                 last = err
+                continue
+            self._maybe_learn_nodes()
+            return answer
         raise BootstrapError(
             f"no oncelog server answered at {', '.join(self._addresses())} (last error: {last}); check that the "
             "cluster runs (`oncelog dev`) and that bootstrap names one of its addresses",
@@ -222,8 +234,30 @@ class ClusterMetadata:
 
     def _learn(self, addresses: Iterable[str]) -> None:
         for address in addresses:
-            if address and len(self._known_addresses) < 64:
-                self._known_addresses.setdefault(address)
+            if address:
+                self._known_addresses.pop(address, None)  # newest last: the oldest (likeliest gone) go first
+                self._known_addresses[address] = None
+        while len(self._known_addresses) > _MAX_KNOWN_ADDRESSES:
+            del self._known_addresses[next(iter(self._known_addresses))]
+
+    def _maybe_learn_nodes(self) -> None:
+        """Learn every live node's address in the background, at first contact and then every max age.
+
+        Every process serves ClusterService, so each is a bootstrap candidate (Kafka keeps every node of its
+        metadata as one): a client whose bootstrap address and leaders are gone still reaches the cluster.
+        """
+        now = time.monotonic()
+        if self._nodes_learned_at is not None and now - self._nodes_learned_at < self._max_age_s:
+            return
+        self._nodes_learned_at = now
+        self._learn_task = asyncio.get_running_loop().create_task(self._learn_nodes())
+
+    async def _learn_nodes(self) -> None:
+        try:
+            await self.describe_cluster()
+        except OncelogError as err:
+            self._nodes_learned_at = None  # try again at the next successful call
+            log.debug("could not learn the cluster's nodes: %s", err)
 
     async def describe_cluster(self, *, include_expired: bool = False) -> ClusterDescription:
         """DescribeCluster, on any address."""
