@@ -16,8 +16,9 @@ from oncelog.api.storage.v1 import partition_storage_service_pb2
 from oncelog.catalog.node import node_context, wall_clock_ms
 from oncelog.partition_storage.config import PartitionStorageSettings
 from oncelog.partition_storage.partition_manager import PartitionManager, StorageNodeConfig
+from oncelog.partition_storage.replica_transport import GrpcReplicaTransport
 from oncelog.partition_storage.servicer import PartitionStorageServicer
-from oncelog.rpc import ServiceSpec
+from oncelog.rpc import ChannelFactory, ServiceSpec
 from oncelog.rpc.runner import run_service
 
 ROLE = "partition-storage"
@@ -31,6 +32,7 @@ def build(settings: PartitionStorageSettings) -> ServiceSpec:
         log.warning("no ONCELOG_PARTITION_STORAGE_NODE_ID: partitions follow the node id, so set a stable one")
     node = node_context(settings, ROLE)
     flush_executor = ThreadPoolExecutor(settings.flush_threads, thread_name_prefix="partition-flush")
+    replica_transport = GrpcReplicaTransport(ChannelFactory.from_settings(settings))
     partitions = PartitionManager(
         node.store,
         node.membership.node_id,
@@ -47,9 +49,13 @@ def build(settings: PartitionStorageSettings) -> ServiceSpec:
             partition_fetch_bytes=settings.partition_fetch_bytes,
             fetch_max_bytes=settings.fetch_max_bytes,
             fetch_max_wait_ms=settings.fetch_max_wait_ms,
+            replica_lag_time_max_ms=settings.replica_lag_time_max_ms,
+            replica_fetch_wait_ms=settings.replica_fetch_wait_ms,
         ),
         clock=wall_clock_ms,
         flush_executor=flush_executor,
+        replica_transport=replica_transport,
+        node_epoch=lambda: node.membership.node_epoch,
     )
     node.spec.add(
         pb.add_PartitionStorageServiceServicer_to_server,
@@ -67,6 +73,7 @@ def build(settings: PartitionStorageSettings) -> ServiceSpec:
     async def stop() -> None:
         # runs after the server drained its calls: every engine flushes and writes its snapshot
         await partitions.stop()
+        await replica_transport.close()
         await asyncio.to_thread(flush_executor.shutdown)
 
     # membership.start runs first (registered by node_context); on_stop runs in reverse, so this stops first.

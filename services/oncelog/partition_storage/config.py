@@ -46,6 +46,13 @@ class PartitionStorageSettings(ServiceSettings):
     partition_fetch_bytes: int = setting(
         _MIB, help="fetch bytes per partition when the request leaves it 0 (max.partition.fetch.bytes)"
     )
+    replica_lag_time_max_ms: int = setting(
+        10_000,
+        help="a follower not caught up for this long leaves the ISR (replica.lag.time.max.ms)",
+    )
+    replica_fetch_wait_ms: int = setting(
+        500, help="long-poll of a follower's replica fetch (replica.fetch.wait.max.ms)"
+    )
     stream_max_in_flight: int = setting(32, help="requests of one ProduceStream awaiting durability at once")
 
     def validate(self) -> list[str]:
@@ -64,6 +71,8 @@ class PartitionStorageSettings(ServiceSettings):
             "fetch_max_bytes",
             "partition_fetch_bytes",
             "stream_max_in_flight",
+            "replica_lag_time_max_ms",
+            "replica_fetch_wait_ms",
         ):
             if getattr(self, name) <= 0:
                 problems.append(f"{name} must be positive, got {getattr(self, name)}")

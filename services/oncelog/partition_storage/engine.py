@@ -25,8 +25,11 @@ Everything runs on the event loop of the process, and the :class:`PartitionLog` 
 * **Reads** (fetch, list offsets, describe) take no lock: they are synchronous on the loop, so they see
   either all or none of an append. They never return data above the high watermark.
 * **High watermark.** With one replica, HW is the end of the fsynced log (``flush=sync``) or the log end
-  (``flush=async``). Whenever HW or the LSO may have moved, the current :meth:`PartitionEngine.changed`
-  event is set and replaced, which wakes long-polling fetches.
+  (``flush=async``). A replicated partition sets :attr:`PartitionEngine.high_watermark_limit`, which caps that
+  candidate by what the replicas allow (leader: min LEO over the ISR; follower: the leader's HW), and waits for
+  it in acknowledgements; :meth:`PartitionEngine.append_copied` appends a leader's batches on a follower.
+  Whenever HW or the LSO may have moved, the current :meth:`PartitionEngine.changed` event is set and
+  replaced, which wakes long-polling fetches.
 
 If a write or an fsync fails half way, the page cache and the producer state may disagree with the disk, so
 the engine goes offline for good (every call raises ``StorageUnavailable``) and the process must be
@@ -250,6 +253,10 @@ class PartitionEngine:
         self._high_watermark = log_.log_end_offset
         self._producers.on_high_watermark_update(self._high_watermark)
         self._changed = asyncio.Event()
+        self._appended = asyncio.Event()
+        # replication (docs/design/replication.md §4): maps the local HW candidate (durable end for flush=sync,
+        # log end otherwise) to the HW the replicas allow; None for a partition with one replica
+        self.high_watermark_limit: Callable[[int], int] | None = None
         self._snapshot_tasks: set[asyncio.Task[None]] = set()
         self._snapshot_lock = asyncio.Lock()
         self._failure: BaseException | None = None
@@ -329,6 +336,16 @@ class PartitionEngine:
     def _notify(self) -> None:
         event, self._changed = self._changed, asyncio.Event()
         event.set()
+
+    def appended(self) -> asyncio.Event:
+        """An event set at the next append or close (the log end moved); replica fetches long-poll on it."""
+        return self._appended
+
+    def refresh_high_watermark(self) -> int:
+        """Re-apply :attr:`high_watermark_limit` after the replicas moved (a follower fetched, a leader HW
+        arrived); returns the high watermark."""
+        self._advance_high_watermark(self._log.recovery_point if self.config.flush_sync else self._log.log_end_offset)
+        return self._high_watermark
 
     # --------------------------------------------------------------------------------------------- append
 
@@ -425,16 +442,20 @@ class PartitionEngine:
         )
         return PendingAppend(self, result, ranges[-1][1] + 1)
 
-    def _append_to_log(self, batches: Sequence[bytes | memoryview], info: ProducerAppendInfo) -> list[tuple[int, int]]:
+    def _append_to_log(
+        self, batches: Sequence[bytes | memoryview], info: ProducerAppendInfo, *, copied: bool = False
+    ) -> list[tuple[int, int]]:
         """Write, index aborted transactions, commit the producer state; snapshot if the log rolled.
 
-        Called with the lock held and without yielding, so ``info`` cannot go stale.
+        Called with the lock held and without yielding, so ``info`` cannot go stale. ``copied`` batches come
+        from the leader and keep the leader epoch they carry; others are stamped with this engine's epoch.
         """
         log_ = self._log
         expected = log_.log_end_offset
         active_before = log_.active_segment_base
         try:
-            ranges = log_.append(batches, partition_leader_epoch=self.leader_epoch)  # type: ignore[arg-type]
+            epoch = None if copied else self.leader_epoch
+            ranges = log_.append(batches, partition_leader_epoch=epoch)  # type: ignore[arg-type]
         except StorageUnavailable as err:
             if not err.definite:
                 self._fail(err)
@@ -455,7 +476,59 @@ class PartitionEngine:
         self._producers.update_map_end_offset(log_.log_end_offset)
         if not self.config.flush_sync:
             self._advance_high_watermark(log_.log_end_offset)
+        event, self._appended = self._appended, asyncio.Event()
+        event.set()
         return ranges
+
+    async def append_copied(self, records: bytes | memoryview) -> int:
+        """Append batches copied from the partition's leader exactly as they are; returns the new log end.
+
+        The follower half of replication (docs/design/replication.md §3): offsets and leader epochs stay the
+        leader's, and the producer state, transaction index and snapshots are rebuilt from the bytes by the same
+        apply step recovery uses (:func:`_apply_logged_batch`), so this replica answers duplicate checks and
+        read_committed fetches as the leader does. Nothing is acknowledged here: the caller reports progress to
+        the leader, and the high watermark follows :attr:`high_watermark_limit`.
+
+        Raises:
+            CorruptMessage: a batch is truncated or fails its CRC (nothing is appended).
+            InvalidRequest: the first batch does not start at the log end, or the batches are not contiguous.
+            StorageUnavailable: the partition is offline, or the write failed.
+        """
+        self._check_online()
+        batches = list(iter_batches(records, verify_crc=True))
+        if not batches:
+            return self._log.log_end_offset
+        async with self._lock:
+            self._check_online()
+            expected = self._log.log_end_offset
+            for header, _ in batches:
+                if header.base_offset != expected:
+                    raise InvalidRequest(
+                        f"copied batch starts at offset {header.base_offset} but {self._log.directory.name} "
+                        f"expects {expected}"
+                    )
+                expected = header.last_offset + 1
+            info = self._producers.prepare_append(AppendOrigin.REPLICATION)
+            for header, batch in batches:
+                _apply_logged_batch(info, header, batch, self._log)
+            self._append_to_log([batch for _, batch in batches], info, copied=True)
+            return self._log.log_end_offset
+
+    def read_copy(self, offset: int, max_bytes: int) -> bytes:
+        """Whole batches from ``offset`` up to the log end (not the HW) for a follower; at least one batch.
+
+        Raises:
+            OffsetOutOfRange: ``offset`` is below the log start or above the log end.
+            StorageUnavailable: the partition is offline or closed.
+        """
+        self._check_online()
+        start, end = self._log.log_start_offset, self._log.log_end_offset
+        if not start <= offset <= end:
+            raise OffsetOutOfRange(
+                f"replica fetch offset {offset} is outside [{start}, {end}] of {self._log.directory.name}"
+            )
+        data, _ = self._log.read(offset, max_bytes, end)
+        return data
 
     def _index_aborted(self, txn: AbortedTxn) -> None:
         base = self._log.segment_base_for(txn.last_offset)
@@ -542,6 +615,9 @@ class PartitionEngine:
             return
         await self._await_durable(offset)
         self._advance_high_watermark(self._log.recovery_point)
+        while self._high_watermark < offset:  # replicated: the in-sync followers have yet to confirm it
+            self._check_online()
+            await self._changed.wait()
 
     async def _await_durable(self, offset: int) -> None:
         """Return once everything below ``offset`` is fsynced, whatever the topic's flush setting."""
@@ -585,6 +661,8 @@ class PartitionEngine:
             self._pump = None
 
     def _advance_high_watermark(self, offset: int) -> None:
+        if self.high_watermark_limit is not None:
+            offset = self.high_watermark_limit(offset)
         if offset > self._high_watermark:
             self._high_watermark = offset
             self._producers.on_high_watermark_update(offset)
@@ -756,6 +834,7 @@ class PartitionEngine:
                 self._closed = True
                 await asyncio.to_thread(self._log.close)
                 self._notify()
+                self._appended.set()
 
     def __repr__(self) -> str:
         return (
@@ -885,35 +964,47 @@ def _replay(
         if header.base_offset < start or not header.has_producer_id:
             continue
         info = producers.prepare_append(AppendOrigin.REPLICATION)
-        if header.is_control:
-            try:
-                control_type, coordinator_epoch = read_control_record(batch)
-            except (CorruptMessage, InvalidRecord) as err:
-                log.warning("skipping unreadable marker at offset %d of %s: %s", header.base_offset, log_, err)
-                continue
-            info.append_marker(
-                header.producer_id,
-                header.producer_epoch,
-                int(control_type),  # type: ignore[arg-type]
-                coordinator_epoch,
-                header.base_offset,
-                header.max_timestamp,
-            )
-            for txn in info.aborted_txns:
-                base = log_.segment_base_for(txn.last_offset)
-                index = indexes.get(base)
-                if index is None:
-                    index = indexes[base] = TransactionIndex(base)
-                index.append(txn)
-        else:
-            info.append_data_batch(
-                header.producer_id,
-                header.producer_epoch,
-                header.base_sequence,
-                header.last_sequence,
-                header.base_offset,
-                header.last_offset,
-                header.max_timestamp,
-                header.is_transactional,
-            )
+        _apply_logged_batch(info, header, batch, log_)
+        for txn in info.aborted_txns:
+            base = log_.segment_base_for(txn.last_offset)
+            index = indexes.get(base)
+            if index is None:
+                index = indexes[base] = TransactionIndex(base)
+            index.append(txn)
         producers.commit(info)
+
+
+def _apply_logged_batch(
+    info: ProducerAppendInfo, header: BatchHeader, batch: bytes | memoryview, where: object
+) -> None:
+    """Feed one batch already in a log (recovery replay, or a copy from the leader) through the producer state.
+
+    Never rejects: the log is the truth. An unreadable marker is skipped with a warning, as recovery always did.
+    """
+    if not header.has_producer_id:
+        return
+    if header.is_control:
+        try:
+            control_type, coordinator_epoch = read_control_record(batch)
+        except (CorruptMessage, InvalidRecord) as err:
+            log.warning("skipping unreadable marker at offset %d of %s: %s", header.base_offset, where, err)
+            return
+        info.append_marker(
+            header.producer_id,
+            header.producer_epoch,
+            int(control_type),  # type: ignore[arg-type]
+            coordinator_epoch,
+            header.base_offset,
+            header.max_timestamp,
+        )
+    else:
+        info.append_data_batch(
+            header.producer_id,
+            header.producer_epoch,
+            header.base_sequence,
+            header.last_sequence,
+            header.base_offset,
+            header.last_offset,
+            header.max_timestamp,
+            header.is_transactional,
+        )

@@ -26,6 +26,12 @@ are single-flight, so a burst of such requests shares one catalog read.
 * :meth:`PartitionManager.fetch` reads many partitions under one response budget and long-polls on the
   engines' change events (Kafka's ``fetchMessages`` + ``DelayedFetch``); :meth:`PartitionManager.write_markers`
   fans one WriteTxnMarkers request out to the partitions, one append per partition.
+* **Replicated partitions** (more than one replica, docs/design/replication.md): the leader keeps a
+  :class:`LeaderReplicaState` per partition, serves followers' :meth:`PartitionManager.replica_fetch` (recording
+  their positions, which moves the HW = min LEO over the ISR) and every ``replica_lag_time_max_ms / 4`` shrinks the
+  ISR by followers out of sync and expands it by caught-up ones with a conditional catalog update; losing that
+  update makes it hold the HW and re-read the catalog. A follower opens the partition's engine and copies it
+  through a :class:`ReplicaFetcherManager` (one long-polling fetcher per leader node).
 * Background loops run producer-id expiry, retention, the periodic flush of ``flush=async`` topics and the
   recovery-point checkpoint over every open engine.
 * Metrics (DESIGN §9): records and bytes appended by produce (retried duplicates excluded) and returned by
@@ -40,6 +46,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import shutil
 from collections.abc import Awaitable, Callable, Sequence
@@ -47,7 +54,7 @@ from concurrent.futures import Executor
 from dataclasses import dataclass
 from pathlib import Path
 
-from oncelog.catalog.store import CatalogStore, TopicRecord
+from oncelog.catalog.store import CatalogStore, PartitionRecord, TopicRecord
 from oncelog.catalog.topics import TopicConfig
 from oncelog.errors import (
     FencedLeaderEpoch,
@@ -68,6 +75,14 @@ from oncelog.partition_storage.engine import (
     PendingAppend,
     TxnMarkerSpec,
 )
+from oncelog.partition_storage.replica_fetcher import (
+    CopyPosition,
+    CopyResult,
+    FollowedPartition,
+    ReplicaFetcherManager,
+    ReplicaTransport,
+)
+from oncelog.partition_storage.replica_state import LeaderReplicaState
 from oncelog.partition_storage.segment import write_file_atomically
 from oncelog.records import iter_batches
 from oncelog.telemetry.metrics import OncelogMetrics, default_metrics
@@ -118,6 +133,8 @@ class StorageNodeConfig:
     partition_fetch_bytes: int = 1024 * 1024
     fetch_max_bytes: int = 50 * 1024 * 1024
     fetch_max_wait_ms: int = 30_000
+    replica_lag_time_max_ms: int = 10_000
+    replica_fetch_wait_ms: int = 500
 
     def engine_config(self, topic: TopicConfig) -> EngineConfig:
         """The engine settings of a partition of a topic with ``topic`` configs."""
@@ -145,6 +162,14 @@ class PartitionAssignment:
     leader_node_id: str
     leader_epoch: int
     config: TopicConfig
+    replicas: tuple[str, ...] = ()
+    isr: tuple[str, ...] = ()
+    partition_epoch: int = 0
+
+    @property
+    def replicated(self) -> bool:
+        """True when the partition has more than one replica (docs/design/replication.md)."""
+        return len(self.replicas) > 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,6 +207,8 @@ class PartitionManager:
         clock: Callable[[], int],
         flush_executor: Executor | None = None,
         metrics: OncelogMetrics | None = None,
+        replica_transport: ReplicaTransport | None = None,
+        node_epoch: Callable[[], int] = lambda: 0,
     ) -> None:
         self._metrics = default_metrics() if metrics is None else metrics
         self._catalog = catalog
@@ -201,6 +228,20 @@ class PartitionManager:
         self._lag_reporters: dict[_Key, tuple[PartitionEngine, asyncio.Task[None]]] = {}
         self._loops: list[asyncio.Task[None]] = []
         self._stopping = False
+        # replication: the leader-side state of replicated partitions led here, and the fetchers of those
+        # followed here (docs/design/replication.md §3, §4, §7)
+        self._leaders: dict[_Key, LeaderReplicaState] = {}
+        self._fetchers = (
+            None
+            if replica_transport is None
+            else ReplicaFetcherManager(
+                follower_id=node_id,
+                follower_epoch=node_epoch,
+                transport=replica_transport,
+                on_leadership_error=self._request_refresh,
+                max_wait_ms=config.replica_fetch_wait_ms,
+            )
+        )
 
     @property
     def node_id(self) -> str:
@@ -232,11 +273,14 @@ class PartitionManager:
             self._every(config.retention_check_interval_ms, "retention", self._enforce_retention),
             self._every(config.flush_interval_ms, "async flush", self._flush_async_topics),
             self._every(config.checkpoint_interval_ms, "recovery checkpoint", self._checkpoint),
+            self._every(max(config.replica_lag_time_max_ms // 4, 1), "ISR update", self._maintain_isr),
         ]
 
     async def stop(self) -> None:
         """Stop the loops and close every engine (each flushes and writes a producer-state snapshot)."""
         self._stopping = True
+        if self._fetchers is not None:
+            await self._fetchers.stop()
         for task in self._loops:
             task.cancel()
         for task in self._loops:
@@ -353,6 +397,7 @@ class PartitionManager:
             raise StorageUnavailable("the storage node is shutting down; retry on the new leader", definite=True)
         self._engines[key] = engine
         self._engine_topic_ids[key] = assignment.topic_id
+        self._attach_replication(key, assignment, engine)
         reporter = asyncio.get_running_loop().create_task(
             self._report_lso_lag(key, engine), name=f"lso-lag {assignment.topic}-{assignment.partition}"
         )
@@ -522,7 +567,15 @@ class PartitionManager:
         for topic in topics:
             for p in topic.partitions:
                 assignments[(topic.name, p.partition)] = PartitionAssignment(
-                    topic.name, p.partition, topic.topic_id, p.leader_node_id, p.leader_epoch, topic.config
+                    topic.name,
+                    p.partition,
+                    topic.topic_id,
+                    p.leader_node_id,
+                    p.leader_epoch,
+                    topic.config,
+                    p.replicas,
+                    p.isr,
+                    p.partition_epoch,
                 )
         self._assignments = assignments
         self._topic_ids = {topic.name: topic.topic_id for topic in topics}
@@ -536,19 +589,33 @@ class PartitionManager:
         return topics, {node.node_id: node.address for node in nodes}
 
     async def _reconcile(self) -> None:
-        """Close engines this node no longer leads; remove partitions of deleted topics."""
+        """Close engines this node no longer leads or follows; remove partitions of deleted topics; open the
+        replicated partitions this node follows and (re)start their copying."""
         for key, engine in list(self._engines.items()):
             assignment = self._assignments.get(key)
             if assignment is None or assignment.topic_id != self._engine_topic_ids.get(key):
                 self._engines.pop(key, None)
                 log.info("%s-%d was deleted from the catalog; removing its data", *key)
                 await self._retire(key, engine, delete=True)
-            elif assignment.leader_node_id != self._node_id:
+            elif assignment.leader_node_id != self._node_id and self._node_id not in assignment.replicas:
                 self._engines.pop(key, None)
                 log.info("%s-%d is now led by %s; closing it here", *key, assignment.leader_node_id)
                 await self._retire(key, engine, delete=False)
             else:
                 engine.leader_epoch = assignment.leader_epoch
+                self._attach_replication(key, assignment, engine)
+        if self._fetchers is not None and not self._stopping:
+            for key, assignment in self._assignments.items():
+                if (
+                    assignment.replicated
+                    and self._node_id in assignment.replicas
+                    and assignment.leader_node_id != self._node_id
+                    and key not in self._engines
+                ):
+                    try:
+                        await self._engine(assignment)  # opening attaches the follower side
+                    except OncelogError as err:
+                        log.warning("cannot open %s-%d to follow it: %s", *key, err)
         busy = {self.partition_dir(*key) for key in (*self._engines, *self._opening)}
         strays = await asyncio.to_thread(_stray_directories, self._config.data_dir, self._topic_ids, busy)
         for directory in strays:
@@ -557,10 +624,158 @@ class PartitionManager:
 
     async def _retire(self, key: _Key, engine: PartitionEngine, *, delete: bool) -> None:
         self._engine_topic_ids.pop(key, None)
+        self._leaders.pop(key, None)
+        if self._fetchers is not None:
+            self._fetchers.unfollow(*key)
         await engine.close()
         self._stop_lag_reporter(key, engine)
         if delete:
             await asyncio.to_thread(shutil.rmtree, engine.directory, True)
+
+    # ------------------------------------------------------------------------------------------- replication
+
+    def _attach_replication(self, key: _Key, assignment: PartitionAssignment, engine: PartitionEngine) -> None:
+        """Give an open engine of a replicated partition its role: leader state, or a fetcher copying it."""
+        if not assignment.replicated or self._fetchers is None:
+            return
+        if assignment.leader_node_id == self._node_id:
+            self._fetchers.unfollow(*key)
+            state = self._leaders.get(key)
+            if state is None or state.leader_epoch != assignment.leader_epoch:
+                state = LeaderReplicaState(
+                    self._node_id,
+                    assignment.replicas,
+                    assignment.isr,
+                    epoch_start_offset=engine.log_end_offset,
+                    high_watermark=engine.high_watermark,
+                    lag_time_max_ms=self._config.replica_lag_time_max_ms,
+                    clock=self._clock,
+                    leader_epoch=assignment.leader_epoch,
+                )
+                self._leaders[key] = state
+                engine.high_watermark_limit = state.update_high_watermark
+                log.info("%s-%d: leading at epoch %d with ISR %s", *key, assignment.leader_epoch, list(assignment.isr))
+            else:
+                state.set_isr(assignment.isr)
+            engine.refresh_high_watermark()
+            return
+        self._leaders.pop(key, None)
+        address = self._addresses.get(assignment.leader_node_id)
+        if not assignment.leader_node_id or not address:
+            self._fetchers.unfollow(*key)
+            if engine.high_watermark_limit is not None:
+                engine.high_watermark_limit = _hold_high_watermark  # no leader to learn it from
+            return
+        followed = self._fetchers.following(*key)
+        if followed is None or followed.leader_epoch != assignment.leader_epoch or followed.engine is not engine:
+            self._fetchers.follow(
+                assignment.leader_node_id,
+                address,
+                FollowedPartition(assignment.topic, assignment.partition, engine, assignment.leader_epoch),
+            )
+
+    def _request_refresh(self) -> None:
+        """A fetcher met a leadership error: re-read the catalog soon (without waiting for it)."""
+        if not self._stopping:
+            task = asyncio.get_running_loop().create_task(self._refresh_since(asyncio.get_running_loop().time()))
+            task.add_done_callback(lambda t: t.cancelled() or t.exception())
+
+    async def replica_fetch(
+        self,
+        follower_id: str,
+        follower_epoch: int,
+        positions: Sequence[CopyPosition],
+        *,
+        max_wait_ms: int,
+        max_bytes: int,
+    ) -> list[CopyResult | OncelogError]:
+        """Serve a follower's replica fetch (Kafka's follower ``fetchMessages`` path), long-polling.
+
+        For each partition: check this node leads it at the follower's epoch, record the follower's position
+        (moving the HW), and return batches from its fetch offset up to the log end. Answers at once when a
+        partition has data, an error, or a HW the follower does not know yet; otherwise waits for an append or
+        a HW move, up to ``max_wait_ms``.
+
+        Raises:
+            InvalidRequest: a negative wait or byte limit.
+        """
+        if max_wait_ms < 0 or max_bytes < 0:
+            raise InvalidRequest(f"max_wait_ms and max_bytes must be >= 0, got {max_wait_ms}, {max_bytes}")
+        budget = min(max_bytes or self._config.fetch_max_bytes, self._config.fetch_max_bytes)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + min(max_wait_ms, self._config.fetch_max_wait_ms) / 1000
+        while True:
+            events: list[asyncio.Event] = []
+            results: list[CopyResult | OncelogError] = []
+            urgent = False
+            remaining_bytes = budget
+            for position in positions:
+                try:
+                    result = await self._copy_once(follower_id, follower_epoch, position, remaining_bytes, events)
+                    remaining_bytes -= len(result.records)
+                    urgent |= bool(result.records) or result.high_watermark != position.high_watermark
+                except OncelogError as err:
+                    result, urgent = err, True  # type: ignore[assignment]
+                results.append(result)
+            remaining = deadline - loop.time()
+            if urgent or remaining <= 0 or not events:
+                return results
+            await _wait_any(events, remaining)
+
+    async def _copy_once(
+        self, follower_id: str, follower_epoch: int, position: CopyPosition, budget: int, events: list[asyncio.Event]
+    ) -> CopyResult:
+        key = (position.topic, position.partition)
+        engine = await self.leader_engine(position.topic, position.partition, position.current_leader_epoch)
+        state = self._leaders.get(key)
+        if state is None:
+            raise InvalidRequest(f"{position.topic}-{position.partition} is not replicated; nothing to copy")
+        try:
+            state.record_fetch(follower_id, follower_epoch, position.fetch_offset, engine.log_end_offset)
+        except KeyError:
+            raise InvalidRequest(
+                f"{follower_id} is not a replica of {position.topic}-{position.partition}; its replicas are "
+                f"{sorted([state.leader_id, *(f.node_id for f in state.followers())])}"
+            ) from None
+        high_watermark = engine.refresh_high_watermark()
+        events.append(engine.appended())
+        events.append(engine.changed())
+        records = engine.read_copy(position.fetch_offset, max(budget, 0)) if budget > 0 else b""
+        return CopyResult(records, high_watermark, engine.log_start_offset)
+
+    async def _maintain_isr(self) -> None:
+        """Shrink the ISR of led partitions by followers out of sync, expand it by those caught up (§7)."""
+        for key, state in list(self._leaders.items()):
+            engine = self._engines.get(key)
+            assignment = self._assignments.get(key)
+            if engine is None or assignment is None or not engine.online:
+                continue
+            end = engine.log_end_offset
+            isr = (set(state.isr) - state.out_of_sync(end)) | state.ready_to_join()
+            if isr == set(state.isr):
+                continue
+            ordered = [n for n in assignment.replicas if n in isr]
+            seen = PartitionRecord(
+                assignment.partition,
+                assignment.leader_node_id,
+                assignment.leader_epoch,
+                assignment.replicas,
+                tuple(sorted(state.isr, key=assignment.replicas.index)),
+                assignment.partition_epoch,
+            )
+            updated = await asyncio.to_thread(self._catalog.alter_partition, assignment.topic, seen, isr=ordered)
+            if updated is None:
+                log.warning("%s-%d: ISR update lost to another change; re-reading the catalog", *key)
+                self._leaders.pop(key, None)
+                engine.high_watermark_limit = _hold_high_watermark  # until the catalog is re-read
+                await self.refresh()
+                continue
+            log.info("%s-%d: ISR %s -> %s", *key, sorted(state.isr), ordered)
+            self._assignments[key] = dataclasses.replace(
+                assignment, isr=updated.isr, partition_epoch=updated.partition_epoch
+            )
+            state.set_isr(updated.isr)
+            engine.refresh_high_watermark()
 
     # ----------------------------------------------------------------------------------------------- metrics
 
@@ -606,6 +821,11 @@ class PartitionManager:
 
     async def _checkpoint(self) -> None:
         await self._each_online(PartitionEngine.checkpoint, "recovery-point checkpoint")
+
+
+def _hold_high_watermark(candidate: int) -> int:
+    """An HW limit that keeps the high watermark where it is (it only ever moves up)."""
+    return -1
 
 
 async def _wait_any(events: Sequence[asyncio.Event], timeout: float) -> None:

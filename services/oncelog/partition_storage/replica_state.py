@@ -61,6 +61,7 @@ class LeaderReplicaState:
         replicas: every replica of the partition (leader included).
         isr: the in-sync replicas as the catalog has them (leader included).
         epoch_start_offset: the log end when this leader's epoch began; followers must reach it to join the ISR.
+        leader_epoch: the leader epoch this state belongs to (a new epoch starts a new state).
         high_watermark: the HW the leader starts with (its checkpointed or recovered HW).
         lag_time_max_ms: Kafka's ``replica.lag.time.max.ms``.
         clock: milliseconds.
@@ -76,8 +77,10 @@ class LeaderReplicaState:
         high_watermark: int,
         lag_time_max_ms: int,
         clock: Callable[[], int],
+        leader_epoch: int = 0,
     ) -> None:
         self.leader_id = leader_id
+        self.leader_epoch = leader_epoch
         self.epoch_start_offset = epoch_start_offset
         self.lag_time_max_ms = lag_time_max_ms
         self._clock = clock

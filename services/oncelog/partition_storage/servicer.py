@@ -14,7 +14,11 @@ pipelining one partition's batches uses the stream; out-of-order unary calls are
 OUT_OF_ORDER_SEQUENCE and retried, as Kafka's client does.
 
 With one replica per partition, ``acks`` LEADER and ALL answer alike: once the batch is durable by the
-topic's ``flush`` setting (fsynced for ``flush=sync``, written for ``flush=async``).
+topic's ``flush`` setting (fsynced for ``flush=sync``, written for ``flush=async``). For a replicated partition
+both answer once the high watermark passes the batch, i.e. every in-sync replica has it durably
+(docs/design/replication.md §8; a leader-only ``acks=1`` is not offered yet).
+
+ReplicaFetch is the follower's copy request (§3): it is served by :meth:`PartitionManager.replica_fetch`.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from oncelog.partition_storage.engine import (
     TxnMarkerSpec,
 )
 from oncelog.partition_storage.partition_manager import FetchSpec, PartitionManager
+from oncelog.partition_storage.replica_fetcher import CopyPosition, CopyResult
 from oncelog.records import ControlType
 from oncelog.rpc import to_error_info
 
@@ -190,6 +195,31 @@ class PartitionStorageServicer(pb.PartitionStorageServiceServicer):
             results=[_fetch_result(p.topic_partition, o) for p, o in zip(request.partitions, outcomes, strict=True)]
         )
 
+    async def ReplicaFetch(self, request: pb.ReplicaFetchRequest, context: object) -> pb.ReplicaFetchResponse:
+        if not request.replica_node_id:
+            raise InvalidRequest("replica_node_id is required: the follower's node id")
+        positions = [
+            CopyPosition(
+                p.topic_partition.topic,
+                p.topic_partition.partition,
+                p.current_leader_epoch,
+                p.fetch_offset,
+                p.last_fetched_epoch,
+                p.high_watermark,
+            )
+            for p in request.partitions
+        ]
+        outcomes = await self._partitions.replica_fetch(
+            request.replica_node_id,
+            request.replica_node_epoch,
+            positions,
+            max_wait_ms=request.max_wait_ms,
+            max_bytes=request.max_bytes,
+        )
+        return pb.ReplicaFetchResponse(
+            results=[_copy_result(p.topic_partition, o) for p, o in zip(request.partitions, outcomes, strict=True)]
+        )
+
     async def ListOffsets(self, request: pb.ListOffsetsRequest, context: object) -> pb.ListOffsetsResponse:
         isolation = _isolation(request.isolation_level)
         results = []
@@ -342,4 +372,19 @@ def _fetch_result(tp: common_pb.TopicPartition, outcome: FetchResult | OncelogEr
             for t in outcome.aborted_transactions
         ],
         records=outcome.records,
+    )
+
+
+def _copy_result(tp: common_pb.TopicPartition, outcome: CopyResult | OncelogError) -> pb.ReplicaFetchPartitionResult:
+    if isinstance(outcome, OncelogError):
+        return pb.ReplicaFetchPartitionResult(topic_partition=tp, error=to_error_info(outcome))
+    diverging = None
+    if outcome.diverging_epoch is not None:
+        diverging = pb.EpochEndOffset(epoch=outcome.diverging_epoch[0], end_offset=outcome.diverging_epoch[1])
+    return pb.ReplicaFetchPartitionResult(
+        topic_partition=tp,
+        high_watermark=outcome.high_watermark,
+        log_start_offset=outcome.log_start_offset,
+        records=outcome.records,
+        diverging_epoch=diverging,
     )

@@ -764,3 +764,181 @@ class DescribeProducersResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___DescribeProducersResponse: _TypeAlias = DescribeProducersResponse  # noqa: Y015
+
+@_typing.final
+class ReplicaFetchPartition(_message.Message):
+    """ReplicaFetchPartition is where a follower stands in one partition it copies."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_PARTITION_FIELD_NUMBER: _builtins.int
+    CURRENT_LEADER_EPOCH_FIELD_NUMBER: _builtins.int
+    FETCH_OFFSET_FIELD_NUMBER: _builtins.int
+    LAST_FETCHED_EPOCH_FIELD_NUMBER: _builtins.int
+    HIGH_WATERMARK_FIELD_NUMBER: _builtins.int
+    current_leader_epoch: _builtins.int
+    """current_leader_epoch is the leader epoch the follower copies under; the leader fences a different one."""
+    fetch_offset: _builtins.int
+    """fetch_offset is the follower's log end offset: the first offset it does not have."""
+    last_fetched_epoch: _builtins.int
+    """last_fetched_epoch is the leader epoch of the follower's last batch, -1 when its log is empty."""
+    high_watermark: _builtins.int
+    """high_watermark is the high watermark the follower knows; a different one on the leader answers at once."""
+    @_builtins.property
+    def topic_partition(self) -> _partition_pb2.TopicPartition:
+        """topic_partition is the partition copied."""
+
+    def __init__(
+        self,
+        *,
+        topic_partition: _partition_pb2.TopicPartition | None = ...,
+        current_leader_epoch: _builtins.int = ...,
+        fetch_offset: _builtins.int = ...,
+        last_fetched_epoch: _builtins.int = ...,
+        high_watermark: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["topic_partition", b"topic_partition"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["current_leader_epoch", b"current_leader_epoch", "fetch_offset", b"fetch_offset", "high_watermark", b"high_watermark", "last_fetched_epoch", b"last_fetched_epoch", "topic_partition", b"topic_partition"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReplicaFetchPartition: _TypeAlias = ReplicaFetchPartition  # noqa: Y015
+
+@_typing.final
+class ReplicaFetchRequest(_message.Message):
+    """ReplicaFetchRequest asks a leader for the next batches of every partition a follower copies from it."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REPLICA_NODE_ID_FIELD_NUMBER: _builtins.int
+    REPLICA_NODE_EPOCH_FIELD_NUMBER: _builtins.int
+    PARTITIONS_FIELD_NUMBER: _builtins.int
+    MAX_WAIT_MS_FIELD_NUMBER: _builtins.int
+    MAX_BYTES_FIELD_NUMBER: _builtins.int
+    replica_node_id: _builtins.str
+    """replica_node_id is the follower's node id."""
+    replica_node_epoch: _builtins.int
+    """replica_node_epoch is the follower's registration epoch; a new one makes the leader forget the old one's progress."""
+    max_wait_ms: _builtins.int
+    """max_wait_ms long-polls until a partition has new data or a new high watermark."""
+    max_bytes: _builtins.int
+    """max_bytes bounds the whole response (one whole batch is always returned)."""
+    @_builtins.property
+    def partitions(self) -> _containers.RepeatedCompositeFieldContainer[Global___ReplicaFetchPartition]:
+        """partitions lists the follower's position in each partition."""
+
+    def __init__(
+        self,
+        *,
+        replica_node_id: _builtins.str = ...,
+        replica_node_epoch: _builtins.int = ...,
+        partitions: _abc.Iterable[Global___ReplicaFetchPartition] | None = ...,
+        max_wait_ms: _builtins.int = ...,
+        max_bytes: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["max_bytes", b"max_bytes", "max_wait_ms", b"max_wait_ms", "partitions", b"partitions", "replica_node_epoch", b"replica_node_epoch", "replica_node_id", b"replica_node_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReplicaFetchRequest: _TypeAlias = ReplicaFetchRequest  # noqa: Y015
+
+@_typing.final
+class EpochEndOffset(_message.Message):
+    """EpochEndOffset says where a leader epoch ends in the leader's log."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    EPOCH_FIELD_NUMBER: _builtins.int
+    END_OFFSET_FIELD_NUMBER: _builtins.int
+    epoch: _builtins.int
+    """epoch is the largest epoch at or below the one asked about that the leader knows."""
+    end_offset: _builtins.int
+    """end_offset is the first offset after that epoch in the leader's log."""
+    def __init__(
+        self,
+        *,
+        epoch: _builtins.int = ...,
+        end_offset: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["end_offset", b"end_offset", "epoch", b"epoch"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___EpochEndOffset: _TypeAlias = EpochEndOffset  # noqa: Y015
+
+@_typing.final
+class ReplicaFetchPartitionResult(_message.Message):
+    """ReplicaFetchPartitionResult carries the leader's next batches of one partition."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_PARTITION_FIELD_NUMBER: _builtins.int
+    HIGH_WATERMARK_FIELD_NUMBER: _builtins.int
+    LOG_START_OFFSET_FIELD_NUMBER: _builtins.int
+    RECORDS_FIELD_NUMBER: _builtins.int
+    DIVERGING_EPOCH_FIELD_NUMBER: _builtins.int
+    ERROR_FIELD_NUMBER: _builtins.int
+    high_watermark: _builtins.int
+    """high_watermark is the leader's high watermark."""
+    log_start_offset: _builtins.int
+    """log_start_offset is the leader's log start offset."""
+    records: _builtins.bytes
+    """records is zero or more whole RecordBatch v2 batches starting at fetch_offset, exactly as the leader stores them."""
+    @_builtins.property
+    def topic_partition(self) -> _partition_pb2.TopicPartition:
+        """topic_partition is the partition copied."""
+
+    @_builtins.property
+    def diverging_epoch(self) -> Global___EpochEndOffset:
+        """diverging_epoch is set when the follower's log diverges from the leader's; the follower truncates to its end."""
+
+    @_builtins.property
+    def error(self) -> _errors_pb2.ErrorInfo:
+        """error is set when this partition could not be read."""
+
+    def __init__(
+        self,
+        *,
+        topic_partition: _partition_pb2.TopicPartition | None = ...,
+        high_watermark: _builtins.int = ...,
+        log_start_offset: _builtins.int = ...,
+        records: _builtins.bytes = ...,
+        diverging_epoch: Global___EpochEndOffset | None = ...,
+        error: _errors_pb2.ErrorInfo | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["diverging_epoch", b"diverging_epoch", "error", b"error", "topic_partition", b"topic_partition"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["diverging_epoch", b"diverging_epoch", "error", b"error", "high_watermark", b"high_watermark", "log_start_offset", b"log_start_offset", "records", b"records", "topic_partition", b"topic_partition"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReplicaFetchPartitionResult: _TypeAlias = ReplicaFetchPartitionResult  # noqa: Y015
+
+@_typing.final
+class ReplicaFetchResponse(_message.Message):
+    """ReplicaFetchResponse carries every requested partition, in request order."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RESULTS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def results(self) -> _containers.RepeatedCompositeFieldContainer[Global___ReplicaFetchPartitionResult]:
+        """results in request order."""
+
+    def __init__(
+        self,
+        *,
+        results: _abc.Iterable[Global___ReplicaFetchPartitionResult] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["results", b"results"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReplicaFetchResponse: _TypeAlias = ReplicaFetchResponse  # noqa: Y015

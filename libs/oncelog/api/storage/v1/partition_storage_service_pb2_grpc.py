@@ -65,6 +65,11 @@ class PartitionStorageServiceStub:
                 request_serializer=oncelog_dot_api_dot_storage_dot_v1_dot_partition__storage__service__pb2.DescribeProducersRequest.SerializeToString,
                 response_deserializer=oncelog_dot_api_dot_storage_dot_v1_dot_partition__storage__service__pb2.DescribeProducersResponse.FromString,
                 _registered_method=True)
+        self.ReplicaFetch = channel.unary_unary(
+                '/oncelog.api.storage.v1.PartitionStorageService/ReplicaFetch',
+                request_serializer=oncelog_dot_api_dot_storage_dot_v1_dot_partition__storage__service__pb2.ReplicaFetchRequest.SerializeToString,
+                response_deserializer=oncelog_dot_api_dot_storage_dot_v1_dot_partition__storage__service__pb2.ReplicaFetchResponse.FromString,
+                _registered_method=True)
 
 
 class PartitionStorageServiceServicer:
@@ -113,6 +118,13 @@ class PartitionStorageServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ReplicaFetch(self, request, context):
+        """ReplicaFetch copies the leader's log to a follower replica; long-polls until there is something new.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_PartitionStorageServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -145,6 +157,11 @@ def add_PartitionStorageServiceServicer_to_server(servicer, server):
                     servicer.DescribeProducers,
                     request_deserializer=oncelog_dot_api_dot_storage_dot_v1_dot_partition__storage__service__pb2.DescribeProducersRequest.FromString,
                     response_serializer=oncelog_dot_api_dot_storage_dot_v1_dot_partition__storage__service__pb2.DescribeProducersResponse.SerializeToString,
+            ),
+            'ReplicaFetch': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReplicaFetch,
+                    request_deserializer=oncelog_dot_api_dot_storage_dot_v1_dot_partition__storage__service__pb2.ReplicaFetchRequest.FromString,
+                    response_serializer=oncelog_dot_api_dot_storage_dot_v1_dot_partition__storage__service__pb2.ReplicaFetchResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -310,6 +327,33 @@ class PartitionStorageService:
             '/oncelog.api.storage.v1.PartitionStorageService/DescribeProducers',
             oncelog_dot_api_dot_storage_dot_v1_dot_partition__storage__service__pb2.DescribeProducersRequest.SerializeToString,
             oncelog_dot_api_dot_storage_dot_v1_dot_partition__storage__service__pb2.DescribeProducersResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReplicaFetch(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/oncelog.api.storage.v1.PartitionStorageService/ReplicaFetch',
+            oncelog_dot_api_dot_storage_dot_v1_dot_partition__storage__service__pb2.ReplicaFetchRequest.SerializeToString,
+            oncelog_dot_api_dot_storage_dot_v1_dot_partition__storage__service__pb2.ReplicaFetchResponse.FromString,
             options,
             channel_credentials,
             insecure,

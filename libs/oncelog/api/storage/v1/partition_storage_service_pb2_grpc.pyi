@@ -45,6 +45,8 @@ class PartitionStorageServiceStub:
     """WriteTxnMarkers appends commit or abort control records; sent by the transaction coordinator."""
     DescribeProducers: _grpc.UnaryUnaryMultiCallable[_partition_storage_service_pb2.DescribeProducersRequest, _partition_storage_service_pb2.DescribeProducersResponse]
     """DescribeProducers lists the producer state of a partition (powers hanging-transaction tooling)."""
+    ReplicaFetch: _grpc.UnaryUnaryMultiCallable[_partition_storage_service_pb2.ReplicaFetchRequest, _partition_storage_service_pb2.ReplicaFetchResponse]
+    """ReplicaFetch copies the leader's log to a follower replica; long-polls until there is something new."""
 
 @_typing.type_check_only
 class PartitionStorageServiceAsyncStub(PartitionStorageServiceStub):
@@ -63,6 +65,8 @@ class PartitionStorageServiceAsyncStub(PartitionStorageServiceStub):
     """WriteTxnMarkers appends commit or abort control records; sent by the transaction coordinator."""
     DescribeProducers: _aio.UnaryUnaryMultiCallable[_partition_storage_service_pb2.DescribeProducersRequest, _partition_storage_service_pb2.DescribeProducersResponse]  # type: ignore[assignment]
     """DescribeProducers lists the producer state of a partition (powers hanging-transaction tooling)."""
+    ReplicaFetch: _aio.UnaryUnaryMultiCallable[_partition_storage_service_pb2.ReplicaFetchRequest, _partition_storage_service_pb2.ReplicaFetchResponse]  # type: ignore[assignment]
+    """ReplicaFetch copies the leader's log to a follower replica; long-polls until there is something new."""
 
 class PartitionStorageServiceServicer(metaclass=_abc_1.ABCMeta):
     """PartitionStorageService stores the partitions this node leads."""
@@ -114,5 +118,13 @@ class PartitionStorageServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_partition_storage_service_pb2.DescribeProducersResponse, _abc.Awaitable[_partition_storage_service_pb2.DescribeProducersResponse]]:
         """DescribeProducers lists the producer state of a partition (powers hanging-transaction tooling)."""
+
+    @_abc_1.abstractmethod
+    def ReplicaFetch(
+        self,
+        request: _partition_storage_service_pb2.ReplicaFetchRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_partition_storage_service_pb2.ReplicaFetchResponse, _abc.Awaitable[_partition_storage_service_pb2.ReplicaFetchResponse]]:
+        """ReplicaFetch copies the leader's log to a follower replica; long-polls until there is something new."""
 
 def add_PartitionStorageServiceServicer_to_server(servicer: PartitionStorageServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -1,0 +1,284 @@
+"""Follower side of replication: one fetcher per leader node copies every partition this node follows there.
+
+Kafka's ``ReplicaFetcherThread`` / ``AbstractFetcherThread`` (docs/design/replication.md §3): a fetcher keeps the
+position of each partition it copies from one leader, sends one long-polling replica fetch for all of them, appends
+what comes back to the local engines exactly as the leader wrote it (:meth:`PartitionEngine.append_copied`),
+makes it durable for ``flush=sync`` topics before reporting the new position, and passes the leader's high
+watermark on to the local engine (a follower's HW is ``min(own log end, leader HW)``).
+
+Domain code: the network comes in through the :class:`ReplicaTransport` protocol and the clock through asyncio;
+nothing here imports grpc (``replica_transport.py`` is the gRPC implementation).
+
+Errors: a failed call backs off (``retry_backoff_ms``) and retries; a partition answering a leadership error
+(NOT_LEADER, FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH) asks the owner to refresh the catalog
+(``on_leadership_error``) and is skipped until the owner re-assigns it. A diverging epoch from the leader pauses the
+partition (truncation by leader epoch is the next slice; nothing is appended to a diverged log).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from oncelog.errors import OncelogError, Reason
+from oncelog.partition_storage.engine import PartitionEngine
+
+__all__ = [
+    "CopyPosition",
+    "CopyResult",
+    "FollowedPartition",
+    "ReplicaFetcher",
+    "ReplicaFetcherManager",
+    "ReplicaTransport",
+]
+
+log = logging.getLogger(__name__)
+
+_LEADERSHIP_ERRORS = (Reason.NOT_LEADER, Reason.FENCED_LEADER_EPOCH, Reason.UNKNOWN_LEADER_EPOCH)
+
+
+@dataclass(frozen=True, slots=True)
+class CopyPosition:
+    """Where this follower stands in one partition (one entry of a replica fetch)."""
+
+    topic: str
+    partition: int
+    current_leader_epoch: int
+    fetch_offset: int
+    last_fetched_epoch: int
+    high_watermark: int
+
+
+@dataclass(frozen=True, slots=True)
+class CopyResult:
+    """The leader's answer for one partition: its next batches, its HW and, if the logs diverge, where."""
+
+    records: bytes
+    high_watermark: int
+    log_start_offset: int
+    diverging_epoch: tuple[int, int] | None = None
+
+
+class ReplicaTransport(Protocol):
+    """Sends one replica fetch to a leader."""
+
+    async def replica_fetch(
+        self,
+        address: str,
+        follower_id: str,
+        follower_epoch: int,
+        positions: Sequence[CopyPosition],
+        *,
+        max_wait_ms: int,
+        max_bytes: int,
+    ) -> list[CopyResult | OncelogError]:
+        """One result (or per-partition error) per position, in order; raises OncelogError if the call failed."""
+        ...
+
+
+@dataclass(slots=True)
+class FollowedPartition:
+    """A partition this node copies: its engine, the leader epoch it copies under and the leader's last HW."""
+
+    topic: str
+    partition: int
+    engine: PartitionEngine
+    leader_epoch: int
+    leader_high_watermark: int = 0
+    paused: str = ""  # why copying stopped until the owner re-assigns the partition; empty while copying
+
+    def limit(self, candidate: int) -> int:
+        """The engine's HW limit: never above the leader's HW (nor, by the caller, the local log end)."""
+        return min(candidate, self.leader_high_watermark)
+
+
+class ReplicaFetcher:
+    """Copies the partitions this node follows on one leader node; see the module docstring."""
+
+    def __init__(
+        self,
+        leader_id: str,
+        address: str,
+        *,
+        follower_id: str,
+        follower_epoch: Callable[[], int],
+        transport: ReplicaTransport,
+        on_leadership_error: Callable[[], None],
+        max_wait_ms: int = 500,
+        max_bytes: int = 8 * 1024 * 1024,
+        retry_backoff_ms: int = 100,
+    ) -> None:
+        self.leader_id = leader_id
+        self.address = address
+        self._follower_id = follower_id
+        self._follower_epoch = follower_epoch
+        self._transport = transport
+        self._on_leadership_error = on_leadership_error
+        self._max_wait_ms = max_wait_ms
+        self._max_bytes = max_bytes
+        self._backoff_s = retry_backoff_ms / 1000
+        self._partitions: dict[tuple[str, int], FollowedPartition] = {}
+        self._changed = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def partitions(self) -> dict[tuple[str, int], FollowedPartition]:
+        """The partitions copied, by (topic, partition)."""
+        return self._partitions
+
+    def add(self, followed: FollowedPartition) -> None:
+        """Start copying a partition (replacing an earlier entry of the same partition)."""
+        followed.leader_high_watermark = min(followed.engine.high_watermark, followed.engine.log_end_offset)
+        followed.engine.high_watermark_limit = followed.limit
+        self._partitions[(followed.topic, followed.partition)] = followed
+        self._changed.set()
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._run(), name=f"replica-fetcher {self.leader_id}")
+
+    def remove(self, topic: str, partition: int) -> FollowedPartition | None:
+        """Stop copying a partition; returns its entry."""
+        followed = self._partitions.pop((topic, partition), None)
+        if followed is not None and followed.engine.high_watermark_limit == followed.limit:
+            followed.engine.high_watermark_limit = None
+        return followed
+
+    async def stop(self) -> None:
+        """Stop the fetch loop (an in-flight append finishes first)."""
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def _run(self) -> None:
+        while True:
+            active = [f for f in self._partitions.values() if not f.paused and f.engine.online]
+            if not active:
+                self._changed.clear()
+                await self._changed.wait()
+                continue
+            try:
+                await self.fetch_once(active)
+            except OncelogError as err:
+                log.warning("replica fetch from %s (%s) failed: %s; retrying", self.leader_id, self.address, err)
+                await asyncio.sleep(self._backoff_s)
+            except Exception:
+                log.exception("replica fetch from %s failed; retrying", self.leader_id)
+                await asyncio.sleep(self._backoff_s)
+
+    async def fetch_once(self, active: Sequence[FollowedPartition]) -> None:
+        """One round: send the positions, apply every answer."""
+        positions = [
+            CopyPosition(
+                f.topic,
+                f.partition,
+                f.leader_epoch,
+                f.engine.log_end_offset,
+                -1,
+                f.engine.high_watermark,
+            )
+            for f in active
+        ]
+        results = await self._transport.replica_fetch(
+            self.address,
+            self._follower_id,
+            self._follower_epoch(),
+            positions,
+            max_wait_ms=self._max_wait_ms,
+            max_bytes=self._max_bytes,
+        )
+        for followed, position, result in zip(active, positions, results, strict=True):
+            if self._partitions.get((followed.topic, followed.partition)) is not followed:
+                continue  # re-assigned while the fetch was in flight
+            await self._apply(followed, position, result)
+
+    async def _apply(
+        self, followed: FollowedPartition, position: CopyPosition, result: CopyResult | OncelogError
+    ) -> None:
+        name = f"{followed.topic}-{followed.partition}"
+        if isinstance(result, OncelogError):
+            if result.reason in _LEADERSHIP_ERRORS:
+                followed.paused = f"leader answered {result.reason.name}"
+                log.info("%s: %s; refreshing the catalog", name, result.message)
+                self._on_leadership_error()
+            else:
+                log.warning("%s: replica fetch failed: %s", name, result.message)
+            return
+        if result.diverging_epoch is not None:
+            followed.paused = f"log diverges from the leader at epoch {result.diverging_epoch}"
+            log.error("%s: %s; it is not copied until truncation by epoch is in place", name, followed.paused)
+            return
+        engine = followed.engine
+        if result.records and engine.log_end_offset == position.fetch_offset:
+            await engine.append_copied(result.records)
+            if engine.config.flush_sync:
+                await engine.flush()  # durable before the next fetch reports the new position
+        followed.leader_high_watermark = result.high_watermark
+        engine.refresh_high_watermark()
+
+
+class ReplicaFetcherManager:
+    """The fetchers of one node, one per leader node (Kafka's ``ReplicaFetcherManager``)."""
+
+    def __init__(
+        self,
+        *,
+        follower_id: str,
+        follower_epoch: Callable[[], int],
+        transport: ReplicaTransport,
+        on_leadership_error: Callable[[], None],
+        max_wait_ms: int = 500,
+    ) -> None:
+        self._follower_id = follower_id
+        self._follower_epoch = follower_epoch
+        self._transport = transport
+        self._on_leadership_error = on_leadership_error
+        self._max_wait_ms = max_wait_ms
+        self._fetchers: dict[str, ReplicaFetcher] = {}
+        self._leader_of: dict[tuple[str, int], str] = {}
+
+    def following(self, topic: str, partition: int) -> FollowedPartition | None:
+        """The entry of a partition this node copies, or None."""
+        leader = self._leader_of.get((topic, partition))
+        return None if leader is None else self._fetchers[leader].partitions.get((topic, partition))
+
+    def follow(self, leader_id: str, address: str, followed: FollowedPartition) -> None:
+        """Copy ``followed`` from ``leader_id`` at ``address`` (moving it from another leader's fetcher)."""
+        key = (followed.topic, followed.partition)
+        self.unfollow(*key)
+        fetcher = self._fetchers.get(leader_id)
+        if fetcher is not None and fetcher.address != address:  # the leader restarted elsewhere
+            for other in list(fetcher.partitions.values()):
+                fetcher.remove(other.topic, other.partition)
+                self._leader_of.pop((other.topic, other.partition), None)
+            asyncio.get_running_loop().create_task(fetcher.stop())
+            fetcher = None
+        if fetcher is None:
+            fetcher = self._fetchers[leader_id] = ReplicaFetcher(
+                leader_id,
+                address,
+                follower_id=self._follower_id,
+                follower_epoch=self._follower_epoch,
+                transport=self._transport,
+                on_leadership_error=self._on_leadership_error,
+                max_wait_ms=self._max_wait_ms,
+            )
+        fetcher.add(followed)
+        self._leader_of[key] = leader_id
+
+    def unfollow(self, topic: str, partition: int) -> FollowedPartition | None:
+        """Stop copying a partition."""
+        leader = self._leader_of.pop((topic, partition), None)
+        if leader is None:
+            return None
+        return self._fetchers[leader].remove(topic, partition)
+
+    async def stop(self) -> None:
+        """Stop every fetcher."""
+        fetchers, self._fetchers = list(self._fetchers.values()), {}
+        self._leader_of.clear()
+        await asyncio.gather(*(f.stop() for f in fetchers), return_exceptions=True)

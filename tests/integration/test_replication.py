@@ -1,0 +1,120 @@
+"""Replicated partitions between real storage processes: acks=all, follower copies, ISR shrink and expand, disk loss.
+
+Each test runs its own three-node cluster (storage only) so it may kill nodes. Followers are observed through
+their partition files: a follower's log is the leader's bytes at the same offsets (docs/design/replication.md §3).
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from oncelog.api.cluster import v1 as cluster_pb
+from oncelog.api.common import v1 as common
+from oncelog.api.storage import v1 as pb
+from oncelog.records import Record, build_batch, iter_batches
+from oncelog.rpc import from_error_info, sync_channel
+from oncelog.testing import LocalCluster
+
+TOPIC = "replicated"
+LAG_MS = 3_000
+pytestmark = pytest.mark.timeout(240)
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
+    env = {"ONCELOG_PARTITION_STORAGE_REPLICA_LAG_TIME_MAX_MS": str(LAG_MS)}
+    with LocalCluster(tmp_path, storage_nodes=3, services=("partition-storage",), env=env) as running:
+        admin = cluster_pb.ClusterServiceStub(sync_channel(running.bootstrap))
+        spec = cluster_pb.TopicSpec(name=TOPIC, partitions=1, replication_factor=3)
+        admin.CreateTopics(cluster_pb.CreateTopicsRequest(topics=[spec]), timeout=30)
+        yield running
+
+
+def partition(cluster: LocalCluster) -> cluster_pb.PartitionMetadata:
+    """The partition's catalog row, asked of any live node."""
+    live = next(node.address for node in cluster.nodes if node.alive())
+    admin = cluster_pb.ClusterServiceStub(sync_channel(live))
+    return admin.Metadata(cluster_pb.MetadataRequest(topics=[TOPIC]), timeout=30).topics[0].partitions[0]
+
+
+def batch(seq: int, *, pid: int = 4242, n: int = 5) -> bytes:
+    records = [Record(key=None, value=b"%d-%d" % (seq, i) + b"." * 200, timestamp=1) for i in range(n)]
+    return build_batch(records, producer_id=pid, producer_epoch=0, base_sequence=seq * n)
+
+
+def produce(cluster: LocalCluster, leader: str, seq: int) -> int:
+    """Produce with acks=all to the leader; returns the acknowledged base offset."""
+    stub = pb.PartitionStorageServiceStub(sync_channel(cluster.node(leader).address))
+    tp = common.TopicPartition(topic=TOPIC, partition=0)
+    request = pb.ProduceRequest(
+        acks=pb.ACKS_ALL, partitions=[pb.PartitionBatches(topic_partition=tp, leader_epoch=-1, records=batch(seq))]
+    )
+    [result] = stub.Produce(request, timeout=60).results
+    assert not result.HasField("error"), from_error_info(result.error)
+    return result.base_offset
+
+
+def logged_batches(cluster: LocalCluster, node_id: str) -> dict[int, bytes]:
+    """Base offset -> batch bytes, as stored in the node's files of the partition."""
+    directory = cluster.data_dir / node_id / f"{TOPIC}-0"
+    data = b"".join(p.read_bytes() for p in sorted(directory.glob("*.log")))
+    return {header.base_offset: bytes(view) for header, view in iter_batches(data)}
+
+
+def wait_for_isr(cluster: LocalCluster, expected: set[str], timeout_s: float = 60) -> None:
+    """Poll the catalog until the ISR is ``expected`` (the leader changes it with a conditional update)."""
+    deadline = time.monotonic() + timeout_s
+    while set(partition(cluster).isr_node_ids) != expected:
+        assert time.monotonic() < deadline, f"ISR is {list(partition(cluster).isr_node_ids)}, expected {expected}"
+        time.sleep(0.1)
+
+
+def test_acks_all_answers_only_once_every_in_sync_replica_has_the_batch(cluster: LocalCluster) -> None:
+    meta = partition(cluster)
+    leader, followers = meta.leader_node_id, [n for n in meta.replica_node_ids if n != meta.leader_node_id]
+    assert set(meta.isr_node_ids) == set(meta.replica_node_ids) and len(followers) == 2
+    for seq in range(15):
+        offset = produce(cluster, leader, seq)
+        expected = logged_batches(cluster, leader)[offset]
+        for follower in followers:
+            # no waiting: the acknowledgement itself says every ISR follower has the batch durably
+            assert logged_batches(cluster, follower).get(offset) == expected, (follower, offset)
+    final = logged_batches(cluster, leader)
+    assert all(logged_batches(cluster, f) == final for f in followers), "byte-identical, same offsets"
+
+
+def test_dead_follower_leaves_the_isr_and_acks_all_continues_then_it_rejoins(cluster: LocalCluster) -> None:
+    meta = partition(cluster)
+    leader = meta.leader_node_id
+    victim, survivor = [n for n in meta.replica_node_ids if n != leader]
+    produce(cluster, leader, 0)
+    cluster.kill(victim)
+    offset = produce(cluster, leader, 1)  # completes once the leader drops the dead follower from the ISR
+    assert set(partition(cluster).isr_node_ids) == {leader, survivor}
+    assert logged_batches(cluster, survivor)[offset] == logged_batches(cluster, leader)[offset]
+    assert offset not in logged_batches(cluster, victim)
+    cluster.restart(victim)
+    wait_for_isr(cluster, {leader, survivor, victim})
+    offset = produce(cluster, leader, 2)
+    assert logged_batches(cluster, victim) == logged_batches(cluster, leader)
+
+
+def test_follower_whose_disk_was_wiped_copies_everything_again(cluster: LocalCluster) -> None:
+    """Disk loss of a follower: kill -9, delete its data directory, start it empty; it re-replicates the log."""
+    meta = partition(cluster)
+    leader = meta.leader_node_id
+    victim = next(n for n in meta.replica_node_ids if n != leader)
+    acked = [produce(cluster, leader, seq) for seq in range(10)]
+    cluster.kill(victim)
+    shutil.rmtree(cluster.data_dir / victim)
+    cluster.restart(victim)
+    acked += [produce(cluster, leader, seq) for seq in range(10, 20)]
+    wait_for_isr(cluster, set(meta.replica_node_ids))
+    acked.append(produce(cluster, leader, 20))
+    copied, original = logged_batches(cluster, victim), logged_batches(cluster, leader)
+    assert copied == original and all(offset in copied for offset in acked)
