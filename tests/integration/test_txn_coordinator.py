@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -261,6 +262,18 @@ class TxnClient:
     def stub(self, transactional_id: str) -> pb.TransactionCoordinatorServiceStub:
         return pb.TransactionCoordinatorServiceStub(self.channel(self.find(transactional_id).address))
 
+    def call(self, transactional_id: str, rpc: str, request: object, timeout: float | None = None) -> Any:
+        """One coordinator RPC at the owner FindCoordinator names, retried while that owner is still loading the
+        shard (COORDINATOR_LOAD_IN_PROGRESS, as a client does); NOT_COORDINATOR and every other error are raised."""
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                return getattr(self.stub(transactional_id), rpc)(request, timeout=timeout)
+            except grpc.RpcError as exc:
+                if from_rpc_error(exc).reason is not Reason.COORDINATOR_LOAD_IN_PROGRESS or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+
     def init(
         self,
         transactional_id: str,
@@ -272,39 +285,42 @@ class TxnClient:
         request = pb.InitProducerIdRequest(transactional_id=transactional_id, transaction_timeout_ms=timeout_ms)
         if producer is not None:
             request.producer.CopyFrom(_identity(producer))
-        response = self.stub(transactional_id).InitProducerId(request, timeout=deadline_s)
+        response = self.call(transactional_id, "InitProducerId", request, deadline_s)
         return response.producer.producer_id, response.producer.producer_epoch
 
     def add_partitions(
         self, transactional_id: str, producer: tuple[int, int], *partitions: int, deadline_s: float | None = None
     ) -> None:
-        self.stub(transactional_id).AddPartitionsToTxn(
+        self.call(
+            transactional_id,
+            "AddPartitionsToTxn",
             pb.AddPartitionsToTxnRequest(
                 transactional_id=transactional_id,
                 producer=_identity(producer),
                 partitions=[common_pb.TopicPartition(topic=TOPIC, partition=p) for p in partitions],
             ),
-            timeout=deadline_s,
+            deadline_s,
         )
 
     def add_offsets(self, transactional_id: str, producer: tuple[int, int], group: str = GROUP) -> str:
         request = pb.AddOffsetsToTxnRequest(
             transactional_id=transactional_id, producer=_identity(producer), group_id=group
         )
-        return self.stub(transactional_id).AddOffsetsToTxn(request).group_coordinator_address
+        return self.call(transactional_id, "AddOffsetsToTxn", request).group_coordinator_address
 
     def end(
         self, transactional_id: str, producer: tuple[int, int], result: common_pb.TransactionResult.ValueType = COMMIT
     ) -> tuple[int, int]:
-        response = self.stub(transactional_id).EndTxn(
-            pb.EndTxnRequest(transactional_id=transactional_id, producer=_identity(producer), result=result)
+        response = self.call(
+            transactional_id,
+            "EndTxn",
+            pb.EndTxnRequest(transactional_id=transactional_id, producer=_identity(producer), result=result),
         )
         return response.producer.producer_id, response.producer.producer_epoch
 
     def describe(self, transactional_id: str) -> pb.TransactionDescription:
-        response = self.stub(transactional_id).DescribeTransactions(
-            pb.DescribeTransactionsRequest(transactional_ids=[transactional_id])
-        )
+        request = pb.DescribeTransactionsRequest(transactional_ids=[transactional_id])
+        response = self.call(transactional_id, "DescribeTransactions", request)
         return response.transactions[0]
 
     def wait_state(

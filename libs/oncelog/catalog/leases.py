@@ -24,6 +24,12 @@ expiry, so two replicas never serve one shard at once as long as their clocks ag
 never depend on clocks: the new owner's claim moves the epoch in the state database before it serves.
 On a clean stop every shard is dropped first and then released, so a survivor takes it over without waiting.
 
+The catalog names a new owner the moment its acquire commits, before the load hook even started, so FindCoordinator
+can route requests to a process that does not serve the shard yet. :meth:`ShardLeaseManager.holds` covers that gap:
+it is true from before the catalog write until the lease is lost, and a service answers COORDINATOR_LOAD_IN_PROGRESS
+(retry here) for a shard it holds but does not serve, and NOT_COORDINATOR (look elsewhere) only for one it does not
+hold.
+
 Threads: rounds, hooks and the safety timer run on the event loop; catalog round trips run in a worker thread;
 :meth:`~ShardLeaseManager.epoch_of`, :meth:`~ShardLeaseManager.owned_shards`, :meth:`~ShardLeaseManager.owner_of`
 and :meth:`~ShardLeaseManager.fenced` may be called from any thread.
@@ -72,6 +78,8 @@ class _Held:
     lease: ShardLease
     serve_until_ms: int
     state: _State = _State.IDLE
+    superseded: bool = False
+    """A newer coordinator epoch was claimed (load refused, or fenced): the shard belongs elsewhere."""
 
 
 @dataclass(frozen=True)
@@ -130,9 +138,11 @@ class ShardLeaseManager:
         self._on_acquired = on_acquired
         self._on_lost = on_lost
         self._track_owners = track_owners
-        # Guards _held, _owners and _stopped: queries and fenced() come from request threads.
+        # Guards _held, _taking, _owners and _stopped: queries and fenced() come from request threads.
         self._lock = threading.Lock()
         self._held: dict[int, _Held] = {}
+        self._taking: set[int] = set()
+        """Shards whose catalog acquire is running or returned a lease this round that is not in ``_held`` yet."""
         self._owners: dict[int, ShardOwner] = {}
         self._stopped = False
         self._round_lock = asyncio.Lock()
@@ -195,6 +205,22 @@ class ShardLeaseManager:
                 if held.state is _State.SERVING and now < held.serve_until_ms
             }
 
+    def holds(self, shard: int) -> bool:
+        """Whether this process is taking ``shard``'s lease or holds it, served or not, short of its deadline.
+
+        True from before the catalog write that names this process the owner (so from the first moment
+        FindCoordinator can send requests here), through the load hook, until the lease is lost or released, its
+        serving deadline passes or a newer coordinator epoch is claimed. A request for a shard that is held but
+        not served should be told COORDINATOR_LOAD_IN_PROGRESS (retry here), not NOT_COORDINATOR (look
+        elsewhere): the catalog names no other owner.
+        """
+        now = self._clock()
+        with self._lock:
+            if shard in self._taking:
+                return True
+            held = self._held.get(shard)
+            return held is not None and not held.superseded and now < held.serve_until_ms
+
     def owner_of(self, shard: int) -> ShardOwner | None:
         """The live owner of a shard held elsewhere, as of the last round (``track_owners`` only)."""
         with self._lock:
@@ -211,6 +237,7 @@ class ShardLeaseManager:
             if held is None or held.lease.coordinator_epoch != coordinator_epoch or held.state is _State.IDLE:
                 return
             held.state = _State.IDLE
+            held.superseded = True
         log.warning(
             "%s shard %d was claimed past coordinator epoch %d; not serving it", self._role, shard, coordinator_epoch
         )
@@ -259,12 +286,16 @@ class ShardLeaseManager:
                 if self._stopped:
                     return
             self._loop = asyncio.get_running_loop()
-            renewals, owners = await asyncio.to_thread(self._catalog_round)
             to_load: list[tuple[int, _Held]] = []
-            for renewal in renewals:
-                held = self._apply(renewal)
-                if held is not None and held.state is _State.IDLE:
-                    to_load.append((renewal.shard, held))
+            try:
+                renewals, owners = await asyncio.to_thread(self._catalog_round)
+                for renewal in renewals:
+                    held = self._apply(renewal)
+                    if held is not None and held.state is _State.IDLE:
+                        to_load.append((renewal.shard, held))
+            finally:
+                with self._lock:
+                    self._taking.clear()  # every lease taken is in _held now
             if owners:
                 with self._lock:
                     for shard, owner in owners.items():
@@ -287,12 +318,20 @@ class ShardLeaseManager:
         renewals = []
         for shard in range(self._shard_count):
             now = self._clock()
+            # Held from before the write that can name this process the owner: FindCoordinator may route a request
+            # here as soon as it commits, well before the round applies it.
+            with self._lock:
+                self._taking.add(shard)
             try:
                 lease = self._catalog.acquire_shard(self._role, shard, self._node_id, self._lease_ms, now)
             except Exception as exc:  # an unreachable catalog must not end the round for the other shards
-                renewals.append(_Renewal(shard, now, None, exc))
-                continue
-            renewals.append(_Renewal(shard, now, lease))
+                lease, error = None, exc
+            else:
+                error = None
+            if lease is None:
+                with self._lock:
+                    self._taking.discard(shard)
+            renewals.append(_Renewal(shard, now, lease, error))
         owners: dict[int, ShardOwner | None] = {}
         if self._track_owners:
             owners = self._read_owners([r.shard for r in renewals if r.lease is None and r.error is None])
@@ -376,6 +415,7 @@ class ShardLeaseManager:
             current = self._held.get(shard) is held and held.state is _State.LOADING
             if current:
                 held.state = _State.SERVING if serve else _State.IDLE
+                held.superseded = not serve and error is None
         if not current:
             if serve:  # lost while loading: undo what the hook set up after the drop hook ran
                 self._drop(shard, epoch)

@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 from oncelog.catalog import CatalogStore, shard_for
 from oncelog.catalog.leases import ShardLeaseManager
-from oncelog.errors import NotCoordinator
+from oncelog.errors import CoordinatorLoadInProgress, NotCoordinator
 from oncelog.group_offsets.offset_manager import ShardFence
 
 ROLE = "group-offsets"
@@ -76,11 +76,18 @@ class GroupShardOwnership:
         return shard_for(group_id, self.leases.shard_count)
 
     def fence_for(self, group_id: str) -> ShardFence:
-        """The fence for writing ``group_id``; NotCoordinator (with the owner when known) if not ours."""
+        """The fence for writing ``group_id``.
+
+        Raises:
+            CoordinatorLoadInProgress: the shard is leased here but not served yet (retry here).
+            NotCoordinator: the shard is not leased here (with the owner when known).
+        """
         shard = self.shard_of(group_id)
         epoch = self.leases.epoch_of(shard)
         if epoch is not None:
             return ShardFence(shard, epoch)
+        if self.leases.holds(shard):  # FindCoordinator names this replica already: retry here, not elsewhere
+            raise CoordinatorLoadInProgress(f"group-offsets shard {shard} is leased here and still loading; retry")
         owner = self.leases.owner_of(shard)
         metadata = {"shard": str(shard)}
         where = "has no live owner right now"

@@ -103,6 +103,7 @@ def build(settings: TxnCoordinatorSettings) -> ServiceSpec:
         shard_for=shard_of,
         max_transaction_timeout_ms=settings.transaction_max_timeout_ms,
         completion_wait_ms=settings.completion_wait_ms,
+        leased=lambda shard: leases.holds(shard),
     )
     leases = txn_shard_leases(
         catalog=node.store,

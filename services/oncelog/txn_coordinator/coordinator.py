@@ -304,6 +304,9 @@ class TransactionCoordinator:
             previous transaction completes before they answer CONCURRENT_TRANSACTIONS; 0 answers at once,
             as Kafka does.
         metrics: where open and completed transactions are reported; the process-wide instruments by default.
+        leased: whether this process holds (or is taking) a shard's lease (``ShardLeaseManager.holds``); a shard
+            leased here but not loaded yet answers COORDINATOR_LOAD_IN_PROGRESS instead of NOT_COORDINATOR, since
+            FindCoordinator already names this process. Without it every unloaded shard is NOT_COORDINATOR.
     """
 
     def __init__(
@@ -317,6 +320,7 @@ class TransactionCoordinator:
         max_transaction_timeout_ms: int = DEFAULT_MAX_TRANSACTION_TIMEOUT_MS,
         completion_wait_ms: int = DEFAULT_COMPLETION_WAIT_MS,
         metrics: OncelogMetrics | None = None,
+        leased: Callable[[int], bool] | None = None,
     ) -> None:
         if completion_wait_ms < 0:
             raise ValueError(f"completion_wait_ms must not be negative, got {completion_wait_ms}")
@@ -326,6 +330,7 @@ class TransactionCoordinator:
         self._markers = markers
         self._clock = clock
         self._shard_for = shard_for
+        self._leased = leased
         self._max_timeout_ms = max_transaction_timeout_ms
         self._shards: dict[int, _Shard] = {}
         self._locks = _KeyedLocks()
@@ -938,6 +943,8 @@ class TransactionCoordinator:
         shard = self._shard_for(transactional_id)
         entry = self._shards.get(shard)
         if entry is None:
+            if self._leased is not None and self._leased(shard):
+                raise CoordinatorLoadInProgress(f"shard {shard} is leased here and not loaded yet")
             raise NotCoordinator(f"shard {shard} of transactional id {transactional_id!r} is not owned here")
         if entry.loading:
             raise CoordinatorLoadInProgress(f"shard {shard} is loading")

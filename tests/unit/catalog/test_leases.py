@@ -43,6 +43,8 @@ class ControlledCatalog(CatalogStore):
     unavailable = False
     hang: threading.Event | None = None
     """While set to an unset event, ``acquire_shard`` waits for it (a catalog that stopped answering)."""
+    after_acquire: Callable[[str, int], None] | None = None
+    """Called with (node, shard) right after a write that leased ``shard`` to ``node`` committed."""
 
     def __init__(self, *args: object, **kwargs: object) -> None:
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
@@ -55,7 +57,10 @@ class ControlledCatalog(CatalogStore):
             hang.wait()
         if self.unavailable:
             raise StorageUnavailable("catalog unreachable")
-        return super().acquire_shard(role, shard, node_id, lease_ms, now_ms)
+        lease = super().acquire_shard(role, shard, node_id, lease_ms, now_ms)
+        if lease is not None and self.after_acquire is not None:
+            self.after_acquire(node_id, shard)
+        return lease
 
 
 class EpochTable:
@@ -100,6 +105,7 @@ class Replica:
         self.loading = asyncio.Event()
         self.dropped = asyncio.Event()
         self.served_during_load: list[int | None] = []
+        self.held_during_load: list[bool] = []
         self.drop_threads: list[int] = []
         self.on_drop: Callable[[int, int], None] | None = None
         self.leases = ShardLeaseManager(
@@ -118,6 +124,7 @@ class Replica:
     async def load(self, shard: int, epoch: int) -> bool:
         self.timeline.append((self.name, "load", shard, epoch))
         self.served_during_load.append(self.leases.epoch_of(shard))
+        self.held_during_load.append(self.leases.holds(shard))
         self.loading.set()
         if self.load_gate is not None:
             await self.load_gate.wait()
@@ -252,6 +259,42 @@ async def test_a_refused_load_is_not_served_and_is_asked_again_next_round(replic
     del table.epochs[1]
     await a.leases.run_once()
     assert a.leases.owned_shards() == dict.fromkeys(ALL, 1)
+
+
+async def test_a_shard_is_held_from_its_catalog_write_through_its_load_until_it_moves(replicas, catalog, clock) -> None:
+    """FindCoordinator names the new owner as soon as the catalog write commits, long before the load ends: from
+    that moment the owner must know it holds the shard, so it answers "loading, retry here" and not "not mine"."""
+    a, b = replicas("a"), replicas("b")
+    by_name = {"a": a, "b": b}
+    held_at_write: list[tuple[str, int, bool]] = []
+    catalog.after_acquire = lambda node, shard: held_at_write.append((node, shard, by_name[node].leases.holds(shard)))
+    await a.leases.run_once()
+    assert held_at_write == [("a", shard, True) for shard in sorted(ALL)]
+    assert a.held_during_load == [True] * SHARDS
+    await b.leases.run_once()
+    assert not any(b.leases.holds(shard) for shard in ALL), "b holds nothing while a's leases are valid"
+
+    a.leases.fenced(0, 1)
+    assert not a.leases.holds(0), "a newer epoch was claimed: the shard belongs elsewhere"
+    assert a.leases.holds(1)
+
+    clock.now += LEASE_MS - MARGIN_MS  # a stopped renewing: its serving deadline passed
+    assert not any(a.leases.holds(shard) for shard in ALL)
+    clock.now += MARGIN_MS
+    held_at_write.clear()
+    await b.leases.run_once()
+    assert held_at_write == [("b", shard, True) for shard in sorted(ALL)]
+    assert b.leases.owned_shards() == dict.fromkeys(ALL, 2)
+
+
+async def test_a_failed_load_still_holds_the_shard_but_a_refused_one_does_not(replicas, table) -> None:
+    table.epochs[1] = 5  # the state database has seen a newer owner than the catalog reports
+    a = replicas("a")
+    a.fail_loads = 1  # the first load fails: the state database was unreachable
+    await a.leases.run_once()
+    served = set(a.leases.owned_shards())
+    assert len(served) == 1 and 1 not in served
+    assert [a.leases.holds(shard) for shard in sorted(ALL)] == [True, False, True]
 
 
 # ---------------------------------------------------------------------------------------------- losing a lease

@@ -197,7 +197,7 @@ class Harness:
         self.coordinator = self.new_coordinator()
         self.coordinator_epoch = 0
 
-    def new_coordinator(self) -> TransactionCoordinator:
+    def new_coordinator(self, **kwargs: object) -> TransactionCoordinator:
         return TransactionCoordinator(
             store=self.store,
             producer_ids=self.pids,
@@ -205,6 +205,7 @@ class Harness:
             clock=self.clock,
             shard_for=shard_for,
             completion_wait_ms=self.completion_wait_ms,
+            **kwargs,  # type: ignore[arg-type]
         )
 
     async def load_all(self, coordinator: TransactionCoordinator | None = None) -> None:
@@ -738,6 +739,20 @@ async def test_requests_for_unowned_or_loading_shards(h: Harness) -> None:
     await loading
     h.store.lease_epochs[shard] = 5
     assert (await h.init("t")).producer_epoch == 0
+
+
+async def test_a_shard_leased_here_but_not_loaded_yet_answers_load_in_progress(h: Harness) -> None:
+    """FindCoordinator names this process from the moment its lease is written, before the load starts: a request
+    then must hear "retry here" (COORDINATOR_LOAD_IN_PROGRESS), not "look elsewhere" (NOT_COORDINATOR)."""
+    leased: set[int] = set()
+    coordinator = h.new_coordinator(leased=leased.__contains__)
+    shard = shard_for("t")
+    leased.add(shard)
+    await expect(CoordinatorLoadInProgress, coordinator.init_producer_id("t", TIMEOUT))
+    assert isinstance(coordinator.describe(["t"])["t"], CoordinatorLoadInProgress)
+    leased.discard(shard)
+    await expect(NotCoordinator, coordinator.init_producer_id("t", TIMEOUT))
+    assert isinstance(coordinator.describe(["t"])["t"], NotCoordinator)
 
 
 async def test_load_replays_rows_and_resumes_prepare_markers(h: Harness) -> None:
