@@ -5,7 +5,8 @@ Both coordinator roles split their keys into a fixed number of shards (``shard_f
 leads it, at the partition's leader epoch; here each shard is leased from the catalog instead
 (``CatalogStore.acquire_shard``), and the lease's coordinator epoch plays the leader epoch. Taking a shard from
 another owner bumps the epoch with a conditional update; renewing keeps it. Every third of a lease a replica renews
-the shards it holds and takes every shard whose lease is free or lapsed, so replicas are hot standbys.
+the shards it holds and takes every shard whose lease is free or lapsed, so replicas are hot standbys. The third
+is counted from when the oldest held lease was written, so a slow round does not delay the next one.
 
 Per shard, this manager runs Kafka's ``onElection`` / ``onResignation`` pair through two callbacks:
 
@@ -514,11 +515,25 @@ class ShardLeaseManager:
             except Exception as exc:
                 log.warning("could not release %s shard %d (%s); its lease will lapse", self._role, lease.shard, exc)
 
+    def next_round_delay_s(self) -> float:
+        """Seconds until the next renewal round: a third of a lease after the oldest held lease was written.
+
+        Counting from when the leases were written, not from the end of the last round, keeps a slow round (a
+        busy catalog, a loaded machine) from pushing the renewals toward the serving deadline: rounds would
+        otherwise come every third of a lease *plus* the round's own duration. Never sooner than a fifteenth of
+        a lease, so renewals that keep failing are not retried in a tight loop.
+        """
+        interval_ms = self._lease_ms / 3
+        floor_ms = self._lease_ms / 15
+        with self._lock:
+            written = [held.lease.lease_expires_at_ms - self._lease_ms for held in self._held.values()]
+        due_in_ms = interval_ms if not written else min(written) + interval_ms - self._clock()
+        return max(floor_ms, min(interval_ms, due_in_ms)) / 1000
+
     async def _renew_forever(self, stopping: asyncio.Event) -> None:
-        interval_s = self._lease_ms / 3000
         while True:
             try:
-                await asyncio.wait_for(stopping.wait(), interval_s)
+                await asyncio.wait_for(stopping.wait(), self.next_round_delay_s())
                 return
             except TimeoutError:
                 pass

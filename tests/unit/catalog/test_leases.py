@@ -287,6 +287,18 @@ async def test_a_shard_is_held_from_its_catalog_write_through_its_load_until_it_
     assert b.leases.owned_shards() == dict.fromkeys(ALL, 2)
 
 
+async def test_the_next_round_is_due_a_third_of_a_lease_after_the_renewals_not_after_the_round(replicas, clock) -> None:
+    """A round that took long (a busy catalog, a loaded machine) must not push the next renewal toward the
+    serving deadline: counting the pause from the end of the round did, and shards flapped under load."""
+    a = replicas("a")
+    assert a.leases.next_round_delay_s() == LEASE_MS / 3 / 1000, "nothing held: a third of a lease"
+    await a.leases.run_once()  # every lease written at clock.now
+    clock.now += 600  # the round itself took this long
+    assert a.leases.next_round_delay_s() == pytest.approx((LEASE_MS / 3 - 600) / 1000)
+    clock.now += LEASE_MS // 3
+    assert a.leases.next_round_delay_s() == pytest.approx(LEASE_MS / 15 / 1000), "overdue: soon, not at once"
+
+
 async def test_a_failed_load_still_holds_the_shard_but_a_refused_one_does_not(replicas, table) -> None:
     table.epochs[1] = 5  # the state database has seen a newer owner than the catalog reports
     a = replicas("a")
