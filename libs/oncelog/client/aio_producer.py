@@ -202,9 +202,14 @@ class AsyncProducer:
         """Commit consumer offsets with the transaction (like the synchronous producer's method)."""
         await self._on_io_loop(self._core._send_offsets_to_transaction(offsets, group_metadata, timeout))
 
-    async def commit_transaction(self, timeout: float | None = None) -> None:
-        """Flush and commit (see :meth:`oncelog.client.Producer.commit_transaction`)."""
-        await self._on_io_loop(self._core._commit_transaction(timeout))
+    async def commit_transaction(
+        self, timeout: float | None = None, *, wait_for_completion: bool | None = None
+    ) -> None:
+        """Flush and commit; ``wait_for_completion`` also waits for every marker.
+
+        See :meth:`oncelog.client.Producer.commit_transaction`.
+        """
+        await self._on_io_loop(self._core._commit_transaction(timeout, wait_for_completion))
 
     async def abort_transaction(self, timeout: float | None = None) -> None:
         """Abort (see :meth:`oncelog.client.Producer.abort_transaction`)."""

@@ -168,6 +168,7 @@ class _Config:
     max_request_size: int
     max_in_flight: int
     transaction_timeout_ms: int
+    commit_wait_for_completion: bool = False
 
 
 # ------------------------------------------------------------------------------------------------ sender
@@ -836,16 +837,34 @@ class _TransactionManager:
         )
         return ProducerIdAndEpoch(response.producer.producer_id, response.producer.producer_epoch)
 
-    async def _end_txn(self, commit: bool, deadline: Deadline) -> ProducerIdAndEpoch:
+    async def _end_txn(self, commit: bool, deadline: Deadline, wait_for_completion: bool = False) -> ProducerIdAndEpoch:
+        """EndTxn; with ``wait_for_completion`` also until the coordinator reports the transaction complete.
+
+        Each waiting call is a long poll the coordinator answers at completion or shortly before the request
+        timeout; the next one names the same epoch, so it is a retry of the decision, never a second one.
+
+        Raises:
+            RetriableError: (waiting only) the transaction is decided but was not complete by ``deadline``.
+        """
         request = txn_pb.EndTxnRequest(
             transactional_id=self._tid,
             producer=_identity_pb(self._sequences.identity),
             result=common_pb.TRANSACTION_RESULT_COMMIT if commit else common_pb.TRANSACTION_RESULT_ABORT,
+            wait_for_completion=wait_for_completion,
         )
-        response = await self._coordinator_call(
-            "EndTxn", lambda stub: call(stub.EndTxn, request, timeout_s=self._request_timeout_s), deadline
-        )
-        return ProducerIdAndEpoch(response.producer.producer_id, response.producer.producer_epoch)
+        # A waiting call may be held until shortly before its own deadline: keep that within the caller's.
+        timeout_s = deadline.cap(self._request_timeout_s) if wait_for_completion else self._request_timeout_s
+        while True:
+            response = await self._coordinator_call(
+                "EndTxn", lambda stub: call(stub.EndTxn, request, timeout_s=timeout_s), deadline
+            )
+            if response.completed or not wait_for_completion:
+                return ProducerIdAndEpoch(response.producer.producer_id, response.producer.producer_epoch)
+            if deadline.expired:
+                raise RetriableError(
+                    f"the {'commit' if commit else 'abort'} of transactional id {self._tid!r} is decided, but not "
+                    "every marker was written in time; call it again to keep waiting (it will not be undone)"
+                )
 
     # -------------------------------------------------------------------------------- operations (on the loop)
 
@@ -978,8 +997,14 @@ class _TransactionManager:
                     self.set_abortable(user_error, epoch_bump=disposition.epoch_bump)
                 raise user_error from err
 
-    async def commit_transaction(self, flush: Callable[[Deadline], Awaitable[None]], deadline: Deadline) -> None:
-        """Flush, then EndTxn(COMMIT) until it answers; adopt the epoch it returns (KIP-890)."""
+    async def commit_transaction(
+        self, flush: Callable[[Deadline], Awaitable[None]], deadline: Deadline, wait_for_completion: bool = False
+    ) -> None:
+        """Flush, then EndTxn(COMMIT) until it answers (and, if asked, until complete); adopt the epoch it returns.
+
+        A commit that timed out while waiting for completion stays COMMITTING_TRANSACTION with the old epoch, so
+        calling it again retries the same decision and waits again (KIP-890 epoch bump on completion of the call).
+        """
         with self._lock:
             if self.state is TransactionState.IN_TRANSACTION:
                 self._transition(TransactionState.COMMITTING_TRANSACTION)
@@ -1001,7 +1026,7 @@ class _TransactionManager:
             started = self._started
         if started:
             try:
-                identity = await self._end_txn(True, deadline)
+                identity = await self._end_txn(True, deadline, wait_for_completion)
             except OncelogError as err:
                 raise self._on_call_failed(err, "commit_transaction()") from err
             self._sequences.set_identity(identity)
@@ -1087,6 +1112,9 @@ class Producer:
         delivery_timeout_ms: upper bound on the time from ``send()`` to the acknowledgement, retries
             included; a record still unacknowledged then fails.
         transaction_timeout_ms: the coordinator aborts a transaction open longer than this.
+        commit_wait_for_completion: the default of ``commit_transaction(wait_for_completion=...)``: False
+            returns once the commit is durable (Kafka's contract), True once every marker is written too, so a
+            read_committed read started afterwards sees the whole transaction (docs/design/read-after-commit.md).
         compression: None, ``"gzip"``, ``"lz4"`` or ``"zstd"`` (snappy is not supported: refused here).
         buffer_memory: bytes of records waiting to be sent before ``send()`` blocks.
         max_request_size: largest batch sent; larger records are refused at ``send()``.
@@ -1118,6 +1146,7 @@ class Producer:
         max_in_flight: int = 5,
         delivery_timeout_ms: int = 120_000,
         transaction_timeout_ms: int = 60_000,
+        commit_wait_for_completion: bool = False,
         compression: str | None = None,
         buffer_memory: int = DEFAULT_BUFFER_MEMORY,
         max_request_size: int = DEFAULT_MAX_REQUEST_SIZE,
@@ -1162,6 +1191,7 @@ class Producer:
             max_request_size=max_request_size,
             max_in_flight=max_in_flight,
             transaction_timeout_ms=transaction_timeout_ms,
+            commit_wait_for_completion=commit_wait_for_completion,
         )
         bootstrap_addresses = resolve_bootstrap(bootstrap)
         self._key_serializer = key_serializer
@@ -1626,11 +1656,21 @@ class Producer:
             raise ValueError("group_metadata names no group; use consumer.group_metadata() of a consumer with group_id")
         return txn.add_offsets(group.group_id, self._deadline(timeout))
 
-    def commit_transaction(self, timeout: float | None = None) -> None:
+    def commit_transaction(self, timeout: float | None = None, *, wait_for_completion: bool | None = None) -> None:
         """Flush the transaction's records, then commit it; returns once the commit is durable.
 
         Offsets of a ``send_offsets_to_transaction()`` call that failed with a retriable error are committed
         first: the transaction commits with every offset it was given, or not at all.
+
+        Durable means decided: nothing can undo the commit, but, as in Kafka, the markers that make the records
+        visible reach the partitions shortly after, so a read_committed read started right away may not see them
+        yet. With ``wait_for_completion`` (default: the ``commit_wait_for_completion`` setting) it returns only
+        once every marker is written, so any read_committed read started afterwards sees every record and
+        offset of the transaction (docs/design/read-after-commit.md).
+
+        Args:
+            timeout: seconds to block; default ``max_block_ms``.
+            wait_for_completion: also wait for the markers (see above).
 
         Raises:
             AbortableError: a record or offset commit of the transaction failed; call
@@ -1640,14 +1680,19 @@ class Producer:
                 transaction may have committed (the new instance's ``init_transactions()`` completes it).
             RetriableError: no answer within ``timeout`` (default ``max_block_ms``). ``definite`` is False
                 when any attempt may have reached the coordinator (the commit may have happened or may
-                still happen): call ``commit_transaction()`` again — never ``abort_transaction()``.
+                still happen): call ``commit_transaction()`` again — never ``abort_transaction()``. Also
+                when the commit is decided but its markers were not all written in time
+                (``wait_for_completion``); calling it again waits again.
             IllegalStateError: no open transaction.
         """
-        self._run(self._commit_transaction(timeout))
+        self._run(self._commit_transaction(timeout, wait_for_completion))
 
-    def _commit_transaction(self, timeout: float | None) -> Coroutine[Any, Any, None]:
+    def _commit_transaction(
+        self, timeout: float | None, wait_for_completion: bool | None = None
+    ) -> Coroutine[Any, Any, None]:
         txn = self._require_transactional("commit_transaction()")
-        return txn.commit_transaction(self._flush, self._deadline(timeout))
+        wait = self._config.commit_wait_for_completion if wait_for_completion is None else wait_for_completion
+        return txn.commit_transaction(self._flush, self._deadline(timeout), wait)
 
     def abort_transaction(self, timeout: float | None = None) -> None:
         """Abort the transaction: unsent records are dropped, sent ones and its offsets never become visible.

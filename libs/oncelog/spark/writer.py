@@ -504,6 +504,10 @@ def open_producer(
 
     Batches are as large as a request allows: a task sends thousands of records at once and then commits,
     so fewer, fuller batches mean fewer produce round trips before the commit can complete.
+
+    Its commits wait for completion (docs/design/read-after-commit.md): a task reports success, and the
+    driver's batch commit returns, only once every marker is written, so a read_committed read started after
+    the job (or the micro-batch) sees every row, in both atomicity modes.
     """
     return factory(
         list(options.bootstrap),
@@ -512,6 +516,7 @@ def open_producer(
         request_timeout_ms=int(options.request_timeout_s * 1000),
         batch_size=_PRODUCE_BATCH_BYTES,
         client_id=client_id,
+        commit_wait_for_completion=True,
     )
 
 

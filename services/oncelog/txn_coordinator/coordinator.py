@@ -99,6 +99,8 @@ DEFAULT_MAX_TRANSACTION_TIMEOUT_MS = 900_000
 """Kafka's ``transaction.max.timeout.ms`` default (15 minutes)."""
 DEFAULT_COMPLETION_WAIT_MS = 5_000
 """How long a request arriving while the previous transaction completes is parked (see the module doc)."""
+MAX_END_TXN_WAIT_MS = 60_000
+"""Longest an EndTxn that waits for completion holds its reply when the call names no deadline."""
 
 Clock = Callable[[], int]
 """Wall-clock time in milliseconds."""
@@ -176,6 +178,15 @@ class ProducerIdAndEpoch(NamedTuple):
 
     producer_id: int
     producer_epoch: int
+
+
+class EndTxnOutcome(NamedTuple):
+    """The answer of an EndTxn that waits for completion (:meth:`TransactionCoordinator.end_txn_and_wait`)."""
+
+    producer: ProducerIdAndEpoch
+    """The identity for the next transaction, as :meth:`TransactionCoordinator.end_txn` returns it."""
+    completed: bool
+    """Complete* was durable before the reply: every participant has its marker."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -610,6 +621,35 @@ class TransactionCoordinator:
             InvalidTxnState: the request contradicts the state (commit after abort, commit with nothing open).
             ConcurrentTransactions: a transition is in flight or the previous transaction is completing.
         """
+        identity, _ = await self._end_txn(transactional_id, producer_id, producer_epoch, commit)
+        return identity
+
+    async def end_txn_and_wait(
+        self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool, max_wait_ms: int | None = None
+    ) -> EndTxnOutcome:
+        """EndTxn whose reply also waits until the transaction completed: markers acknowledged, Complete* durable.
+
+        The decision is taken (or its retry recognised) exactly as :meth:`end_txn` does; then the call waits, without
+        polling, for the id's next transition, at most ``max_wait_ms`` (the caller's remaining deadline) or
+        :data:`MAX_END_TXN_WAIT_MS`. ``completed`` is False when that ran out first; the decision stands, and the
+        same call again (naming the same epoch, a retry) waits again. A read_committed read started after a
+        completed commit sees every record of the transaction.
+
+        Raises:
+            NotCoordinator: the shard was lost while waiting; the new owner resumes the markers, and the retry
+                there waits again.
+            OncelogError: as :meth:`end_txn`.
+        """
+        identity, pending = await self._end_txn(transactional_id, producer_id, producer_epoch, commit)
+        completed = True
+        if pending is not None:
+            completed = await self._wait_until_complete(transactional_id, *pending, max_wait_ms)
+        return EndTxnOutcome(identity, completed)
+
+    async def _end_txn(
+        self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool
+    ) -> tuple[ProducerIdAndEpoch, tuple[_Shard, TransactionMetadata, TransactionState, int, int] | None]:
+        """EndTxn's decision; also returns what completion to wait for, None when the transaction is complete."""
         if not transactional_id:
             raise InvalidRequest("transactional id must not be empty")
         result = TransactionResult.COMMIT if commit else TransactionResult.ABORT
@@ -619,7 +659,7 @@ class TransactionCoordinator:
             md = self._known(entry, transactional_id)
             reply = self._validate_end_txn(md, producer_id, producer_epoch, result)
             if reply is not None:
-                return reply
+                return reply, self._pending_completion(entry, md)
             next_producer_id = NO_PRODUCER_ID
             if md.is_epoch_exhausted:
                 next_producer_id = await self._producer_ids.next_id()
@@ -627,7 +667,54 @@ class TransactionCoordinator:
             transition = md.prepare_end_transaction(result, self._clock(), next_producer_id=next_producer_id)
         await self._persist(entry, md, transition)
         self._send_markers(entry, md)
-        return _client_identity(md)
+        return _client_identity(md), self._pending_completion(entry, md)
+
+    @staticmethod
+    def _pending_completion(
+        entry: _Shard, md: TransactionMetadata
+    ) -> tuple[_Shard, TransactionMetadata, TransactionState, int, int] | None:
+        """What identifies the Prepare* ``md`` is in, so a waiter can tell when it is over (None: not Prepare*)."""
+        if not md.state.is_prepare:
+            return None
+        return entry, md, md.state, md.producer_id, md.producer_epoch
+
+    async def _wait_until_complete(
+        self,
+        transactional_id: str,
+        entry: _Shard,
+        md: TransactionMetadata,
+        prepared: TransactionState,
+        producer_id: int,
+        producer_epoch: int,
+        max_wait_ms: int | None,
+    ) -> bool:
+        """Wait until ``md`` left the Prepare* it was in; False if ``max_wait_ms`` ran out first.
+
+        Every applied transition and every reload of the shard wakes the id's waiters (``_wake``); no polling.
+        """
+        loop = asyncio.get_running_loop()
+        wait_ms = MAX_END_TXN_WAIT_MS if max_wait_ms is None else min(max_wait_ms, MAX_END_TXN_WAIT_MS)
+        deadline = loop.time() + wait_ms / 1000
+        while True:
+            if (md.state, md.producer_id, md.producer_epoch) != (prepared, producer_id, producer_epoch):
+                return True
+            if self._shards.get(entry.shard) is not entry:
+                raise NotCoordinator(
+                    f"shard {entry.shard} changed owner while {transactional_id!r} was completing; retry EndTxn "
+                    "at the new owner, which resumes its markers"
+                )
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return False
+            # Taken without an await since the check above, so no transition can slip in between.
+            settled = self._settled.get(transactional_id)
+            if settled is None or settled.done():
+                settled = self._settled[transactional_id] = loop.create_future()
+            try:
+                # shielded: the signal is shared by every request waiting on the id
+                await asyncio.wait_for(asyncio.shield(settled), remaining)
+            except TimeoutError:
+                return False
 
     def _validate_end_txn(
         self, md: TransactionMetadata, producer_id: int, producer_epoch: int, result: TransactionResult
@@ -1137,7 +1224,9 @@ def _expirable(md: TransactionMetadata, now_ms: int, expiration_ms: int) -> bool
 __all__ = [
     "DEFAULT_COMPLETION_WAIT_MS",
     "DEFAULT_MAX_TRANSACTION_TIMEOUT_MS",
+    "MAX_END_TXN_WAIT_MS",
     "Clock",
+    "EndTxnOutcome",
     "MarkerCompletion",
     "MarkerSink",
     "ProducerIdAndEpoch",

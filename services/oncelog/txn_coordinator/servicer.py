@@ -157,6 +157,15 @@ class TransactionCoordinatorServicer(pb.TransactionCoordinatorServiceServicer):
             commit = False
         else:
             raise InvalidRequest("result must be TRANSACTION_RESULT_COMMIT or TRANSACTION_RESULT_ABORT")
+        if request.wait_for_completion:
+            outcome = await self._coordinator.end_txn_and_wait(
+                request.transactional_id,
+                producer.producer_id,
+                producer.producer_epoch,
+                commit,
+                max_wait_ms=_wait_budget_ms(context),
+            )
+            return pb.EndTxnResponse(producer=_identity_pb(outcome.producer), completed=outcome.completed)
         identity = await self._coordinator.end_txn(
             request.transactional_id, producer.producer_id, producer.producer_epoch, commit
         )

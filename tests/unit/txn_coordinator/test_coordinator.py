@@ -166,11 +166,13 @@ class FakeMarkers:
         self.sent: list[SentMarkers] = []
         self.queue: list[SentMarkers] = []
         self.dropped: list[SentMarkers] = []
+        self.enqueued = asyncio.Event()
 
     def enqueue(self, **fields: object) -> None:
         markers = SentMarkers(**fields)  # type: ignore[arg-type]
         self.sent.append(markers)
         self.queue.append(markers)
+        self.enqueued.set()
 
     def for_id(self, transactional_id: str) -> list[SentMarkers]:
         return [m for m in self.sent if m.transactional_id == transactional_id]
@@ -544,6 +546,43 @@ async def test_duplicate_marker_completion_writes_complete_once(h: Harness) -> N
     await markers.on_complete()
     await markers.on_complete()
     assert h.store.states_written("t").count(S.COMPLETE_COMMIT) == 1
+
+
+@pytest.mark.parametrize("commit", [True, False])
+async def test_end_txn_and_wait_replies_once_complete_is_durable(h: Harness, commit: bool) -> None:
+    """The read-after-commit option: the reply waits for every marker and the Complete* write, without polling."""
+    pid, epoch = await h.begin("t")
+    ending = asyncio.create_task(h.coordinator.end_txn_and_wait("t", pid, epoch, commit=commit))
+    await h.markers.enqueued.wait()  # decided; the call now waits on the id's next transition
+    assert not ending.done(), "replied before the markers were acknowledged"
+    result = TransactionResult.COMMIT if commit else TransactionResult.ABORT
+    assert h.store.rows["t"].state is result.prepare_state
+    await h.markers.deliver_all()
+    assert await ending == ((pid, epoch + 1), True)
+    assert h.store.rows["t"].state is result.complete_state
+
+
+async def test_end_txn_and_wait_that_runs_out_reports_not_completed_and_its_retry_waits_again(h: Harness) -> None:
+    pid, epoch = await h.begin("t")
+    ran_out = await h.coordinator.end_txn_and_wait("t", pid, epoch, commit=True, max_wait_ms=0)
+    assert ran_out == ((pid, epoch + 1), False)
+    retry = asyncio.create_task(h.coordinator.end_txn_and_wait("t", pid, epoch, commit=True, max_wait_ms=10_000))
+    await asyncio.sleep(0)  # one turn: the retry is recognised and starts waiting
+    assert not retry.done()
+    await h.markers.deliver_all()
+    assert await retry == ((pid, epoch + 1), True)
+    assert h.store.states_written("t").count(S.PREPARE_COMMIT) == 1, "the retry decided nothing again"
+    again = await h.coordinator.end_txn_and_wait("t", pid, epoch, commit=True, max_wait_ms=0)
+    assert again == ((pid, epoch + 1), True), "a complete transaction answers at once"
+
+
+async def test_end_txn_and_wait_on_a_shard_lost_meanwhile_is_not_coordinator(h: Harness) -> None:
+    pid, epoch = await h.begin("t")
+    ending = asyncio.create_task(h.coordinator.end_txn_and_wait("t", pid, epoch, commit=True))
+    await h.markers.enqueued.wait()
+    h.coordinator.unload(shard_for("t"))
+    await expect(NotCoordinator, ending)
+    assert h.store.rows["t"].state is S.PREPARE_COMMIT, "left for the next owner, where the retry waits again"
 
 
 async def test_commit_retry_is_idempotent(h: Harness) -> None:

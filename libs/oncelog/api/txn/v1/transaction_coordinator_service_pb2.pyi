@@ -199,10 +199,13 @@ class EndTxnRequest(_message.Message):
     TRANSACTIONAL_ID_FIELD_NUMBER: _builtins.int
     PRODUCER_FIELD_NUMBER: _builtins.int
     RESULT_FIELD_NUMBER: _builtins.int
+    WAIT_FOR_COMPLETION_FIELD_NUMBER: _builtins.int
     transactional_id: _builtins.str
     """transactional_id is the user's stable id."""
     result: _marker_pb2.TransactionResult.ValueType
     """result is COMMIT or ABORT."""
+    wait_for_completion: _builtins.bool
+    """wait_for_completion holds the reply until every marker is written and Complete* is durable, within the deadline."""
     @_builtins.property
     def producer(self) -> _identity_pb2.ProducerIdentity:
         """producer is the caller's (pid, epoch)."""
@@ -213,10 +216,11 @@ class EndTxnRequest(_message.Message):
         transactional_id: _builtins.str = ...,
         producer: _identity_pb2.ProducerIdentity | None = ...,
         result: _marker_pb2.TransactionResult.ValueType = ...,
+        wait_for_completion: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["producer", b"producer"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["producer", b"producer", "result", b"result", "transactional_id", b"transactional_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["producer", b"producer", "result", b"result", "transactional_id", b"transactional_id", "wait_for_completion", b"wait_for_completion"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -229,6 +233,9 @@ class EndTxnResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     PRODUCER_FIELD_NUMBER: _builtins.int
+    COMPLETED_FIELD_NUMBER: _builtins.int
+    completed: _builtins.bool
+    """completed is true when Complete* was durable before this reply; retrying the same EndTxn waits again."""
     @_builtins.property
     def producer(self) -> _identity_pb2.ProducerIdentity:
         """producer is the (pid, epoch) to use for the next transaction."""
@@ -237,10 +244,11 @@ class EndTxnResponse(_message.Message):
         self,
         *,
         producer: _identity_pb2.ProducerIdentity | None = ...,
+        completed: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["producer", b"producer"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["producer", b"producer"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["completed", b"completed", "producer", b"producer"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

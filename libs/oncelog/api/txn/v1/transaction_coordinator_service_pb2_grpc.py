@@ -98,7 +98,7 @@ class TransactionCoordinatorServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def EndTxn(self, request, context):
-        """EndTxn commits or aborts the open transaction; replies once the decision is durable.
+        """EndTxn commits or aborts the open transaction; replies once the decision is durable (or, on request, complete).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -40,7 +40,7 @@ class TransactionCoordinatorServiceStub:
     AddOffsetsToTxn: _grpc.UnaryUnaryMultiCallable[_transaction_coordinator_service_pb2.AddOffsetsToTxnRequest, _transaction_coordinator_service_pb2.AddOffsetsToTxnResponse]
     """AddOffsetsToTxn durably adds a consumer group's offsets to the open transaction."""
     EndTxn: _grpc.UnaryUnaryMultiCallable[_transaction_coordinator_service_pb2.EndTxnRequest, _transaction_coordinator_service_pb2.EndTxnResponse]
-    """EndTxn commits or aborts the open transaction; replies once the decision is durable."""
+    """EndTxn commits or aborts the open transaction; replies once the decision is durable (or, on request, complete)."""
     DescribeTransactions: _grpc.UnaryUnaryMultiCallable[_transaction_coordinator_service_pb2.DescribeTransactionsRequest, _transaction_coordinator_service_pb2.DescribeTransactionsResponse]
     """DescribeTransactions returns the coordinator's view of the named transactional ids."""
     ListTransactions: _grpc.UnaryUnaryMultiCallable[_transaction_coordinator_service_pb2.ListTransactionsRequest, _transaction_coordinator_service_pb2.ListTransactionsResponse]
@@ -60,7 +60,7 @@ class TransactionCoordinatorServiceAsyncStub(TransactionCoordinatorServiceStub):
     AddOffsetsToTxn: _aio.UnaryUnaryMultiCallable[_transaction_coordinator_service_pb2.AddOffsetsToTxnRequest, _transaction_coordinator_service_pb2.AddOffsetsToTxnResponse]  # type: ignore[assignment]
     """AddOffsetsToTxn durably adds a consumer group's offsets to the open transaction."""
     EndTxn: _aio.UnaryUnaryMultiCallable[_transaction_coordinator_service_pb2.EndTxnRequest, _transaction_coordinator_service_pb2.EndTxnResponse]  # type: ignore[assignment]
-    """EndTxn commits or aborts the open transaction; replies once the decision is durable."""
+    """EndTxn commits or aborts the open transaction; replies once the decision is durable (or, on request, complete)."""
     DescribeTransactions: _aio.UnaryUnaryMultiCallable[_transaction_coordinator_service_pb2.DescribeTransactionsRequest, _transaction_coordinator_service_pb2.DescribeTransactionsResponse]  # type: ignore[assignment]
     """DescribeTransactions returns the coordinator's view of the named transactional ids."""
     ListTransactions: _aio.UnaryUnaryMultiCallable[_transaction_coordinator_service_pb2.ListTransactionsRequest, _transaction_coordinator_service_pb2.ListTransactionsResponse]  # type: ignore[assignment]
@@ -101,7 +101,7 @@ class TransactionCoordinatorServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _transaction_coordinator_service_pb2.EndTxnRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_transaction_coordinator_service_pb2.EndTxnResponse, _abc.Awaitable[_transaction_coordinator_service_pb2.EndTxnResponse]]:
-        """EndTxn commits or aborts the open transaction; replies once the decision is durable."""
+        """EndTxn commits or aborts the open transaction; replies once the decision is durable (or, on request, complete)."""
 
     @_abc_1.abstractmethod
     def DescribeTransactions(
