@@ -7,9 +7,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from oncelog.testing.postgres import find_postgres_bin, postgres_server
 from oncelog.testing.servers import find_redis_server, redis_server
+
+# Property tests check results, never speed: Hypothesis's default 200 ms deadline per example turned a busy
+# machine into failures (DeadlineExceeded), so no example has a deadline. Timing belongs in bench/.
+settings.register_profile("oncelog", deadline=None)
+settings.load_profile("oncelog")
 
 
 @pytest.fixture(scope="session")
