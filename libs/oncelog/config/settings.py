@@ -107,6 +107,15 @@ def load_settings(cls: type[T], prefix: str, environ: Mapping[str, str] | None =
     return instance
 
 
+def settings_help(cls: type[Any], prefix: str) -> str:
+    """One block per setting of ``cls``: its variable, default and help (what ``--help`` of a service prints)."""
+    blocks = []
+    for f in dataclasses.fields(cls):
+        default = "required" if f.default is dataclasses.MISSING else f"default {f.default!r}"
+        blocks.append(f"  {env_name(prefix, f)}  ({default})\n      {f.metadata.get('help', f.name)}")
+    return "\n".join(blocks)
+
+
 def _default_node_id() -> str:
     return f"{socket.gethostname()}-{os.getpid()}"
 
@@ -172,6 +181,11 @@ class ServiceSettings:
         help="host:port of an extra plaintext listener serving only grpc.health.v1, for probes that cannot"
         " speak TLS (Kubernetes gRPC probes); empty disables it",
     )
+
+    @classmethod
+    def help_text(cls) -> str:
+        """Every variable this service reads, with its default and meaning."""
+        return settings_help(cls, cls.ENV_PREFIX)
 
     @classmethod
     def from_env(cls: type[S], environ: Mapping[str, str] | None = None, **overrides: Any) -> S:

@@ -56,8 +56,38 @@ async def _stop_when_orphaned(server: GrpcServer, parent_pid: int, interval_s: f
     await server.stop()
 
 
-def run_service(name: str, load: Callable[[], ServiceSettings], build: Callable[[ServiceSettings], ServiceSpec]) -> int:
-    """``main()`` of a service: read settings, build the spec, serve; exit code 2 on bad configuration."""
+def _usage(name: str, load: Callable[[], ServiceSettings]) -> str:
+    settings_cls = getattr(load, "__self__", ServiceSettings)
+    return (
+        f"usage: oncelog-{name} [--help]\n\n"
+        f"Runs the oncelog {name} service until SIGTERM or SIGINT (then drains). It takes no arguments: every\n"
+        "setting comes from an environment variable:\n\n"
+        f"{settings_cls.help_text()}\n"
+    )
+
+
+def run_service(
+    name: str,
+    load: Callable[[], ServiceSettings],
+    build: Callable[[ServiceSettings], ServiceSpec],
+    argv: list[str] | None = None,
+) -> int:
+    """``main()`` of a service: read settings, build the spec, serve; exit code 2 on bad configuration.
+
+    ``--help`` (or ``-h``) prints the settings and exits 0 before anything is opened or bound; any other
+    argument is refused with exit code 2, as settings come from the environment only.
+    """
+    argv = sys.argv[1:] if argv is None else argv
+    if any(arg in ("-h", "--help") for arg in argv):
+        print(_usage(name, load), end="")
+        return 0
+    if argv:
+        print(
+            f"oncelog-{name}: unexpected argument(s) {' '.join(argv)}; settings come from environment variables "
+            f"(see oncelog-{name} --help)",
+            file=sys.stderr,
+        )
+        return 2
     configure_logging(name)
     try:
         settings = load()
