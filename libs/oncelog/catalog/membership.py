@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from oncelog.catalog.store import CatalogStore
 
@@ -23,9 +23,12 @@ class NodeMembership:
         clock: Callable[[], int],
         *,
         rack: str | None = None,
+        on_fenced: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self.store = store
         self.rack = rack or None
+        self.on_fenced = on_fenced
+        """Awaited once another process registered this node id (this one is fenced): the node withdraws."""
         self.node_id = node_id
         self.role = role
         self.lease_ms = lease_ms
@@ -55,7 +58,14 @@ class NodeMembership:
                 log.exception("heartbeat failed; retrying")
                 continue
             if not alive:
-                log.error("node %s was registered again elsewhere (epoch > %d)", self.node_id, self.node_epoch)
+                log.error(
+                    "node %s was registered again elsewhere (epoch > %d): this process is fenced and reports "
+                    "NOT_SERVING; stop it",
+                    self.node_id,
+                    self.node_epoch,
+                )
+                if self.on_fenced is not None:
+                    await self.on_fenced()
                 return
 
     async def stop(self) -> None:

@@ -40,10 +40,16 @@ def node_context(settings: ServiceSettings, role: str, *, clock: Callable[[], in
     store = CatalogStore(engine)
     store.migrate()
     cluster = store.ensure_cluster(settings.txn_coordinator_shards, settings.group_offsets_shards, clock())
-    membership = NodeMembership(
-        store, settings.resolved_node_id(), role, settings.node_lease_ms, clock, rack=settings.rack
-    )
     spec = ServiceSpec(name=role)
+    membership = NodeMembership(
+        store,
+        settings.resolved_node_id(),
+        role,
+        settings.node_lease_ms,
+        clock,
+        rack=settings.rack,
+        on_fenced=lambda: spec.set_serving(False),
+    )
     spec.add(
         cluster_pb.add_ClusterServiceServicer_to_server,
         ClusterServicer(store, clock, default_replication_factor=settings.default_replication_factor),

@@ -8,13 +8,15 @@ import threading
 from pathlib import Path
 
 import typer
-from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from oncelog.cli.commands import SETTINGS, consume, groups_app, produce, producers_app, topics_app, transactions_app
 from oncelog.cli.demo import demo
+from oncelog.cli.output import err, error, print_table, stdout_console
 from oncelog.cli.spark_demo import spark_demo
 from oncelog.testing import SERVICES, ClusterStartError, LocalCluster
+from oncelog.testing.cluster import NodeProcess
 
 app = typer.Typer(
     name="oncelog",
@@ -22,7 +24,6 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
 )
-console = Console()
 
 
 def _version(value: bool) -> None:
@@ -73,40 +74,54 @@ def dev(
     Example: oncelog dev --data-dir /tmp/oncelog --storage-nodes 3
     """
     cluster = LocalCluster(data_dir, storage_nodes=storage_nodes, host=host, base_port=port_base)
-    with console.status("starting the local cluster…"):
+    with err().status("starting the local cluster…"):
         try:
             cluster.start()
         except ClusterStartError as exc:
             cluster.stop()
-            console.print(f"[red]failed to start:[/red] {exc}")
+            error(f"failed to start: {exc}")
             raise typer.Exit(1) from exc
-    table = Table(title="oncelog local cluster", show_lines=False)
-    table.add_column("service")
-    table.add_column("node")
-    table.add_column("address")
-    table.add_column("log")
+    table = Table()
+    for column in ("service", "node", "address", "log"):
+        table.add_column(column)
     order = {s: i for i, s in enumerate(SERVICES)}
     for node in sorted(cluster.nodes, key=lambda n: (order[n.service], n.index)):
-        table.add_row(node.service, node.node_id, node.address, str(node.log_file))
-    console.print(table)
-    console.print(f"bootstrap: [bold]{cluster.bootstrap}[/bold]   cluster file: {cluster.data_dir / 'cluster.json'}")
+        table.add_row(Text(node.service), Text(node.node_id), Text(node.address), Text(str(node.log_file)))
+    print_table(table, "oncelog local cluster")
+    console = stdout_console()
+    console.print(Text(f"bootstrap: {cluster.bootstrap}   cluster file: {cluster.data_dir / 'cluster.json'}"))
+    console.print(Text(f"other shells: export ONCELOG_BOOTSTRAP={cluster.bootstrap}"))
     console.print(
-        "try:  grpcurl -plaintext "
-        f"{cluster.bootstrap} oncelog.api.cluster.v1.ClusterService/DescribeCluster   (Ctrl-C stops the cluster)"
+        Text(
+            f"try:  grpcurl -plaintext {cluster.bootstrap} oncelog.api.cluster.v1.ClusterService/DescribeCluster"
+            "   (Ctrl-C stops the cluster)"
+        )
     )
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
+    exit_code = 0
     while not stop.wait(0.5):
-        dead = [n.node_id for n in cluster.nodes if not n.alive()]
+        dead = [n for n in cluster.nodes if not n.alive()]
         if dead:
-            console.print(f"[red]process exited unexpectedly:[/red] {', '.join(dead)}; stopping the cluster")
-            for node_id in dead:
-                console.print(cluster.log_tail(cluster.node(node_id), 10))
+            for node in dead:
+                error(crash_line(cluster, node))
+            exit_code = 1
             break
-    with console.status("draining…"):
+    with err().status("draining…"):
         codes = cluster.stop()
-    console.print(f"stopped: {codes}")
+    err().print(Text(f"stopped: {codes}"))
+    if exit_code:
+        raise typer.Exit(exit_code)
+
+
+def crash_line(cluster: LocalCluster, node: NodeProcess) -> str:
+    """One line saying which process exited, how, its last log line and where its log is."""
+    code = node.process.returncode if node.process is not None else None
+    killed = code is not None and code < 0
+    how = f"was killed by {signal.Signals(-code).name}" if killed and code else f"exited with code {code}"
+    last = next((line for line in reversed(cluster.log_tail(node, 20).splitlines()) if line.strip()), "(empty log)")
+    return f"{node.node_id} {how}; stopping the cluster. Last log line: {last.strip()}  (full log: {node.log_file})"
 
 
 app.command("demo")(demo)

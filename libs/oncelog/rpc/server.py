@@ -58,6 +58,13 @@ class ServiceSpec:
     service_names: list[str] = field(default_factory=list)
     on_start: list[StartHook] = field(default_factory=list)
     on_stop: list[StopHook] = field(default_factory=list)
+    health_reporter: Callable[[bool], Awaitable[None]] | None = None
+    """Set by the running server: reports every service SERVING (True) or NOT_SERVING (False)."""
+
+    async def set_serving(self, serving: bool) -> None:
+        """Report this process SERVING or NOT_SERVING on health (a fenced node withdraws); no-op before start."""
+        if self.health_reporter is not None:
+            await self.health_reporter(serving)
 
     def add(self, register: Callable[[Any, aio.Server], None], servicer: Any, service_name: str) -> None:
         """Register ``servicer`` with its generated ``add_…_to_server`` function under ``service_name``."""
@@ -137,8 +144,8 @@ class GrpcServer:
             await self._health_server.start()
         for hook in self.spec.on_start:
             await hook(self.address)
-        for name in ["", *self.spec.service_names]:
-            await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        await self._report_health(True)
+        self.spec.health_reporter = self._report_health
         if self._ready_file:
             _write_ready_file(Path(self._ready_file), self.address, self.spec.name, self.health_address)
         if self.health_address:
@@ -146,6 +153,11 @@ class GrpcServer:
         else:
             log.info("%s serving on %s", self.spec.name, self.address)
         return self.address
+
+    async def _report_health(self, serving: bool) -> None:
+        status = health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING
+        for name in ["", *self.spec.service_names]:
+            await self.health.set(name, status)
 
     def _bind_health_only(self) -> aio.Server:
         """Bind the plaintext listener that serves only the health service (bound before anything starts)."""

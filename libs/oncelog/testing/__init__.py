@@ -1,5 +1,5 @@
 """Test and development helpers: a whole local cluster as OS processes."""
 
-from oncelog.testing.cluster import SERVICES, ClusterStartError, LocalCluster
+from oncelog.testing.cluster import SERVICES, ClusterStartError, DataDirInUseError, LocalCluster
 
-__all__ = ["SERVICES", "ClusterStartError", "LocalCluster"]
+__all__ = ["SERVICES", "ClusterStartError", "DataDirInUseError", "LocalCluster"]

@@ -8,6 +8,7 @@ file. Logs go to ``<data_dir>/logs/<node>.log``.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import signal
@@ -24,6 +25,21 @@ SERVICES = ("pid-allocator", "partition-storage", "group-offsets", "txn-coordina
 
 class ClusterStartError(RuntimeError):
     """A process of the local cluster exited or did not become ready in time; the message has its log tail."""
+
+
+class DataDirInUseError(ClusterStartError):
+    """Another local cluster runs on the same data directory; ``pid`` is the process holding its lock."""
+
+    def __init__(self, data_dir: Path, pid: str) -> None:
+        self.pid = pid
+        super().__init__(
+            f"{data_dir} is in use by another local cluster (pid {pid} holds {data_dir / LOCK_FILE}); stop that "
+            "one first (Ctrl-C where it runs, or kill " + pid + "), or pass another --data-dir"
+        )
+
+
+LOCK_FILE = "cluster.lock"
+"""Held (flock) by the process running a local cluster on a data directory, and naming its pid."""
 
 
 @dataclass
@@ -75,6 +91,7 @@ class LocalCluster:
     services: tuple[str, ...] = SERVICES
     replicas: Mapping[str, int] = field(default_factory=dict)
     nodes: list[NodeProcess] = field(default_factory=list, init=False)
+    _lock_fd: int | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.data_dir = Path(self.data_dir).resolve()
@@ -137,7 +154,12 @@ class LocalCluster:
     # -- lifecycle -------------------------------------------------------------------------------------
 
     def start(self, timeout: float = 60.0) -> LocalCluster:
-        """Start every process and wait until each one serves; raises ClusterStartError with the log tail."""
+        """Start every process and wait until each one serves; raises ClusterStartError with the log tail.
+
+        Raises:
+            DataDirInUseError: another cluster runs on ``data_dir`` (nothing was started).
+        """
+        self._lock()
         (self.data_dir / "logs").mkdir(parents=True, exist_ok=True)
         (self.data_dir / "run").mkdir(parents=True, exist_ok=True)
         for node in self.nodes:
@@ -180,6 +202,28 @@ class LocalCluster:
             time.sleep(0.05)
         raise ClusterStartError(f"{node.node_id} did not become ready in time:\n{self.log_tail(node)}")
 
+    def _lock(self) -> None:
+        """Hold ``data_dir/cluster.lock`` until :meth:`stop`, so a second cluster cannot share the directory."""
+        if self._lock_fd is not None:
+            return
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.data_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)  # not inherited by the children
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(fd, 32).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            raise DataDirInUseError(self.data_dir, holder) from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        self._lock_fd = fd
+
+    def _unlock(self) -> None:
+        if self._lock_fd is not None:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
     def stop(self, timeout: float = 30.0) -> dict[str, int | None]:
         """SIGTERM every process (graceful drain), SIGKILL what is left after ``timeout``; returns exit codes."""
         for node in self.nodes:
@@ -196,6 +240,7 @@ class LocalCluster:
             except subprocess.TimeoutExpired:
                 node.process.kill()
                 codes[node.node_id] = node.process.wait()
+        self._unlock()
         return codes
 
     def kill(self, node_id: str) -> None:
