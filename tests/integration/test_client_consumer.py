@@ -204,3 +204,28 @@ def test_rewind_after_seek_with_auto_offset_reset_none_returns_to_the_seek(clust
         consumer.seek(tp, 3)
         assert [r.offset for r in poll_until(consumer, 3)] == [3, 4, 5]
         assert consumer.rewind_to_committed() == {tp: 3}
+
+
+def test_assigned_topic_deleted_and_created_again_is_reported_then_read_from_its_beginning(
+    cluster: LocalCluster,
+) -> None:
+    topic = new_topic(cluster.bootstrap)
+    tp = TopicPartition(topic, 0)
+    produce(cluster.bootstrap, topic, 3)
+    with Consumer(cluster.bootstrap, isolation_level="read_uncommitted") as consumer:
+        consumer.assign([tp])
+        assert [r.offset for r in poll_until(consumer, 3)] == [0, 1, 2]
+        with AdminClient(cluster.bootstrap) as admin:
+            admin.delete_topics([topic])
+        deadline = time.monotonic() + 30
+        with pytest.raises(UnknownTopicOrPartition, match="was deleted"):
+            while time.monotonic() < deadline:
+                assert consumer.poll(timeout_ms=200) == []
+        with AdminClient(cluster.bootstrap) as admin:
+            admin.create_topics([NewTopic(topic, num_partitions=1)])
+        # more records than the old position (3): continuing there would skip the new topic's first three
+        with Producer(cluster.bootstrap) as producer:
+            for i in range(5):
+                producer.send(topic, f"new-{i}".encode()).result(timeout=30)
+        records = poll_until(consumer, 5)
+    assert [(r.offset, r.value) for r in records] == [(i, f"new-{i}".encode()) for i in range(5)]

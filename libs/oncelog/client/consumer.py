@@ -13,6 +13,9 @@ consume-transform-produce loop pass the positions to ``Producer.send_offsets_to_
 call :meth:`Consumer.rewind_to_committed` after an abort, which puts every position back to the first input
 offset of the aborted transaction (DESIGN §1.8).
 
+A topic deleted while assigned is reported once by ``poll()`` (``UnknownTopicOrPartition``) and stays
+assigned; a topic created again under its name (a new topic id) is read from its beginning.
+
 Group membership is not implemented yet: ``subscribe()`` assigns every partition of the topics to this one
 consumer, so run one consumer per group (cooperative rebalancing is a later issue). A consumer is not
 thread-safe: call it from one thread, as with Kafka.
@@ -74,6 +77,10 @@ class _PartitionState:
     """A non-retriable fetch error, raised by the next poll."""
     last_stable_offset: int = -1
     high_watermark: int = -1
+    topic_id: str = ""
+    """Id of the topic incarnation the position belongs to ("" until known)."""
+    deleted_reported: bool = False
+    """The deletion of the topic was reported by a poll; it is not reported again until the topic returns."""
 
 
 class Consumer:
@@ -222,6 +229,7 @@ class Consumer:
                     )
         self._subscription = None
         self._set_assignment(wanted)
+        self._note_topic_ids()
 
     def subscribe(self, topics: Iterable[str]) -> None:
         """Read every partition of ``topics``, starting from the group's committed offsets.
@@ -245,6 +253,7 @@ class Consumer:
             partitions.extend(p.topic_partition for p in info.partitions)
         self._subscription = names
         self._set_assignment(partitions)
+        self._note_topic_ids()
 
     def unsubscribe(self) -> None:
         """Stop reading every partition."""
@@ -262,6 +271,45 @@ class Consumer:
     def _set_assignment(self, partitions: Iterable[TopicPartition]) -> None:
         old = self._assignment
         self._assignment = {tp: old.get(tp) or _PartitionState(reset=self._initial_reset()) for tp in partitions}
+
+    def _note_topic_ids(self) -> None:
+        for tp, state in self._assignment.items():
+            info = self._metadata.cached_topic(tp.topic)
+            if info is not None and not state.topic_id:
+                state.topic_id = info.topic_id
+
+    def _check_incarnation(self, tp: TopicPartition, state: _PartitionState) -> bool:
+        """Follow a deleted or re-created topic; False while the partition cannot be fetched.
+
+        A deleted topic is reported once, by the next poll (UnknownTopicOrPartition), and the partition stays
+        assigned: the consumer keeps asking for the topic. When a topic of that name exists again (a new
+        topic id), its partitions are read from their beginning: positions of the old topic mean nothing in
+        the new one, and starting anywhere later would skip its first records.
+        """
+        info = self._metadata.cached_topic(tp.topic)
+        if info is None:  # dropped from the metadata cache: the cluster said the topic does not exist
+            if not state.deleted_reported:
+                state.deleted_reported = True
+                state.buffered = None
+                state.error = UnknownTopicOrPartition(
+                    f"topic {tp.topic!r} was deleted while {tp} was assigned; the consumer keeps the assignment and "
+                    "reads the topic from its beginning if it is created again (unassign it to stop)"
+                )
+            return False
+        if state.topic_id and info.topic_id and info.topic_id != state.topic_id:
+            log.warning(
+                "%s: topic %r was deleted and created again (id %s -> %s); reading the new topic from its beginning",
+                tp,
+                tp.topic,
+                state.topic_id,
+                info.topic_id,
+            )
+            state.position, state.reset, state.start = None, "earliest", None
+            state.buffered, state.error, state.leader_epoch = None, None, None
+        if info.topic_id:
+            state.topic_id = info.topic_id
+        state.deleted_reported = False
+        return True
 
     # -------------------------------------------------------------------------------- positions
 
@@ -698,14 +746,18 @@ class Consumer:
     def _send_fetches(self, deadline: Deadline) -> None:
         now = time.monotonic()
         by_leader: dict[str, list[tuple[TopicPartition, int, int]]] = {}
+        missing = sorted({tp.topic for tp in self._assignment if self._metadata.cached_topic(tp.topic) is None})
+        if missing:
+            self._refresh_metadata(missing)
         for tp, state in self._assignment.items():
+            if not self._check_incarnation(tp, state):
+                continue
             if state.position is None or state.buffered is not None or state.error is not None:
                 continue
             leader = self._metadata.cached_leader(tp)
             if leader is None or self._metadata.needs_update(tp.topic):
                 self._metadata.request_update(tp.topic)
-                if self._refresh_task is None or self._refresh_task.done():
-                    self._refresh_task = asyncio.get_running_loop().create_task(self._metadata.refresh_stale())
+                self._refresh_metadata([])
                 if leader is None:
                     continue
             address = leader.leader_address
@@ -715,6 +767,21 @@ class Consumer:
             by_leader.setdefault(address, []).append((tp, state.position, leader.leader_epoch))
         for address, parts in by_leader.items():
             self._fetches[address] = asyncio.get_running_loop().create_task(self._fetch(address, parts, deadline))
+
+    def _refresh_metadata(self, missing: Sequence[str]) -> None:
+        """Refresh stale topics, and ask again for assigned topics the cluster said do not exist, in the background."""
+        if self._refresh_task is not None and not self._refresh_task.done():
+            return
+
+        async def refresh() -> None:
+            await self._metadata.refresh_stale()
+            for topic in missing:
+                try:
+                    await self._metadata.topic(topic)
+                except OncelogError as err:
+                    log.debug("topic %r is still unavailable: %s", topic, err)
+
+        self._refresh_task = asyncio.get_running_loop().create_task(refresh())
 
     def _reap_fetches(self) -> None:
         for key in [k for k, task in self._fetches.items() if task.done()]:
