@@ -16,8 +16,10 @@ import pytest
 from oncelog.api.cluster import v1 as cluster_pb
 from oncelog.api.common import v1 as common
 from oncelog.api.storage import v1 as pb
+from oncelog.catalog import CatalogStore
 from oncelog.records import Record, build_batch, iter_batches
 from oncelog.rpc import from_error_info, sync_channel
+from oncelog.storage.sql import create_engine
 from oncelog.testing import LocalCluster
 
 TOPIC = "replicated"
@@ -47,12 +49,13 @@ def batch(seq: int, *, pid: int = 4242, n: int = 5) -> bytes:
     return build_batch(records, producer_id=pid, producer_epoch=0, base_sequence=seq * n)
 
 
-def produce(cluster: LocalCluster, leader: str, seq: int) -> int:
+def produce(cluster: LocalCluster, leader: str, seq: int, *, pid: int = 4242) -> int:
     """Produce with acks=all to the leader; returns the acknowledged base offset."""
     stub = pb.PartitionStorageServiceStub(sync_channel(cluster.node(leader).address))
     tp = common.TopicPartition(topic=TOPIC, partition=0)
     request = pb.ProduceRequest(
-        acks=pb.ACKS_ALL, partitions=[pb.PartitionBatches(topic_partition=tp, leader_epoch=-1, records=batch(seq))]
+        acks=pb.ACKS_ALL,
+        partitions=[pb.PartitionBatches(topic_partition=tp, leader_epoch=-1, records=batch(seq, pid=pid))],
     )
     [result] = stub.Produce(request, timeout=60).results
     assert not result.HasField("error"), from_error_info(result.error)
@@ -118,3 +121,40 @@ def test_follower_whose_disk_was_wiped_copies_everything_again(cluster: LocalClu
     acked.append(produce(cluster, leader, 20))
     copied, original = logged_batches(cluster, victim), logged_batches(cluster, leader)
     assert copied == original and all(offset in copied for offset in acked)
+
+
+def test_divergent_tail_is_cut_at_the_new_leaders_epoch_start_not_kept(cluster: LocalCluster) -> None:
+    """Seed 002 §七 case 2: the old leader's unacknowledged tail (epoch 0) is cut where the new leader's epoch 1
+    starts, and the replicas end byte-identical. Leadership moves by the conditional catalog update an election
+    makes (the controller's job, standing in here)."""
+    meta = partition(cluster)
+    old_leader = meta.leader_node_id
+    new_leader, other = [n for n in meta.replica_node_ids if n != old_leader]
+    acked = [produce(cluster, old_leader, seq) for seq in range(5)]
+    cluster.kill(new_leader)
+    cluster.kill(other)
+    stub = pb.PartitionStorageServiceStub(sync_channel(cluster.node(old_leader).address))
+    tp = common.TopicPartition(topic=TOPIC, partition=0)
+    tail = pb.ProduceRequest(
+        acks=pb.ACKS_ALL,
+        timeout_ms=300,
+        partitions=[pb.PartitionBatches(topic_partition=tp, leader_epoch=-1, records=batch(5, pid=777))],
+    )
+    [result] = stub.Produce(tail, timeout=30).results
+    assert from_error_info(result.error).reason.name == "REQUEST_TIMED_OUT", "appended, never acknowledged"
+    diverged_at = max(logged_batches(cluster, old_leader))
+    assert diverged_at not in logged_batches(cluster, new_leader)
+    cluster.kill(old_leader)
+    store = CatalogStore(create_engine(cluster.database_url))
+    moved = store.alter_partition(TOPIC, store.partition(TOPIC, 0), leader_node_id=new_leader, isr=[new_leader, other])
+    assert moved is not None and moved.leader_epoch == 1
+    cluster.restart(new_leader)
+    cluster.restart(other)
+    # the new leader rebuilt producer 4242's state from the copy: its next sequence continues, as acknowledged
+    acked += [produce(cluster, new_leader, seq) for seq in range(5, 10)]
+    assert logged_batches(cluster, new_leader)[diverged_at] != logged_batches(cluster, old_leader)[diverged_at]
+    cluster.restart(old_leader)
+    wait_for_isr(cluster, set(meta.replica_node_ids))
+    acked.append(produce(cluster, new_leader, 10))
+    for node in (old_leader, other):
+        assert logged_batches(cluster, node) == logged_batches(cluster, new_leader), node

@@ -61,6 +61,7 @@ from oncelog.errors import (
     OncelogError,
     StorageUnavailable,
 )
+from oncelog.partition_storage.leader_epoch_cache import LeaderEpochCache
 from oncelog.partition_storage.partition_log import FlushCoordinator, PartitionLog
 from oncelog.partition_storage.producer_state import (
     AppendOrigin,
@@ -236,8 +237,11 @@ class PartitionEngine:
         clock: Callable[[], int],
         flush_executor: Executor | None = None,
         leader_epoch: int = 0,
+        epochs: LeaderEpochCache | None = None,
     ) -> None:
         """Use :meth:`open`; this constructor takes already recovered parts."""
+        # which leader epoch started at which offset of this log (docs/design/replication.md §5)
+        self.epochs = LeaderEpochCache() if epochs is None else epochs
         self._log = log_
         self._producers = producers
         self._txn_indexes = txn_indexes
@@ -283,8 +287,16 @@ class PartitionEngine:
             InvalidConfig: a setting is out of range.
         """
         log_, producers, indexes = await asyncio.to_thread(_recover, Path(directory), config, clock)
+        epochs = await asyncio.to_thread(_load_epochs, log_)
         return cls(
-            log_, producers, indexes, config, clock=clock, flush_executor=flush_executor, leader_epoch=leader_epoch
+            log_,
+            producers,
+            indexes,
+            config,
+            clock=clock,
+            flush_executor=flush_executor,
+            leader_epoch=leader_epoch,
+            epochs=epochs,
         )
 
     # -------------------------------------------------------------------------------------------- offsets
@@ -455,6 +467,7 @@ class PartitionEngine:
         active_before = log_.active_segment_base
         try:
             epoch = None if copied else self.leader_epoch
+            self._assign_epochs(batches, expected, epoch)
             ranges = log_.append(batches, partition_leader_epoch=epoch)  # type: ignore[arg-type]
         except StorageUnavailable as err:
             if not err.definite:
@@ -479,6 +492,20 @@ class PartitionEngine:
         event, self._appended = self._appended, asyncio.Event()
         event.set()
         return ranges
+
+    def _assign_epochs(self, batches: Sequence[bytes | memoryview], first_offset: int, stamp: int | None) -> None:
+        """Record where a new leader epoch starts before its first batch is written (Kafka assigns it too).
+
+        ``stamp`` is the epoch every batch gets, or None for copied batches, which carry the leader's.
+        """
+        if stamp is not None:
+            if stamp > self.epochs.latest_epoch:
+                self.epochs.assign(stamp, first_offset)
+            return
+        for batch in batches:
+            for header, _ in iter_batches(batch):
+                if header.partition_leader_epoch > self.epochs.latest_epoch:
+                    self.epochs.assign(header.partition_leader_epoch, header.base_offset)
 
     async def append_copied(self, records: bytes | memoryview) -> int:
         """Append batches copied from the partition's leader exactly as they are; returns the new log end.
@@ -912,6 +939,13 @@ def _recover(
     except BaseException:
         log_.close()
         raise
+
+
+def _load_epochs(log_: PartitionLog) -> LeaderEpochCache:
+    """The leader-epoch checkpoint, cut to the recovered log end (a crash may have cut the log below it)."""
+    epochs = LeaderEpochCache.load(log_.directory)
+    epochs.truncate_from_end(log_.log_end_offset)
+    return epochs
 
 
 def _empty_state(config: EngineConfig, clock: Callable[[], int]) -> ProducerStateManager:

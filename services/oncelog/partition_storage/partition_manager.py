@@ -75,6 +75,7 @@ from oncelog.partition_storage.engine import (
     PendingAppend,
     TxnMarkerSpec,
 )
+from oncelog.partition_storage.log_truncation import truncate_partition_files
 from oncelog.partition_storage.replica_fetcher import (
     CopyPosition,
     CopyResult,
@@ -231,6 +232,7 @@ class PartitionManager:
         # replication: the leader-side state of replicated partitions led here, and the fetchers of those
         # followed here (docs/design/replication.md §3, §4, §7)
         self._leaders: dict[_Key, LeaderReplicaState] = {}
+        self._background: set[asyncio.Task[None]] = set()
         self._fetchers = (
             None
             if replica_transport is None
@@ -239,6 +241,7 @@ class PartitionManager:
                 follower_epoch=node_epoch,
                 transport=replica_transport,
                 on_leadership_error=self._request_refresh,
+                on_divergence=self._truncate_diverged,
                 max_wait_ms=config.replica_fetch_wait_ms,
             )
         )
@@ -281,6 +284,7 @@ class PartitionManager:
         self._stopping = True
         if self._fetchers is not None:
             await self._fetchers.stop()
+        await asyncio.gather(*self._background, return_exceptions=True)
         for task in self._loops:
             task.cancel()
         for task in self._loops:
@@ -674,11 +678,41 @@ class PartitionManager:
                 FollowedPartition(assignment.topic, assignment.partition, engine, assignment.leader_epoch),
             )
 
+    def _truncate_diverged(self, followed: FollowedPartition, offset: int) -> None:
+        """A follower's log diverges from its leader's: close it, cut it to ``offset``, reopen and copy again."""
+        key = (followed.topic, followed.partition)
+
+        async def truncate() -> None:
+            if self._engines.get(key) is not followed.engine or self._stopping:
+                return
+            assert self._fetchers is not None
+            self._fetchers.unfollow(*key)
+            self._engines.pop(key, None)
+            await self._retire(key, followed.engine, delete=False)
+            await asyncio.to_thread(truncate_partition_files, followed.engine.directory, offset)
+            assignment = self._assignments.get(key)
+            if assignment is not None and self._node_id in assignment.replicas:
+                await self._engine(assignment)  # reopening recovers the cut log and follows the leader again
+
+        self._spawn(truncate(), f"truncation of {followed.topic}-{followed.partition}")
+
     def _request_refresh(self) -> None:
         """A fetcher met a leadership error: re-read the catalog soon (without waiting for it)."""
         if not self._stopping:
-            task = asyncio.get_running_loop().create_task(self._refresh_since(asyncio.get_running_loop().time()))
-            task.add_done_callback(lambda t: t.cancelled() or t.exception())
+            self._spawn(self._refresh_since(asyncio.get_running_loop().time()), "catalog refresh")
+
+    def _spawn(self, work: Awaitable[None], what: str) -> None:
+        """Run ``work`` in the background, keeping a reference until it ends and logging a failure."""
+
+        async def run() -> None:
+            try:
+                await work
+            except Exception:
+                log.exception("%s failed", what)
+
+        task = asyncio.get_running_loop().create_task(run(), name=what)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     async def replica_fetch(
         self,
@@ -740,6 +774,11 @@ class PartitionManager:
         high_watermark = engine.refresh_high_watermark()
         events.append(engine.appended())
         events.append(engine.changed())
+        if position.last_fetched_epoch >= 0:
+            # KIP-320: does the follower's last epoch end, here, where its log ends? If not, say where it does
+            epoch, end = engine.epochs.end_offset_for(position.last_fetched_epoch, engine.log_end_offset)
+            if epoch < position.last_fetched_epoch or end < position.fetch_offset:
+                return CopyResult(b"", high_watermark, engine.log_start_offset, (epoch, end))
         records = engine.read_copy(position.fetch_offset, max(budget, 0)) if budget > 0 else b""
         return CopyResult(records, high_watermark, engine.log_start_offset)
 

@@ -11,8 +11,12 @@ nothing here imports grpc (``replica_transport.py`` is the gRPC implementation).
 
 Errors: a failed call backs off (``retry_backoff_ms``) and retries; a partition answering a leadership error
 (NOT_LEADER, FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH) asks the owner to refresh the catalog
-(``on_leadership_error``) and is skipped until the owner re-assigns it. A diverging epoch from the leader pauses the
-partition (truncation by leader epoch is the next slice; nothing is appended to a diverged log).
+(``on_leadership_error``) and is skipped until the owner re-assigns it.
+
+Truncation by leader epoch (§5, KIP-279): every fetch carries the epoch of the follower's last batch. When the
+leader answers that this epoch ends earlier in its log (``diverging_epoch = (epoch, end)``), the follower's log
+must be cut to ``min(end, where that epoch ends in its own log)`` (never to its HW): the partition is paused and
+``on_divergence(followed, offset)`` asks the owner to close, cut and reopen it, which re-adds it here.
 """
 
 from __future__ import annotations
@@ -108,6 +112,7 @@ class ReplicaFetcher:
         follower_epoch: Callable[[], int],
         transport: ReplicaTransport,
         on_leadership_error: Callable[[], None],
+        on_divergence: Callable[[FollowedPartition, int], None],
         max_wait_ms: int = 500,
         max_bytes: int = 8 * 1024 * 1024,
         retry_backoff_ms: int = 100,
@@ -118,6 +123,7 @@ class ReplicaFetcher:
         self._follower_epoch = follower_epoch
         self._transport = transport
         self._on_leadership_error = on_leadership_error
+        self._on_divergence = on_divergence
         self._max_wait_ms = max_wait_ms
         self._max_bytes = max_bytes
         self._backoff_s = retry_backoff_ms / 1000
@@ -178,7 +184,7 @@ class ReplicaFetcher:
                 f.partition,
                 f.leader_epoch,
                 f.engine.log_end_offset,
-                -1,
+                f.engine.epochs.latest_epoch,
                 f.engine.high_watermark,
             )
             for f in active
@@ -209,8 +215,12 @@ class ReplicaFetcher:
                 log.warning("%s: replica fetch failed: %s", name, result.message)
             return
         if result.diverging_epoch is not None:
-            followed.paused = f"log diverges from the leader at epoch {result.diverging_epoch}"
-            log.error("%s: %s; it is not copied until truncation by epoch is in place", name, followed.paused)
+            epoch, end = result.diverging_epoch
+            own_epoch, own_end = followed.engine.epochs.end_offset_for(epoch, followed.engine.log_end_offset)
+            target = max(min(end, own_end) if own_epoch >= 0 and end >= 0 else end, 0)
+            followed.paused = f"log diverges from the leader's after epoch {epoch}; truncating to {target}"
+            log.warning("%s: %s", name, followed.paused)
+            self._on_divergence(followed, target)
             return
         engine = followed.engine
         if result.records and engine.log_end_offset == position.fetch_offset:
@@ -231,8 +241,10 @@ class ReplicaFetcherManager:
         follower_epoch: Callable[[], int],
         transport: ReplicaTransport,
         on_leadership_error: Callable[[], None],
+        on_divergence: Callable[[FollowedPartition, int], None],
         max_wait_ms: int = 500,
     ) -> None:
+        self._on_divergence = on_divergence
         self._follower_id = follower_id
         self._follower_epoch = follower_epoch
         self._transport = transport
@@ -265,6 +277,7 @@ class ReplicaFetcherManager:
                 follower_epoch=self._follower_epoch,
                 transport=self._transport,
                 on_leadership_error=self._on_leadership_error,
+                on_divergence=self._on_divergence,
                 max_wait_ms=self._max_wait_ms,
             )
         fetcher.add(followed)
