@@ -6,7 +6,7 @@ EXTRAS ?= dev,postgres,spark
 STAMP := $(VENV)/.installed-$(shell echo "$(EXTRAS)" | tr ',' '-')
 PYTEST_ARGS ?=
 
-.PHONY: run demo cluster test dev gen-protos api-docs check-protos lint typecheck bench clean venv
+.PHONY: run demo cluster test test-repeat dev gen-protos api-docs check-protos lint typecheck bench clean venv
 
 venv: $(STAMP)
 
@@ -35,6 +35,15 @@ dev: $(STAMP)
 ## test: the whole suite (what CI runs)
 test: $(STAMP)
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+## test-repeat: the whole suite N times in a row (N=5 by default), each run a fresh pytest process, stopping at the
+## first failing test; PYTEST_ARGS narrows it (e.g. PYTEST_ARGS=tests/integration/test_txn_coordinator.py)
+N ?= 5
+test-repeat: $(STAMP)
+	@for run in $$(seq 1 $(N)); do \
+		echo "== make test-repeat: run $$run of $(N)"; \
+		$(PY) -m pytest -x $(PYTEST_ARGS) || { echo "== run $$run of $(N) failed"; exit 1; }; \
+	done; echo "== all $(N) runs passed"
 
 gen-protos: $(STAMP)
 	$(PY) scripts/gen_protos.py
