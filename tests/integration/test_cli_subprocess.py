@@ -224,9 +224,8 @@ def test_version_and_python_dash_m() -> None:
 # ---------------------------------------------------------------------------------------------- interrupts
 
 
-def test_ctrl_c_in_a_transactional_produce_aborts_and_says_so(local: LocalCluster) -> None:
-    topic = new_topic(local)
-    tid = unique("interrupted")
+def start_transactional_produce(local: LocalCluster, topic: str, tid: str) -> subprocess.Popen[bytes]:
+    """``oncelog produce -t TID`` with two lines written and stdin left open, once its transaction is ongoing."""
     env = {k: v for k, v in os.environ.items() if k != "ONCELOG_BOOTSTRAP"}
     proc = subprocess.Popen(
         [sys.executable, "-m", "oncelog", "produce", topic, "-t", tid, "-b", local.bootstrap],
@@ -235,15 +234,23 @@ def test_ctrl_c_in_a_transactional_produce_aborts_and_says_so(local: LocalCluste
         stderr=subprocess.PIPE,
         env=env,
     )
+    assert proc.stdin is not None
+    proc.stdin.write(b"one\ntwo\n")
+    proc.stdin.flush()
+    with AdminClient(local.bootstrap) as admin:  # the signal: the coordinator holds the open transaction
+        while True:
+            assert proc.poll() is None, proc.communicate()
+            listed = {t.transactional_id for t in admin.list_transactions()}
+            described = admin.describe_transactions([tid]) if tid in listed else {}
+            if tid in described and described[tid].state == "ongoing" and described[tid].partitions:
+                return proc
+
+
+def test_ctrl_c_in_a_transactional_produce_aborts_and_says_so(local: LocalCluster) -> None:
+    topic = new_topic(local)
+    tid = unique("interrupted")
+    proc = start_transactional_produce(local, topic, tid)
     try:
-        assert proc.stdin is not None
-        proc.stdin.write(b"one\ntwo\n")
-        proc.stdin.flush()
-        with AdminClient(local.bootstrap) as admin:  # the signal: the coordinator holds the open transaction
-            while True:
-                described = admin.describe_transactions([tid]) if tid in admin_ids(admin) else {}
-                if tid in described and described[tid].state == "ongoing" and described[tid].partitions:
-                    break
         proc.send_signal(signal.SIGINT)
         _, stderr = proc.communicate(timeout=30)
     finally:
@@ -257,5 +264,91 @@ def test_ctrl_c_in_a_transactional_produce_aborts_and_says_so(local: LocalCluste
         assert admin.describe_transactions([tid])[tid].state in ("prepare_abort", "complete_abort")
 
 
-def admin_ids(admin: AdminClient) -> set[str]:
-    return {t.transactional_id for t in admin.list_transactions()}
+def test_a_fenced_producer_says_what_happened_in_one_line(local: LocalCluster) -> None:
+    topic = new_topic(local)
+    tid = unique("fenced")
+    proc = start_transactional_produce(local, topic, tid)
+    try:
+        with Producer(local.bootstrap, transactional_id=tid) as newer:
+            newer.init_transactions()  # fences the command's producer and aborts its transaction
+            _, stderr = proc.communicate(b"three\n", timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 1, stderr
+    assert stderr.decode() == (
+        f"error: producer fenced: another producer started with transactional id {tid!r}, or an operator aborted "
+        "its transaction (`oncelog transactions abort`); this one stopped. The open transaction is not committed; "
+        "0 record(s) were committed before. Produce the rest again with a new run.\n"
+    )
+    assert values_of_committed(local, topic) == []
+
+
+def values_of_committed(local: LocalCluster, topic: str) -> list[bytes | None]:
+    with Consumer(local.bootstrap, isolation_level="read_committed") as consumer:
+        tp = TopicPartition(topic, 0)
+        consumer.assign([tp])
+        consumer.seek_to_beginning()
+        end = consumer.end_offsets([tp])[tp]
+        seen: list[bytes | None] = []
+        while consumer.position(tp) < end:
+            seen += [r.value for r in consumer.poll(timeout_ms=1_000)]
+        return seen
+
+
+# ---------------------------------------------------------------------------------------------- offline partitions
+
+
+@pytest.fixture(scope="module")
+def degraded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalCluster, str, int]]:
+    """A cluster whose second storage node was stopped: (cluster, topic, the partition it led)."""
+    with LocalCluster(tmp_path_factory.mktemp("cli-offline"), storage_nodes=2) as running:
+        topic = unique("offline")
+        with AdminClient(running.bootstrap) as admin:
+            admin.create_topics([NewTopic(topic, num_partitions=2, replication_factor=1)])
+            leaders = {p.partition: p.leader_node_id for p in admin.describe_topics([topic])[topic].partitions}
+        [lost] = [p for p, node in leaders.items() if node == "partition-storage-1"]
+        node = running.node("partition-storage-1")
+        assert node.process is not None
+        node.process.terminate()  # a graceful stop deregisters the node: its partition is offline at once
+        node.process.wait(30)
+        yield running, topic, lost
+
+
+def offline_line(topic: str, partition: int) -> str:
+    return (
+        f"error: partition {topic}-{partition} (leader partition-storage-1) is offline: the leading storage node is "
+        f"not live; start it again, and see `oncelog topics describe {topic}`\n"
+    )
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["consume", "--timeout", "3"], ["consume", "-n", "5"], ["consume", "-n", "5", "--group", "g1"], ["produce"]],
+    ids=" ".join,
+)
+def test_an_offline_partition_is_named_instead_of_waited_on(
+    degraded: tuple[LocalCluster, str, int], command: list[str]
+) -> None:
+    cluster, topic, lost = degraded
+    verb, *options = command
+    done = oncelog(verb, topic, *options, "-b", cluster.bootstrap, input=b"x\n", timeout=30)  # hung before
+    assert done.returncode == 1
+    assert done.stderr == offline_line(topic, lost)
+    assert done.stdout == ""
+
+
+def test_producing_to_an_online_partition_of_a_degraded_topic_works(degraded: tuple[LocalCluster, str, int]) -> None:
+    cluster, topic, lost = degraded
+    done = oncelog("produce", topic, "-p", str(1 - lost), "-b", cluster.bootstrap, input=b"x\n", timeout=30)
+    assert done.returncode == 0, done.stderr
+
+
+def test_topics_describe_shows_the_offline_partition(degraded: tuple[LocalCluster, str, int]) -> None:
+    cluster, topic, lost = degraded
+    done = oncelog("topics", "describe", topic, "-o", "json", "-b", cluster.bootstrap)
+    assert done.returncode == 0, done.stderr
+    [described] = json.loads(done.stdout)
+    offline = described["partitions"][lost]
+    assert (offline["address"], offline["log_start"], offline["high_watermark"]) == ("OFFLINE", None, None)
+    assert described["partitions"][1 - lost]["address"] == cluster.addresses("partition-storage")[0]

@@ -27,6 +27,7 @@ from rich.text import Text
 
 from oncelog.cli.output import Format, err, error, output_option, print_rows, print_table, stdout_console
 from oncelog.client import (
+    AbortableError,
     AdminClient,
     Consumer,
     NewTopic,
@@ -37,6 +38,7 @@ from oncelog.client import (
 )
 from oncelog.client.metadata import TopicInfo
 from oncelog.client.transport import BOOTSTRAP_ENV, DEFAULT_CLUSTER_FILE, BootstrapError, resolve_bootstrap
+from oncelog.errors import Reason
 
 __all__ = ["SETTINGS", "consume", "groups_app", "produce", "producers_app", "topics_app", "transactions_app"]
 
@@ -83,7 +85,7 @@ class CommandFailed(Exception):
 
 def _caused_by_fencing(exc: BaseException | None) -> bool:
     while exc is not None:
-        if isinstance(exc, ProducerFencedError):
+        if isinstance(exc, ProducerFencedError) or getattr(exc, "reason", None) is Reason.PRODUCER_FENCED:
             return True
         exc = getattr(exc, "cause", None)
     return False
@@ -453,6 +455,8 @@ def produce(
                         producer.flush()
                 except KeyboardInterrupt:
                     _interrupted(producer, transactional_id, sent, committed, in_transaction)
+                except AbortableError as exc:
+                    _abort_failed_transaction(producer, transactional_id, exc, committed)
                 except OncelogError as exc:
                     if _caused_by_fencing(exc):
                         raise CommandFailed(_fenced_message(transactional_id, committed)) from None
@@ -466,6 +470,22 @@ def produce(
         error(f"{failed} of {sent} record(s) failed; first error: {reason}")
         raise typer.Exit(1)
     err().print(Text(f"produced {sent} record(s) to {topic} in {elapsed:.2f} s ({sent / elapsed:,.0f} records/s)"))
+
+
+def _abort_failed_transaction(
+    producer: Producer, transactional_id: str | None, failure: AbortableError, committed: int
+) -> None:
+    """The open transaction cannot commit: abort it, then say why in one line (fencing has its own message)."""
+    reason = failure.cause.message if failure.cause is not None else failure.message
+    try:
+        producer.abort_transaction()
+    except OncelogError as exc:
+        if _caused_by_fencing(exc):
+            raise CommandFailed(_fenced_message(transactional_id, committed)) from None
+        raise CommandFailed(f"the transaction failed ({reason}) and could not be aborted ({exc.message})") from None
+    raise CommandFailed(
+        f"the transaction failed and was aborted: {reason}; {committed} record(s) were committed before"
+    )
 
 
 def _interrupted(producer: Producer, transactional_id: str | None, sent: int, committed: int, open_count: int) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.metadata
+import logging
 import signal
 import threading
 from pathlib import Path
@@ -49,9 +50,16 @@ def root(
     version: bool = typer.Option(
         False, "--version", callback=_version, is_eager=True, help="print the version and exit"
     ),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="show the client library's log on stderr"),
 ) -> None:
     """Exactly-once messaging: idempotent producers, transactions and read_committed consumers over gRPC."""
     SETTINGS.timeout_s = timeout
+    library_log = logging.getLogger("oncelog")
+    if verbose:
+        logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    elif not library_log.handlers:
+        # each failure reaches the command as an exception and is printed once, as one line
+        library_log.addHandler(logging.NullHandler())
 
 
 @app.command()
