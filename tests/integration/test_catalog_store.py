@@ -299,3 +299,53 @@ def test_catalog_from_before_replication_is_upgraded(tmp_path: Path) -> None:
     store.ensure_cluster(8, 4, now_ms=0)
     store.register_node("s-0", "partition-storage", "h:0", 10_000, now_ms=0, rack="r1")
     assert store.list_nodes(now_ms=1)[0].rack == "r1"
+
+
+def test_takeover_never_overwrites_a_renewal_that_committed_first(postgres_url: str) -> None:
+    """Issue 25 item 5: a takeover that read the lease as lapsed must not overwrite the owner's concurrent renewal.
+
+    The owner's renewal holds the row lock while the taker has read the old, lapsed expiry; when the renewal
+    commits, PostgreSQL re-checks the taker's conditional UPDATE against the renewed row.
+    """
+    import uuid
+
+    name = "t_" + uuid.uuid4().hex[:12]
+    admin = sa.create_engine(postgres_url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
+    url = postgres_url.rsplit("/", 1)[0] + "/" + name
+    store = CatalogStore(create_engine(url))
+    store.migrate()
+    store.ensure_cluster(8, 4, now_ms=0)
+    assert store.acquire_shard("group-offsets", 0, "owner", 1_000, now_ms=0) is not None  # expires at 1_000
+
+    engine = sa.create_engine(url)
+    renewal = engine.connect()
+    renewal_tx = renewal.begin()
+    renewal.execute(  # the owner's renewal at 900, still uncommitted: expires at 1_900
+        sa.text("UPDATE coordinator_shards SET lease_expires_at_ms = 1900 WHERE role = 'group-offsets' AND shard = 0")
+    )
+    renewal_pid = renewal.execute(sa.text("SELECT pg_backend_pid()")).scalar_one()
+    taken: list[object] = []
+    taker = threading.Thread(
+        target=lambda: taken.append(store.acquire_shard("group-offsets", 0, "taker", 1_000, now_ms=1_100))
+    )
+    taker.start()
+    with engine.connect() as watch:  # wait until the taker's UPDATE waits for the renewal's row lock
+        for _ in range(2_000):
+            blocked = watch.execute(
+                sa.text("SELECT count(*) FROM pg_stat_activity WHERE :pid = ANY(pg_blocking_pids(pid))"),
+                {"pid": renewal_pid},
+            ).scalar_one()
+            if blocked:
+                break
+            threading.Event().wait(0.01)
+        assert blocked, "the takeover never reached its conditional UPDATE"
+    renewal_tx.commit()
+    renewal.close()
+    taker.join(timeout=30)
+    assert taken == [None], "the takeover overwrote a renewal that committed before it"
+    lease = store.shard_lease("group-offsets", 0)
+    assert lease is not None and (lease.owner_node_id, lease.coordinator_epoch) == ("owner", 1)
+    engine.dispose()
+    admin.dispose()

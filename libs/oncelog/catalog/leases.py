@@ -21,8 +21,11 @@ Serving stops when the renewal finds another owner or a moved epoch; when a writ
 claimed the epoch (:meth:`ShardLeaseManager.fenced`); when renewals failed and a third of the lease or less is
 left; and, whatever the rounds do, a safety margin before the lease expires in the catalog (a timer, so a round
 stuck on an unreachable catalog cannot keep a shard served). Another replica can take the shard only after that
-expiry, so two replicas never serve one shard at once as long as their clocks agree within the margin. Writes
-never depend on clocks: the new owner's claim moves the epoch in the state database before it serves.
+expiry, so two replicas never serve one shard at once. With ``database_clock`` (as the services run) the catalog's
+database alone decides expiry, and a takeover is conditional on expiry inside its update, so a renewal that commits
+first always wins; each replica keeps its serving deadline on a monotonic clock from the moment its renewal
+started, so only clock *rates* must agree within the margin, never their settings. Writes never depend on clocks:
+the new owner's claim moves the epoch in the state database before it serves.
 On a clean stop every shard is dropped first and then released, so a survivor takes it over without waiting.
 
 The catalog names a new owner the moment its acquire commits, before the load hook even started, so FindCoordinator
@@ -89,6 +92,7 @@ class _Renewal:
 
     shard: int
     now_ms: int
+    """Deadline-clock time at which the call started."""
     lease: ShardLease | None
     error: Exception | None = None
 
@@ -102,7 +106,13 @@ class ShardLeaseManager:
         node_id: this process's node id, the lease owner that FindCoordinator resolves.
         shard_count: the cluster's fixed number of shards of ``role``.
         lease_ms: lease lifetime; renewed every third of it.
-        clock: Unix milliseconds, the clock the catalog's lease expiries are written with.
+        clock: Unix milliseconds: the clock lease expiries are written with unless ``database_clock``, and the
+            one live owners are judged by.
+        deadline_clock: milliseconds of a monotonic clock the serving deadlines are kept in (the wall clock can
+            jump); ``clock`` when omitted. A deadline is the time a renewal *started* plus the lease, minus the
+            safety margin, so it never outlives the expiry the catalog wrote.
+        database_clock: the catalog's database decides lease expiry with its own clock (one clock for every
+            replica, so a takeover can never rely on a fast local clock).
         on_acquired: the load hook (see the module docstring); without it a shard is served once leased.
         on_lost: the drop hook (see the module docstring).
         track_owners: also read the owners of the shards held elsewhere each round, for :meth:`owner_of`.
@@ -119,6 +129,8 @@ class ShardLeaseManager:
         shard_count: int,
         lease_ms: int,
         clock: Callable[[], int],
+        deadline_clock: Callable[[], int] | None = None,
+        database_clock: bool = False,
         on_acquired: LoadHook | None = None,
         on_lost: DropHook | None = None,
         track_owners: bool = False,
@@ -136,6 +148,8 @@ class ShardLeaseManager:
         self._lease_ms = lease_ms
         self._margin_ms = margin_ms
         self._clock = clock
+        self._deadline_clock = clock if deadline_clock is None else deadline_clock
+        self._database_clock = database_clock
         self._on_acquired = on_acquired
         self._on_lost = on_lost
         self._track_owners = track_owners
@@ -189,7 +203,7 @@ class ShardLeaseManager:
 
     def epoch_of(self, shard: int) -> int | None:
         """The coordinator epoch ``shard`` is served at, or None when this process does not serve it now."""
-        now = self._clock()
+        now = self._deadline_clock()
         with self._lock:
             held = self._held.get(shard)
             if held is None or held.state is not _State.SERVING or now >= held.serve_until_ms:
@@ -198,7 +212,7 @@ class ShardLeaseManager:
 
     def owned_shards(self) -> dict[int, int]:
         """Shards served right now and their coordinator epochs."""
-        now = self._clock()
+        now = self._deadline_clock()
         with self._lock:
             return {
                 shard: held.lease.coordinator_epoch
@@ -215,7 +229,7 @@ class ShardLeaseManager:
         not served should be told COORDINATOR_LOAD_IN_PROGRESS (retry here), not NOT_COORDINATOR (look
         elsewhere): the catalog names no other owner.
         """
-        now = self._clock()
+        now = self._deadline_clock()
         with self._lock:
             if shard in self._taking:
                 return True
@@ -318,13 +332,14 @@ class ShardLeaseManager:
         """The round's catalog round trips, in a worker thread."""
         renewals = []
         for shard in range(self._shard_count):
-            now = self._clock()
+            now = self._deadline_clock()
+            lease_now = None if self._database_clock else self._clock()
             # Held from before the write that can name this process the owner: FindCoordinator may route a request
             # here as soon as it commits, well before the round applies it.
             with self._lock:
                 self._taking.add(shard)
             try:
-                lease = self._catalog.acquire_shard(self._role, shard, self._node_id, self._lease_ms, now)
+                lease = self._catalog.acquire_shard(self._role, shard, self._node_id, self._lease_ms, lease_now)
             except Exception as exc:  # an unreachable catalog must not end the round for the other shards
                 lease, error = None, exc
             else:
@@ -379,7 +394,9 @@ class ShardLeaseManager:
         elif held is not None and renewal.now_ms >= held.serve_until_ms:
             # Renewed after its serving deadline: whatever was served may have missed a moment; load it afresh.
             self._lose(shard, "its lease was renewed only after its serving deadline", forget=False)
-        serve_until_ms = lease.lease_expires_at_ms - self._margin_ms
+        # From when the renewal started, on this process's deadline clock: the expiry the catalog wrote lies
+        # later, whatever clock wrote it.
+        serve_until_ms = renewal.now_ms + self._lease_ms - self._margin_ms
         with self._lock:
             if held is None:
                 held = self._held[shard] = _Held(lease, serve_until_ms)
@@ -391,7 +408,7 @@ class ShardLeaseManager:
         return held
 
     def _renewal_failed(self, shard: int, held: _Held, error: Exception) -> None:
-        left_ms = held.lease.lease_expires_at_ms - self._clock()
+        left_ms = held.serve_until_ms + self._margin_ms - self._deadline_clock()
         # Stop serving while a third of the lease is left: another replica may take the shard at expiry.
         if left_ms <= self._lease_ms // 3:
             self._lose(shard, f"its lease could not be renewed ({error}) and runs out in {left_ms} ms", forget=False)
@@ -473,7 +490,7 @@ class ShardLeaseManager:
     def _expire_due(self) -> None:
         """Drop every shard past its serving deadline, then wake up again at the next deadline."""
         self._cancel_timer()
-        now = self._clock()
+        now = self._deadline_clock()
         with self._lock:
             due = [s for s, h in self._held.items() if h.state is not _State.IDLE and now >= h.serve_until_ms]
         for shard in due:
@@ -486,7 +503,7 @@ class ShardLeaseManager:
             deadlines = [h.serve_until_ms for h in self._held.values() if h.state is not _State.IDLE]
         if deadlines and self._loop is not None:
             # The timer only wakes the check; the injected clock decides, so an early wake-up just re-arms.
-            delay_s = max(0, min(deadlines) - self._clock()) / 1000
+            delay_s = max(0, min(deadlines) - self._deadline_clock()) / 1000
             self._timer = self._loop.call_later(delay_s, self._expire_due)
 
     def _cancel_timer(self) -> None:
@@ -526,8 +543,9 @@ class ShardLeaseManager:
         interval_ms = self._lease_ms / 3
         floor_ms = self._lease_ms / 15
         with self._lock:
-            written = [held.lease.lease_expires_at_ms - self._lease_ms for held in self._held.values()]
-        due_in_ms = interval_ms if not written else min(written) + interval_ms - self._clock()
+            # when each renewal started, on the deadline clock
+            written = [held.serve_until_ms + self._margin_ms - self._lease_ms for held in self._held.values()]
+        due_in_ms = interval_ms if not written else min(written) + interval_ms - self._deadline_clock()
         return max(floor_ms, min(interval_ms, due_in_ms)) / 1000
 
     async def _renew_forever(self, stopping: asyncio.Event) -> None:

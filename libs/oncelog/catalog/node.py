@@ -22,6 +22,11 @@ def wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+def monotonic_ms() -> int:
+    """A monotonic clock in milliseconds, for deadlines that a wall-clock step must not move."""
+    return time.monotonic_ns() // 1_000_000
+
+
 @dataclass
 class NodeContext:
     """Catalog handles a service's ``build()`` can use (the store, this node's membership, cluster info)."""

@@ -463,17 +463,26 @@ class CatalogStore:
             return None
         return ShardLease(row.role, row.shard, row.owner_node_id, row.coordinator_epoch, row.lease_expires_at_ms)
 
-    def acquire_shard(self, role: str, shard: int, node_id: str, lease_ms: int, now_ms: int) -> ShardLease | None:
+    def acquire_shard(
+        self, role: str, shard: int, node_id: str, lease_ms: int, now_ms: int | None
+    ) -> ShardLease | None:
         """Take or renew a shard. A new owner may take it only once the old lease expired; taking it bumps
         the coordinator epoch (fencing the old owner's writes), renewing keeps it. Returns None if held.
+
+        ``now_ms=None`` lets the database's own clock decide expiry and write the new one, so every replica
+        is judged by one clock. The takeover is conditional on expiry in the update itself.
         """
         try:
             return self._acquire_shard(role, shard, node_id, lease_ms, now_ms)
         except sa.exc.IntegrityError:
             return None  # a racing replica inserted the first lease row: it won
 
-    def _acquire_shard(self, role: str, shard: int, node_id: str, lease_ms: int, now_ms: int) -> ShardLease | None:
+    def _acquire_shard(
+        self, role: str, shard: int, node_id: str, lease_ms: int, now_ms: int | None
+    ) -> ShardLease | None:
         with self._begin() as conn:
+            if now_ms is None:
+                now_ms = _database_now_ms(conn)
             row = conn.execute(
                 sa.select(t.coordinator_shards).where(
                     t.coordinator_shards.c.role == role, t.coordinator_shards.c.shard == shard
@@ -489,15 +498,22 @@ class CatalogStore:
                 return ShardLease(role, shard, node_id, 1, expires)
             if row.owner_node_id != node_id and row.lease_expires_at_ms > now_ms:
                 return None
-            epoch = row.coordinator_epoch if row.owner_node_id == node_id else row.coordinator_epoch + 1
+            renewing = row.owner_node_id == node_id
+            epoch = row.coordinator_epoch if renewing else row.coordinator_epoch + 1
+            conditions = [
+                t.coordinator_shards.c.role == role,
+                t.coordinator_shards.c.shard == shard,
+                t.coordinator_shards.c.coordinator_epoch == row.coordinator_epoch,
+                t.coordinator_shards.c.owner_node_id == row.owner_node_id,
+            ]
+            if not renewing:
+                # Re-checked by the database against the row as it is when the update runs: an owner's renewal
+                # that committed after the read above makes the takeover miss (PostgreSQL re-evaluates the
+                # condition on the updated row), so two owners never hold one shard.
+                conditions.append(t.coordinator_shards.c.lease_expires_at_ms <= now_ms)
             result = conn.execute(
                 sa.update(t.coordinator_shards)
-                .where(
-                    t.coordinator_shards.c.role == role,
-                    t.coordinator_shards.c.shard == shard,
-                    t.coordinator_shards.c.coordinator_epoch == row.coordinator_epoch,
-                    t.coordinator_shards.c.owner_node_id == row.owner_node_id,
-                )
+                .where(*conditions)
                 .values(owner_node_id=node_id, coordinator_epoch=epoch, lease_expires_at_ms=expires)
             )
             if result.rowcount != 1:
@@ -522,6 +538,15 @@ class CatalogStore:
 
     def _begin(self) -> Transaction:
         return Transaction(self.engine)
+
+
+def _database_now_ms(conn: Connection) -> int:
+    """The database server's clock, in Unix milliseconds (the time of the call, not of the transaction start)."""
+    if conn.dialect.name == "postgresql":
+        query = "SELECT CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT)"
+    else:  # SQLite runs in this process: its clock is the host's
+        query = "SELECT CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)"
+    return int(conn.execute(sa.text(query)).scalar_one())
 
 
 def _partition(row: sa.Row) -> PartitionRecord:  # type: ignore[type-arg]

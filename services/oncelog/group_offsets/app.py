@@ -13,7 +13,7 @@ import redis
 
 from oncelog.api.offsets import v1 as pb
 from oncelog.api.offsets.v1 import group_offsets_service_pb2
-from oncelog.catalog.node import node_context, wall_clock_ms
+from oncelog.catalog.node import monotonic_ms, node_context, wall_clock_ms
 from oncelog.group_offsets.config import GroupOffsetsSettings
 from oncelog.group_offsets.offset_manager import OffsetMetadataManager, OffsetStore
 from oncelog.group_offsets.offset_store import CachedOffsetStore, SqlOffsetStore
@@ -55,6 +55,8 @@ def build(settings: GroupOffsetsSettings) -> ServiceSpec:
         clock=wall_clock_ms,
         claim=store.claim_shard,
         role=ROLE,
+        deadline_clock=monotonic_ms,
+        database_clock=True,
     )
     manager = OffsetMetadataManager(
         store,

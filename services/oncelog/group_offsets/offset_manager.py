@@ -507,6 +507,14 @@ class OffsetMetadataManager:
             self._check_partition(tp)
         fence = self._ownership.fence_for(group_id)
         view = self._store.read_group(group_id, fence)
+        # Answer only under a lease known held for the whole read: a shard lost (or lost and retaken at a new
+        # epoch) meanwhile may have a newer owner whose commits this read did not see (a cache can lag).
+        if self._ownership.fence_for(group_id) != fence:
+            raise NotCoordinator(
+                f"group {group_id!r}: shard {fence.shard} changed owner while its offsets were read; "
+                "find the coordinator again and retry",
+                metadata={"shard": str(fence.shard)},
+            )
         if require_stable:
             unstable = sorted({tp for tp in partitions if tp in view.pending} if partitions else view.pending)
             if unstable:

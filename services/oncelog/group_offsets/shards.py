@@ -33,6 +33,8 @@ def group_shard_leases(
     clock: Callable[[], int],
     claim: Callable[[int, int], bool],
     role: str = ROLE,
+    deadline_clock: Callable[[], int] | None = None,
+    database_clock: bool = False,
 ) -> ShardLeaseManager:
     """The lease manager of this replica's group-offsets shards, learning the owners of the others.
 
@@ -44,6 +46,7 @@ def group_shard_leases(
         clock: Unix milliseconds.
         claim: ``OffsetStore.claim_shard`` (blocking); a shard is served only after its epoch was claimed.
         role: the catalog role whose shards are leased.
+        deadline_clock, database_clock: see :class:`~oncelog.catalog.leases.ShardLeaseManager`.
     """
 
     async def claim_before_serving(shard: int, coordinator_epoch: int) -> bool:
@@ -56,6 +59,8 @@ def group_shard_leases(
         shard_count=shard_count,
         lease_ms=lease_ms,
         clock=clock,
+        deadline_clock=deadline_clock,
+        database_clock=database_clock,
         on_acquired=claim_before_serving,
         track_owners=True,
     )

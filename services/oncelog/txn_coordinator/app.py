@@ -10,7 +10,7 @@ from oncelog.api.pid import v1 as pid_pb
 from oncelog.api.txn import v1 as pb
 from oncelog.api.txn.v1 import transaction_coordinator_service_pb2
 from oncelog.catalog.membership import NodeMembership
-from oncelog.catalog.node import node_context, wall_clock_ms
+from oncelog.catalog.node import monotonic_ms, node_context, wall_clock_ms
 from oncelog.catalog.store import CatalogStore
 from oncelog.catalog.topics import shard_for
 from oncelog.client.pid_allocator import ProducerIdSource, grpc_block_fetcher
@@ -114,6 +114,8 @@ def build(settings: TxnCoordinatorSettings) -> ServiceSpec:
         shard_count=node.cluster.txn_coordinator_shards,
         lease_ms=settings.lease_ms,
         clock=wall_clock_ms,
+        deadline_clock=monotonic_ms,
+        database_clock=True,
     )
     sweeper = TransactionExpirySweeper(
         coordinator,

@@ -81,6 +81,8 @@ def txn_shard_leases(
     shard_count: int,
     lease_ms: int,
     clock: Callable[[], int],
+    deadline_clock: Callable[[], int] | None = None,
+    database_clock: bool = False,
 ) -> ShardLeaseManager:
     """The lease manager of this process's transaction-coordinator shards.
 
@@ -93,6 +95,7 @@ def txn_shard_leases(
         shard_count: the cluster's fixed number of txn-coordinator shards.
         lease_ms: lease lifetime; renewed every third of it.
         clock: Unix milliseconds, the clock the catalog's lease expiries are written with.
+        deadline_clock, database_clock: see :class:`~oncelog.catalog.leases.ShardLeaseManager`.
     """
     hooks = CoordinatorShardHooks(coordinator, table, markers)
     return ShardLeaseManager(
@@ -102,6 +105,8 @@ def txn_shard_leases(
         shard_count=shard_count,
         lease_ms=lease_ms,
         clock=clock,
+        deadline_clock=deadline_clock,
+        database_clock=database_clock,
         on_acquired=hooks.load,
         on_lost=hooks.drop,
     )

@@ -516,3 +516,36 @@ def test_rejects_impossible_settings(catalog, clock, shard_count, lease_ms, safe
             clock=clock,
             safety_margin_ms=safety_margin_ms,
         )
+
+
+async def test_serving_deadline_follows_the_monotonic_clock_not_the_wall_clock(catalog, clock) -> None:
+    """Issue 25 item 12: a wall clock stepped back must not keep a shard served past its lease."""
+    monotonic = Clock()
+    leases = ShardLeaseManager(
+        catalog, role=ROLE, node_id="a", shard_count=SHARDS, lease_ms=LEASE_MS, clock=clock, deadline_clock=monotonic
+    )
+    await leases.run_once()
+    assert leases.owned_shards() == dict.fromkeys(ALL, 1)
+    clock.now -= 3_600_000  # NTP steps the wall clock back an hour
+    monotonic.now += LEASE_MS - MARGIN_MS  # no renewal for a whole lease, as the monotonic clock measures
+    assert leases.owned_shards() == {}
+    assert leases.epoch_of(0) is None
+
+
+async def test_a_lease_judged_by_the_database_clock_ignores_a_fast_local_clock(catalog, clock) -> None:
+    """Issue 25 item 5: with ``database_clock`` the database decides expiry, not the replica's own clock."""
+    owner = ShardLeaseManager(
+        catalog, role=ROLE, node_id="a", shard_count=SHARDS, lease_ms=60_000, clock=clock, database_clock=True
+    )
+    await owner.run_once()
+    assert owner.owned_shards() == dict.fromkeys(ALL, 1)
+    lease = catalog.shard_lease(ROLE, 0)
+    assert lease is not None and abs(lease.lease_expires_at_ms - (time.time() * 1000 + 60_000)) < 10_000
+    fast = Clock()
+    fast.now = int(time.time() * 1000) + 3_600_000  # a replica whose clock runs an hour ahead
+    taker = ShardLeaseManager(
+        catalog, role=ROLE, node_id="b", shard_count=SHARDS, lease_ms=60_000, clock=fast, database_clock=True
+    )
+    await taker.run_once()
+    assert taker.owned_shards() == {}, "the lease is live at the database's clock"
+    await owner.stop()

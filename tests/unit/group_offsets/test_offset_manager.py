@@ -500,6 +500,22 @@ def test_a_malformed_marker_is_refused_with_a_fix_and_the_others_apply(env: Env,
     assert visible(env.manager, T0, stable=True) == {T0: 10}
 
 
+def test_a_read_that_outlives_its_lease_is_not_answered(env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 25 item 5: offsets are answered only under a lease known held for the whole read."""
+    env.manager.commit_offsets(GROUP, NO_MEMBER, [po(T0, 5)])
+    shard = env.ownership.fence_for(GROUP).shard
+    read_group = env.store.read_group
+
+    def read_then_lose(group_id, fence):  # the lease runs out (or moves) while the read is in flight
+        view = read_group(group_id, fence)
+        env.ownership.lost.add(shard)
+        return view
+
+    monkeypatch.setattr(env.store, "read_group", read_then_lose)
+    with pytest.raises(NotCoordinator):
+        visible(env.manager, T0)
+
+
 def test_offsets_for_unknown_partitions_are_rejected(env: Env) -> None:
     with pytest.raises(UnknownTopicOrPartition) as info:
         env.manager.commit_offsets(GROUP, NO_MEMBER, [po(T0, 1), po(TopicPartition("orders", 2), 1)])
