@@ -92,7 +92,9 @@ def test_hanging_transaction_is_found_and_aborted(cluster: LocalCluster) -> None
             hanging.flush()
             producers = admin.describe_producers([tp])[tp]
             assert [p.current_transaction_start_offset for p in producers] == [0]
-            time.sleep(0.05)
+            started_ms = admin.describe_transactions([tid])[tid].transaction_start_time_ms
+            while time.time() * 1000 < started_ms + 1:  # 1 ms old by the coordinator's clock (this host's)
+                time.sleep(0.001)
             listed = admin.list_transactions(states=["ongoing"], older_than_ms=1)
             assert tid in {t.transactional_id for t in listed}
             described = admin.describe_transactions([tid])[tid]

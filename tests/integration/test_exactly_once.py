@@ -26,6 +26,7 @@ from pathlib import Path
 
 import pytest
 
+from oncelog.api.txn import v1 as txn_pb
 from oncelog.client import (
     AdminClient,
     Consumer,
@@ -39,6 +40,7 @@ from oncelog.client import (
     TopicPartition,
     TransactionState,
 )
+from oncelog.rpc import sync_channel
 from oncelog.testing import LocalCluster
 from oncelog.testing.reading import read_all
 from oncelog.testing.servers import free_port
@@ -75,6 +77,8 @@ class FaultyProxy:
     def __init__(self, upstream: str) -> None:
         host, port = upstream.rsplit(":", 1)
         self._upstream = (host, int(port))
+        self.upstream = f"{host}:{port}"
+        """The server behind the proxy, for a test to ask it directly."""
         self.port = free_port()
         self.address = f"127.0.0.1:{self.port}"
         self.forwarded_while_dropping = 0
@@ -194,6 +198,25 @@ def _send_in_background(
     return thread
 
 
+def _acknowledged(sent: dict[int, list[tuple[bytes, Future]]]) -> int:
+    """How many of the records sent so far were acknowledged."""
+    futures = [future for items in list(sent.values()) for _, future in list(items)]
+    return sum(1 for future in futures if future.done() and not future.exception())
+
+
+def wait_until(condition: Callable[[], object], what: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting until {what}"
+        time.sleep(0.01)
+
+
+def _more_acknowledged(sent: dict[int, list[tuple[bytes, Future]]], count: int, what: str) -> None:
+    """Wait until ``count`` more records are acknowledged than now: the stream flows (again)."""
+    before = _acknowledged(sent)
+    wait_until(lambda: _acknowledged(sent) >= before + count, what)
+
+
 def test_idempotent_producer_retries_do_not_duplicate(proxied: tuple[LocalCluster, FaultyProxy]) -> None:
     """Replies lost after the write, then the connection cut: retries are written at most once (DESIGN §1.1)."""
     cluster, proxy = proxied
@@ -204,15 +227,13 @@ def test_idempotent_producer_retries_do_not_duplicate(proxied: tuple[LocalCluste
     with Producer(cluster.bootstrap, linger_ms=2, batch_size=2048, request_timeout_ms=5_000) as producer:
         sender = _send_in_background(producer, topic, 3, stop, sent)
         try:
-            for _ in range(faults):
-                time.sleep(0.15)
+            for fault in range(faults):
+                _more_acknowledged(sent, 200, f"records flow before fault {fault + 1}")
                 proxy.drop_replies()
-                deadline = time.monotonic() + 5
-                while proxy.forwarded_while_dropping < 4096 and time.monotonic() < deadline:
-                    time.sleep(0.01)  # let requests reach the server whose answers will be lost
-                time.sleep(0.1)
+                # requests reach the server, which writes them, and their answers are lost
+                wait_until(lambda: proxy.forwarded_while_dropping >= 4096, "requests were forwarded, answers lost")
                 proxy.cut()
-            time.sleep(0.2)
+            _more_acknowledged(sent, 200, "the producer recovered from the last cut")
         finally:
             stop.set()
             sender.join()
@@ -236,9 +257,10 @@ def test_acked_records_survive_storage_kill_exactly_once(proxied: tuple[LocalClu
             while sum(len(v) for v in sent.values()) < 1000:
                 time.sleep(0.01)
             cluster.kill("partition-storage-0")
-            time.sleep(0.5)  # batches pile up and retry against a dead node
+            # batches pile up and retry against the dead node: the fault landed
+            wait_until(lambda: producer.metrics()["batch_retries"] >= 1, "a batch was retried against the dead node")
             cluster.restart("partition-storage-0")
-            time.sleep(0.5)
+            _more_acknowledged(sent, 200, "records were acknowledged by the restarted node")
         finally:
             stop.set()
             sender.join()
@@ -535,7 +557,7 @@ def test_indeterminate_commit_is_retried_never_aborted(proxied_coordinator: tupl
         while proxy.forwarded_while_dropping == 0:  # EndTxn went out; its answer will be lost
             assert time.monotonic() < deadline, "EndTxn never reached the coordinator"
             time.sleep(0.01)
-        time.sleep(0.3)
+        wait_until(lambda: _state_behind(proxy, tid) != "ongoing", "the coordinator decided the lost EndTxn")
         proxy.cut()
         committer.join(60)
         assert outcome == [None], f"the commit must complete, not fail or abort: {outcome}"
@@ -547,6 +569,15 @@ def test_indeterminate_commit_is_retried_never_aborted(proxied_coordinator: tupl
     assert described.state in ("prepare_commit", "complete_commit")
     assert described.producer_epoch == epoch.epoch + 1, "the retried EndTxn was recognised, not applied twice"
     assert sorted(values(read_all(cluster.bootstrap, topic))) == sorted(f"v{i}".encode() for i in range(10))
+
+
+def _state_behind(proxy: FaultyProxy, transactional_id: str) -> str:
+    """The transaction's state, asked of the coordinator directly (its answers through the proxy are dropped)."""
+    with sync_channel(proxy.upstream) as channel:
+        described = txn_pb.TransactionCoordinatorServiceStub(channel).DescribeTransactions(
+            txn_pb.DescribeTransactionsRequest(transactional_ids=[transactional_id])
+        )
+    return txn_pb.TransactionState.Name(described.transactions[0].state).removeprefix("TRANSACTION_STATE_").lower()
 
 
 def _call(fn: Callable[[], object]) -> BaseException | None:
@@ -614,7 +645,7 @@ def test_clients_follow_a_restarted_storage_node_to_its_new_address(failover_clu
                     time.sleep(0.01)
                 cluster.kill("partition-storage-0")
                 new_address = cluster.restart("partition-storage-0")
-                time.sleep(0.5)
+                _more_acknowledged(sent, 200, "records were acknowledged at the new address")
             finally:
                 stop.set()
                 sender.join()

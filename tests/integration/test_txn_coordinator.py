@@ -607,7 +607,9 @@ def test_list_describe_and_abort_hanging_transaction(client: TxnClient, dest: De
     assert tid not in listed(states=[pb.TRANSACTION_STATE_EMPTY, pb.TRANSACTION_STATE_COMPLETE_COMMIT])
     assert listed(producer_ids=[producer[0]]) == [tid]
     assert tid not in listed(older_than_ms=3_600_000)
-    time.sleep(0.01)  # the transaction must be at least older_than_ms old for the next filter
+    started_ms = client.describe(tid).transaction_start_time_ms
+    while wall_clock_ms() < started_ms + 5:  # 5 ms old by the coordinator's clock (this host's wall clock)
+        time.sleep(0.001)
     assert tid in listed(older_than_ms=5)
 
     described = client.describe(tid)

@@ -56,10 +56,13 @@ class FakeResolver:
         self.partitions: dict[TopicPartition, Route] = {ON_A: A, ON_B: B}
         self.groups: dict[str, Route] = {GROUP: G}
         self.invalidated: list[tuple[tuple[TopicPartition, ...], tuple[str, ...], MarkerDestination | None]] = []
+        self.resolved: list[TopicPartition] = []
+        """Every partition asked for, in order (a partition retried later appears again)."""
 
     async def resolve(
         self, partitions: Collection[TopicPartition], groups: Collection[str]
     ) -> tuple[dict[TopicPartition, Route], dict[str, Route]]:
+        self.resolved.extend(partitions)
         await asyncio.sleep(0)
         return (
             {tp: self.partitions.get(tp, Unroutable.OFFLINE) for tp in partitions},
@@ -88,6 +91,8 @@ class FakeTransport:
         self.responders: dict[MarkerDestination, list[Responder]] = {}
         """Scripted answers per destination, used in order; afterwards every marker is acknowledged."""
         self.gates: dict[MarkerDestination, asyncio.Event] = {}
+        self.answered: list[MarkerDestination] = []
+        """Destinations whose answer the manager has applied (it does so in the same step as the return)."""
         self.closed = False
 
     def hold(self, destination: MarkerDestination) -> None:
@@ -111,7 +116,10 @@ class FakeTransport:
             await gate.wait()
         scripted = self.responders.get(destination)
         responder = scripted.pop(0) if scripted else ack_all
-        return responder(destination, markers)
+        try:
+            return responder(destination, markers)
+        finally:
+            self.answered.append(destination)
 
     async def close(self) -> None:
         self.closed = True
@@ -203,6 +211,17 @@ async def settle(manager: TransactionMarkerChannelManager) -> None:
     await until(lambda: manager.pending_transactions == 0, "every job finished or was dropped")
 
 
+async def probe_round(h: Harness) -> list[str]:
+    """Send a probe transaction to A and B and wait for it to complete; returns the ids its request to A carried.
+
+    One request per destination carries every marker queued for it, so anything of an earlier job still being
+    (re)sent to A after the probe was enqueued rides along: an explicit signal instead of waiting some time.
+    """
+    probe = h.enqueue("tx-4")  # shard 1, which every test here keeps
+    await until(lambda: probe.calls == 1, "the probe transaction completed")
+    return [e.transactional_id for e in h.transport.sent_to(A)[-1]]
+
+
 @pytest.fixture
 async def h():
     harness = Harness()
@@ -262,8 +281,8 @@ async def test_completion_waits_for_every_participant(h: Harness) -> None:
     h.transport.hold(G)
     completion = h.enqueue("tx-1", groups=[GROUP])
     h.manager.start()
-    await until(lambda: h.transport.sent_to(A) and h.transport.sent_to(B) and h.transport.sent_to(G), "all sent")
-    await asyncio.sleep(0.01)  # A and B have answered; the group's marker is still unacknowledged
+    await until(lambda: {A, B} <= set(h.transport.answered), "A and B answered; the group's marker is held")
+    assert h.transport.sent_to(G), "the group's marker is out, unanswered"
     assert completion.calls == 0
     h.transport.release(G)
     await settle(h.manager)
@@ -338,8 +357,8 @@ async def test_fenced_marker_drops_the_job(h: Harness, error: OncelogError) -> N
     completion = h.enqueue("tx-1")
     h.manager.start()
     await settle(h.manager)
-    await asyncio.sleep(0.02)  # several backoff periods: nothing may be resent
-    assert len(h.transport.sent_to(A)) == 1
+    assert await probe_round(h) == ["tx-4"], "the dropped job's marker was sent again"
+    assert len(h.transport.sent_to(A)) == 2
     assert completion.calls == 0
 
 
@@ -348,8 +367,8 @@ async def test_offline_leader_is_retried_and_a_deleted_topic_is_dropped(h: Harne
     h.resolver.partitions[("gone", 0)] = Unroutable.DELETED
     completion = h.enqueue("tx-1", partitions=[ON_A, ON_B, ("gone", 0)])
     h.manager.start()
-    await until(lambda: len(h.transport.sent_to(A)) == 1, "A acknowledged")
-    await asyncio.sleep(0.02)
+    await until(lambda: A in h.transport.answered, "A acknowledged")
+    await until(lambda: h.resolver.resolved.count(ON_B) >= 3, "the offline leader was looked up again, twice")
     assert completion.calls == 0, "an offline leader must not be taken for a deleted topic"
 
     h.resolver.partitions[ON_B] = B
@@ -371,8 +390,8 @@ async def test_markers_stop_when_the_shard_is_no_longer_held(h: Harness) -> None
     completion = h.enqueue("tx-1")
     h.manager.start()
     await settle(h.manager)
-    await asyncio.sleep(0.02)
-    assert len(h.transport.sent_to(A)) == 1
+    assert await probe_round(h) == ["tx-4"], "a marker of the lost shard was sent again"
+    assert len(h.transport.sent_to(A)) == 2
     assert completion.calls == 0
 
 
