@@ -82,50 +82,114 @@ function bytesOrNull(data) {
 
 // ------------------------------------------------------------------------------------------ encode
 
-/**
- * Encode records as one uncompressed CREATE_TIME batch, as a Kafka producer would.
- *
- * @param {Array<{key?: string|Buffer|null, value: string|Buffer|null}>} records at least one
- * @param {object} opts producerId, producerEpoch, baseSequence (-1/-1/-1 for a plain producer),
- *   transactional, timestamp (ms, default now)
- * @returns {Buffer} the batch; the partition leader assigns the real base offset
- */
-function buildBatch(records, { producerId = -1, producerEpoch = -1, baseSequence = -1, transactional = false,
-  timestamp = Date.now() } = {}) {
-  if (!records.length) throw new Error('a RecordBatch needs at least one record');
-  if (transactional && BigInt(producerId) < 0n) throw new Error('a transactional batch needs a producer id');
-  const encoded = records.map((record, offsetDelta) => {
-    const key = bytesOrNull(record.key);
-    const value = bytesOrNull(record.value);
-    const body = Buffer.concat([
-      Buffer.from([0]), // record attributes (unused)
-      encodeVarint(0), // timestampDelta: every record takes the batch timestamp
-      encodeVarint(offsetDelta),
-      encodeVarint(key === null ? -1 : key.length),
-      key || Buffer.alloc(0),
-      encodeVarint(value === null ? -1 : value.length),
-      value || Buffer.alloc(0),
-      encodeVarint(0), // no headers
-    ]);
-    return Buffer.concat([encodeVarint(body.length), body]);
-  });
-  const recordsSection = Buffer.concat(encoded);
-  const batch = Buffer.alloc(HEADER_BYTES + recordsSection.length);
-  batch.writeBigInt64BE(0n, 0);
+/** One record (length prefix included) at ``offsetDelta``, ``timestampDelta`` ms after the batch timestamp. */
+function encodeRecord(record, offsetDelta, timestampDelta) {
+  const key = bytesOrNull(record.key);
+  const value = bytesOrNull(record.value);
+  const headers = record.headers || [];
+  const parts = [
+    Buffer.from([0]), // record attributes (unused)
+    encodeVarint(timestampDelta),
+    encodeVarint(offsetDelta),
+    encodeVarint(key === null ? -1 : key.length),
+    key || Buffer.alloc(0),
+    encodeVarint(value === null ? -1 : value.length),
+    value || Buffer.alloc(0),
+    encodeVarint(headers.length),
+  ];
+  for (const [headerKey, headerValue] of headers) {
+    const k = Buffer.from(String(headerKey), 'utf8');
+    const v = bytesOrNull(headerValue);
+    parts.push(encodeVarint(k.length), k, encodeVarint(v === null ? -1 : v.length), v || Buffer.alloc(0));
+  }
+  const body = Buffer.concat(parts);
+  return Buffer.concat([encodeVarint(body.length), body]);
+}
+
+function assemble(section, { baseOffset, partitionLeaderEpoch, attributes, lastOffsetDelta, baseTimestamp, maxTimestamp,
+  producerId, producerEpoch, baseSequence, recordCount }) {
+  const batch = Buffer.alloc(HEADER_BYTES + section.length);
+  batch.writeBigInt64BE(BigInt(baseOffset), 0);
   batch.writeInt32BE(batch.length - LOG_OVERHEAD, 8);
-  batch.writeInt32BE(-1, 12); // partition leader epoch: stamped by the leader
+  batch.writeInt32BE(Number(partitionLeaderEpoch), 12);
   batch.writeInt8(MAGIC, 16);
-  batch.writeInt16BE(transactional ? TRANSACTIONAL_MASK : 0, ATTRIBUTES_OFFSET);
-  batch.writeInt32BE(records.length - 1, 23);
-  batch.writeBigInt64BE(BigInt(timestamp), 27);
-  batch.writeBigInt64BE(BigInt(timestamp), 35);
+  batch.writeInt16BE(attributes, ATTRIBUTES_OFFSET);
+  batch.writeInt32BE(lastOffsetDelta, 23);
+  batch.writeBigInt64BE(BigInt(baseTimestamp), 27);
+  batch.writeBigInt64BE(BigInt(maxTimestamp), 35);
   batch.writeBigInt64BE(BigInt(producerId), 43);
   batch.writeInt16BE(Number(producerEpoch), 51);
   batch.writeInt32BE(Number(baseSequence), 53);
-  batch.writeInt32BE(records.length, 57);
-  recordsSection.copy(batch, HEADER_BYTES);
+  batch.writeInt32BE(recordCount, 57);
+  section.copy(batch, HEADER_BYTES);
   batch.writeUInt32BE(crc32c(batch.subarray(ATTRIBUTES_OFFSET)), CRC_OFFSET);
   return batch;
+}
+
+/**
+ * Encode records as one CREATE_TIME batch, as a Kafka producer would.
+ *
+ * @param {Array<{key?: string|Buffer|null, value: string|Buffer|null, timestamp?: number,
+ *   headers?: Array<[string, string|Buffer|null]>}>} records at least one; a record without a timestamp
+ *   takes the batch timestamp
+ * @param {object} opts producerId, producerEpoch, baseSequence (-1/-1/-1 for a plain producer),
+ *   transactional, timestamp (ms, default now), compression ('none' or 'gzip'), and the fields the partition
+ *   leader stamps: baseOffset (0) and partitionLeaderEpoch (-1)
+ * @returns {Buffer} the batch
+ */
+function buildBatch(records, { producerId = -1, producerEpoch = -1, baseSequence = -1, transactional = false,
+  timestamp = Date.now(), compression = 'none', baseOffset = 0, partitionLeaderEpoch = -1 } = {}) {
+  if (!records.length) throw new Error('a RecordBatch needs at least one record');
+  if (transactional && BigInt(producerId) < 0n) throw new Error('a transactional batch needs a producer id');
+  let maxTimestamp = null;
+  const encoded = records.map((record, offsetDelta) => {
+    const ts = record.timestamp === undefined || record.timestamp === null ? timestamp : record.timestamp;
+    if (maxTimestamp === null || ts > maxTimestamp) maxTimestamp = ts;
+    return encodeRecord(record, offsetDelta, BigInt(ts) - BigInt(timestamp));
+  });
+  let section = Buffer.concat(encoded);
+  let attributes = transactional ? TRANSACTIONAL_MASK : 0;
+  if (compression === 'gzip') {
+    section = zlib.gzipSync(section, { level: 6 });
+    attributes |= 1;
+  } else if (compression !== 'none') {
+    throw new Error(`compression ${compression} is not supported by this example (use none or gzip)`);
+  }
+  return assemble(section, {
+    baseOffset,
+    partitionLeaderEpoch,
+    attributes,
+    lastOffsetDelta: records.length - 1,
+    baseTimestamp: timestamp,
+    maxTimestamp,
+    producerId,
+    producerEpoch,
+    baseSequence,
+    recordCount: records.length,
+  });
+}
+
+/** A COMMIT or ABORT transaction marker (MemoryRecords.withEndTransactionMarker); type is 'COMMIT' or 'ABORT'. */
+function buildControlBatch(type, { producerId, producerEpoch, coordinatorEpoch, timestamp, baseOffset = 0,
+  partitionLeaderEpoch = -1 }) {
+  const key = Buffer.alloc(4);
+  key.writeInt16BE(0, 0);
+  key.writeInt16BE(type === 'COMMIT' ? 1 : 0, 2);
+  const value = Buffer.alloc(6);
+  value.writeInt16BE(0, 0);
+  value.writeInt32BE(coordinatorEpoch, 2);
+  return assemble(encodeRecord({ key, value }, 0, 0), {
+    baseOffset,
+    partitionLeaderEpoch,
+    attributes: TRANSACTIONAL_MASK | CONTROL_MASK,
+    lastOffsetDelta: 0,
+    baseTimestamp: timestamp,
+    maxTimestamp: timestamp,
+    producerId,
+    producerEpoch,
+    baseSequence: -1,
+    recordCount: 1,
+  });
 }
 
 // ------------------------------------------------------------------------------------------ decode
@@ -153,6 +217,8 @@ function decodeBatches(data) {
       baseTimestamp: bytes.readBigInt64BE(27),
       producerId: bytes.readBigInt64BE(43),
       producerEpoch: bytes.readInt16BE(51),
+      baseSequence: bytes.readInt32BE(53),
+      partitionLeaderEpoch: bytes.readInt32BE(12),
       transactional: (attributes & TRANSACTIONAL_MASK) !== 0,
       isControl: (attributes & CONTROL_MASK) !== 0,
     };
@@ -193,13 +259,24 @@ function decodeRecords(header, compression, section, count) {
     const value = valueLength < 0 ? null : data.subarray(pos, pos + valueLength);
     pos += Math.max(valueLength, 0);
     [headerCount, pos] = decodeVarint(data, pos);
-    if (pos > end || (headerCount === 0 && pos !== end)) throw new Error('record framing does not add up');
-    pos = end; // headers are not needed by this example
+    const headers = [];
+    for (let h = 0; h < headerCount; h++) {
+      let headerKeyLength;
+      let headerValueLength;
+      [headerKeyLength, pos] = decodeVarint(data, pos);
+      const headerKey = data.subarray(pos, pos + headerKeyLength).toString('utf8');
+      pos += headerKeyLength;
+      [headerValueLength, pos] = decodeVarint(data, pos);
+      headers.push([headerKey, headerValueLength < 0 ? null : data.subarray(pos, pos + headerValueLength)]);
+      pos += Math.max(headerValueLength, 0);
+    }
+    if (pos !== end) throw new Error('record framing does not add up');
     records.push({
       offset: header.baseOffset + BigInt(offsetDelta),
       timestamp: header.baseTimestamp + BigInt(timestampDelta),
       key,
       value,
+      headers,
     });
   }
   return records;
@@ -235,4 +312,4 @@ function readCommitted(batches, abortedTransactions, fetchOffset = 0n) {
   return kept;
 }
 
-module.exports = { buildBatch, crc32c, decodeBatches, decodeVarint, encodeVarint, readCommitted };
+module.exports = { buildBatch, buildControlBatch, crc32c, decodeBatches, decodeVarint, encodeVarint, readCommitted };
