@@ -6,7 +6,7 @@ EXTRAS ?= dev,postgres,spark
 STAMP := $(VENV)/.installed-$(shell echo "$(EXTRAS)" | tr ',' '-')
 PYTEST_ARGS ?=
 
-.PHONY: run demo cluster test test-repeat dev gen-protos api-docs check-protos lint typecheck bench clean venv
+.PHONY: run demo cluster test test-repeat dev gen-protos record-vectors api-docs check-protos lint typecheck bench clean venv
 
 venv: $(STAMP)
 
@@ -45,8 +45,14 @@ test-repeat: $(STAMP)
 		$(PY) -m pytest -x $(PYTEST_ARGS) || { echo "== run $$run of $(N) failed"; exit 1; }; \
 	done; echo "== all $(N) runs passed"
 
+## gen-protos: regenerate the committed Python and Go code from proto/ (the Go plugins come from the Go module proxy)
 gen-protos: $(STAMP)
 	$(PY) scripts/gen_protos.py
+	$(PY) scripts/gen_go_protos.py
+
+## record-vectors: rewrite testdata/record-batches, the RecordBatch v2 vectors every client must reproduce
+record-vectors: $(STAMP)
+	$(PY) scripts/gen_record_batch_vectors.py
 
 ## api-docs: render docs/api.md from the proto comments
 api-docs: $(STAMP)
@@ -54,6 +60,8 @@ api-docs: $(STAMP)
 
 check-protos: $(STAMP)
 	$(PY) scripts/gen_protos.py --check
+	$(PY) scripts/gen_go_protos.py --check
+	$(PY) scripts/gen_record_batch_vectors.py --check
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check libs services tests scripts

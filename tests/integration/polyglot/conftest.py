@@ -1,0 +1,154 @@
+"""Fixtures for the Go and Java clients and the Go-built tools (buf, grpcurl) driven against a LocalCluster.
+
+The toolchains are preinstalled where CI runs (Go, Java 17 and Maven); the builds fetch their modules and
+artefacts themselves (the Go module cache and ~/.m2 keep them between runs). A missing toolchain skips these
+tests on a workstation, and fails them where ``ONCELOG_REQUIRE_GO=1`` / ``ONCELOG_REQUIRE_JAVA=1`` say it must
+be there (.ci/run sets both), like ONCELOG_REQUIRE_POSTGRES does for PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+import pytest
+
+from oncelog.api.common import v1 as common_pb
+from oncelog.api.storage import v1 as storage_pb
+from oncelog.client.fetch_filter import AbortedTransaction, IsolationLevel, filter_fetch
+from oncelog.client.records import TopicPartition
+from oncelog.rpc import sync_channel
+
+ROOT = Path(__file__).resolve().parents[3]
+GO_CLIENT = ROOT / "clients" / "go"
+JAVA_CLIENT = ROOT / "clients" / "java"
+
+
+def require_tool(name: str, switch: str) -> str:
+    """The path of ``name`` on PATH; skip without it, or fail when the environment ``switch`` is 1."""
+    found = shutil.which(name)
+    if found is None:
+        message = f"{name} is not on PATH"
+        if os.environ.get(switch) == "1":
+            pytest.fail(f"{message}, and {switch}=1 says it is required here")
+        pytest.skip(f"{message} (set {switch}=1 to make this a failure)")
+    return found
+
+
+def run(
+    *command: str, cwd: Path, timeout: float, env: Mapping[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run a command to completion and fail the test with its output when it exits non-zero."""
+    done = subprocess.run(
+        command,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+        env={**os.environ, **(env or {})},
+    )
+    assert done.returncode == 0, f"{' '.join(command)} exited {done.returncode}:\n{done.stdout}\n{done.stderr}"
+    return done
+
+
+GO_ENV = {"GOFLAGS": "-p=1 -mod=readonly", "GOTOOLCHAIN": "local"}
+
+
+@pytest.fixture(scope="session")
+def go() -> str:
+    """The go command, with clients/go's modules downloaded and every package built once for the session."""
+    go = require_tool("go", "ONCELOG_REQUIRE_GO")
+    run(go, "build", "./...", cwd=GO_CLIENT, timeout=900, env=GO_ENV)
+    run(go, "vet", "./...", cwd=GO_CLIENT, timeout=600, env=GO_ENV)
+    return go
+
+
+@pytest.fixture(scope="session")
+def go_tool_bin(go: str) -> Callable[[str], str]:
+    """``go install`` a pinned tool module (buf, grpcurl) into a versioned directory once; returns its path."""
+    tools = Path(os.environ.get("ONCELOG_GO_TOOLS", Path.home() / ".cache" / "oncelog" / "go-tools"))
+
+    def install(spec: str) -> str:
+        package, version = spec.split("@")
+        name = package.rsplit("/", 1)[1]
+        bin_dir = tools / f"{name}-{version}"
+        if not (bin_dir / name).exists():
+            run(go, "install", spec, cwd=ROOT, timeout=1500, env={"GOBIN": str(bin_dir), "GOFLAGS": "-p=1"})
+        return str(bin_dir / name)
+
+    return install
+
+
+@pytest.fixture(scope="session")
+def mvn() -> str:
+    """The mvn command, with clients/java compiled (sources generated from proto/) once for the session."""
+    require_tool("java", "ONCELOG_REQUIRE_JAVA")
+    mvn = require_tool("mvn", "ONCELOG_REQUIRE_JAVA")
+    run(mvn, "-B", "-q", "-T1", "test-compile", cwd=JAVA_CLIENT, timeout=1200)
+    return mvn
+
+
+def read_partition(
+    address: str, topic: str, partition: int, leader_epoch: int, isolation: IsolationLevel
+) -> list[tuple[int, str]]:
+    """Every record of a partition a reader at ``isolation`` gets, once all its transactions are decided."""
+    stub = storage_pb.PartitionStorageServiceStub(sync_channel(address))
+    tp = TopicPartition(topic, partition)
+    level = (
+        storage_pb.ISOLATION_LEVEL_READ_COMMITTED
+        if isolation is IsolationLevel.READ_COMMITTED
+        else storage_pb.ISOLATION_LEVEL_READ_UNCOMMITTED
+    )
+    position, out = 0, []
+    deadline = time.monotonic() + 30
+    while True:
+        result = stub.Fetch(
+            storage_pb.FetchRequest(
+                partitions=[
+                    storage_pb.FetchPartition(
+                        topic_partition=common_pb.TopicPartition(topic=topic, partition=partition),
+                        fetch_offset=position,
+                        leader_epoch=leader_epoch,
+                    )
+                ],
+                isolation_level=level,
+                max_wait_ms=200,
+            ),
+            timeout=10,
+        ).results[0]
+        assert not result.HasField("error"), result.error
+        records, position = filter_fetch(
+            tp,
+            result.records,
+            fetch_offset=position,
+            isolation_level=isolation,
+            aborted_transactions=[
+                AbortedTransaction(t.producer_id, t.first_offset) for t in result.aborted_transactions
+            ],
+        )
+        out.extend((r.offset, (r.value or b"").decode()) for r in records)
+        if position >= result.last_stable_offset == result.high_watermark:
+            return out
+        assert time.monotonic() < deadline, f"{tp}: transactions still open at {result.last_stable_offset}"
+
+
+@pytest.fixture(scope="session")
+def run_command() -> Callable[..., subprocess.CompletedProcess[str]]:
+    """:func:`run`, for test modules (conftest is not importable under --import-mode=importlib)."""
+    return run
+
+
+@pytest.fixture(scope="session")
+def partition_reader() -> Callable[..., list[tuple[int, str]]]:
+    """:func:`read_partition`, for test modules."""
+    return read_partition
+
+
+@pytest.fixture(scope="session")
+def go_env() -> dict[str, str]:
+    return dict(GO_ENV)
