@@ -28,7 +28,7 @@ demo: $(STAMP)
 cluster: $(STAMP)
 	$(VENV)/bin/oncelog dev --data-dir .oncelog
 
-## dev: same as run, on free ports
+## dev: the local cluster like `cluster`, on free ports (addresses in .oncelog/cluster.json), until Ctrl-C
 dev: $(STAMP)
 	$(VENV)/bin/oncelog dev --data-dir .oncelog --port-base 0
 
@@ -69,6 +69,7 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy libs/oncelog services/oncelog
 
+## bench: pid-allocator rate on SQLite and PostgreSQL vs raw gRPC and raw SQL (same run); others: python -m bench.<name>
 bench: $(STAMP)
 	$(PY) -m bench.pid_allocator
 
