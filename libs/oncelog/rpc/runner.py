@@ -20,9 +20,16 @@ log = logging.getLogger("oncelog.rpc.runner")
 
 
 async def serve(
-    spec: ServiceSpec, settings: ServiceSettings, server_credentials: grpc.ServerCredentials | None = None
+    spec: ServiceSpec,
+    settings: ServiceSettings,
+    server_credentials: grpc.ServerCredentials | None = None,
+    *,
+    metrics_address: str = "",
 ) -> None:
-    """Run ``spec`` until SIGTERM/SIGINT, then drain gracefully; TLS when ``server_credentials`` is given."""
+    """Run ``spec`` until SIGTERM/SIGINT, then drain gracefully; TLS when ``server_credentials`` is given.
+
+    ``metrics_address`` (the Prometheus scrape endpoint, if any) is written to the ready file next to the address.
+    """
     server = GrpcServer(
         spec,
         settings.listen,
@@ -33,6 +40,7 @@ async def serve(
         ready_file=settings.ready_file,
         server_credentials=server_credentials,
         health_listen=settings.health_listen,
+        metrics_address=metrics_address,
     )
     await server.start()
     watchdog = asyncio.create_task(_stop_when_orphaned(server, settings.parent_pid)) if settings.parent_pid else None
@@ -96,11 +104,15 @@ def run_service(
     except ConfigError as exc:
         print(f"oncelog-{name}: {exc}", file=sys.stderr)
         return 2
-    telemetry = configure_telemetry(f"oncelog-{name}")
+    try:
+        telemetry = configure_telemetry(f"oncelog-{name}")
+    except ConfigError as exc:
+        print(f"oncelog-{name}: {exc}", file=sys.stderr)
+        return 2
 
     async def main() -> None:
         spec = await asyncio.to_thread(build, settings)
-        await serve(spec, settings, credentials)
+        await serve(spec, settings, credentials, metrics_address=telemetry.metrics_address)
 
     try:
         asyncio.run(main())

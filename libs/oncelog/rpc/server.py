@@ -96,6 +96,7 @@ class GrpcServer:
         meter_provider: Any = None,
         server_credentials: grpc.ServerCredentials | None = None,
         health_listen: str = "",
+        metrics_address: str = "",
     ) -> None:
         self.spec = spec
         self._listen = listen
@@ -105,6 +106,7 @@ class GrpcServer:
         self._ready_file = ready_file
         self._credentials = server_credentials
         self._health_listen = health_listen
+        self._metrics_address = metrics_address
         self._server = aio.server(
             interceptors=[ServerInterceptor(tracer_provider, meter_provider)],
             options=[
@@ -147,7 +149,9 @@ class GrpcServer:
         await self._report_health(True)
         self.spec.health_reporter = self._report_health
         if self._ready_file:
-            _write_ready_file(Path(self._ready_file), self.address, self.spec.name, self.health_address)
+            _write_ready_file(
+                Path(self._ready_file), self.address, self.spec.name, self.health_address, self._metrics_address
+            )
         if self.health_address:
             log.info("%s serving on %s, health only on %s", self.spec.name, self.address, self.health_address)
         else:
@@ -216,11 +220,13 @@ def _reachable(listen: str, port: int) -> str:
     return f"{host}:{port}"
 
 
-def _write_ready_file(path: Path, address: str, service: str, health_address: str) -> None:
+def _write_ready_file(path: Path, address: str, service: str, health_address: str, metrics_address: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(path.suffix + ".tmp")
     content = {"address": address, "service": service, "pid": os.getpid()}
     if health_address:
         content["health_address"] = health_address
+    if metrics_address:
+        content["metrics_address"] = metrics_address
     tmp.write_text(json.dumps(content))
     os.replace(tmp, path)
