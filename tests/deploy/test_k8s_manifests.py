@@ -28,6 +28,7 @@ yaml = pytest.importorskip("yaml", reason="PyYAML is needed to read rendered man
 
 from oncelog.config import ServiceSettings  # noqa: E402
 from oncelog.config.settings import env_name  # noqa: E402
+from oncelog.telemetry.metrics import CATALOG  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 K8S = ROOT / "deploy" / "k8s"
@@ -52,6 +53,8 @@ EXTERNAL_SECRETS = {
     },
     "oncelog-tls": {"tls.crt": "", "tls.key": "", "ca.crt": ""},
 }
+# API groups of custom resources (Prometheus Operator), which the bundled OpenAPI schemas do not cover.
+CUSTOM_API_GROUPS = ("monitoring.coreos.com/",)
 # The one relaxation: Tilt's live_update writes synced sources into the container in the dev overlay.
 WRITABLE_ROOT_ALLOWED = {"dev"}
 
@@ -297,6 +300,8 @@ def test_objects_match_kubernetes_openapi_schemas(objects: list[dict[str, Any]],
         version = kubernetes_validate.latest_version()
     errors = []
     for obj in objects:
+        if obj["apiVersion"].startswith(CUSTOM_API_GROUPS):
+            continue  # no bundled schema: the prometheus-operator tests below check these
         try:
             # strict: a misspelt or misplaced field is an error instead of being dropped by the API server
             kubernetes_validate.validate(obj, version, strict=True)
@@ -577,3 +582,75 @@ def test_dev_grafana_dashboards_parse_and_use_provisioned_datasources() -> None:
             if isinstance(ds, dict)
         }
         assert used <= provisioned, f"{file_name} queries datasources Grafana does not have: {used - provisioned}"
+
+
+# ---- prometheus-operator component ---------------------------------------------------------------------------------
+# The custom resources have no bundled OpenAPI schema, so their rules are checked against the metric catalog
+# (oncelog.telemetry.metrics) and docs/operations.md.
+
+RUNBOOK = ROOT / "docs" / "operations.md"
+SCRAPE_SERIES = {"up"}  # written by Prometheus for every target
+PROMQL_WORDS = {"sum", "by", "le", "and", "min_over_time", "increase", "rate", "histogram_quantile", "labels", "value"}
+
+
+@pytest.fixture(scope="module")
+def prod() -> list[dict[str, Any]]:
+    return render(K8S / "overlays" / "prod")
+
+
+def of_kind(objects: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [o for o in objects if o["kind"] == kind]
+
+
+def test_every_oncelog_pod_serves_metrics_on_the_port_the_pod_monitor_scrapes(prod: list[dict[str, Any]]) -> None:
+    [monitor] = of_kind(prod, "PodMonitor")
+    [endpoint] = monitor["spec"]["podMetricsEndpoints"]
+    names = set(monitor["spec"]["selector"]["matchExpressions"][0]["values"])
+    scraped = [w for w in workloads(prod) if w["metadata"]["name"] in names]
+    assert (
+        {w["metadata"]["name"] for w in scraped}
+        == names
+        == {
+            "pid-allocator",
+            "txn-coordinator",
+            "group-offsets",
+            "partition-storage",
+        }
+    )
+    for workload in scraped:
+        [container] = containers(workload)
+        ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+        env = {e["name"]: e.get("value") for e in container["env"]}
+        assert env["ONCELOG_METRICS_LISTEN"] == f"0.0.0.0:{ports[endpoint['port']]}", workload["metadata"]["name"]
+
+
+def alerts(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    [rule] = of_kind(objects, "PrometheusRule")
+    return [r for group in rule["spec"]["groups"] for r in group["rules"]]
+
+
+def test_alerts_query_only_series_oncelog_exports(prod: list[dict[str, Any]]) -> None:
+    known = SCRAPE_SERIES | {series for m in CATALOG for series in m.prometheus_series}
+    labels = {label for m in CATALOG for label in m.prometheus_labels} | {"job", "pod", "container", "le"}
+    for alert in alerts(prod):
+        expr = alert["expr"]
+        selectors = re.findall(r"([a-zA-Z_:][a-zA-Z0-9_:]*)\s*(?:\{([^}]*)\})?\s*(?:\[|\)|>|==|$| and)", expr)
+        series = {name for name, _ in selectors if name not in PROMQL_WORDS and not name.isdigit()}
+        assert series, alert["alert"]
+        assert series <= known, f"{alert['alert']} queries {sorted(series - known)}, which nothing exports"
+        used = {m.split("=")[0].strip() for _, body in selectors for m in body.split(",") if body}
+        used |= set(re.findall(r"by \(([^)]*)\)", expr))
+        assert used <= labels, f"{alert['alert']} uses labels {sorted(used - labels)}"
+
+
+def test_every_alert_has_a_runbook_section(prod: list[dict[str, Any]]) -> None:
+    headings = {
+        re.sub(r"[^a-z0-9-]", "", line.lstrip("#").strip().lower().replace(" ", "-"))
+        for line in RUNBOOK.read_text().splitlines()
+        if line.startswith("#")
+    }
+    for alert in alerts(prod):
+        anchor = alert["annotations"]["runbook"].split("#", 1)[1]
+        assert anchor == alert["alert"].lower(), alert["alert"]
+        assert anchor in headings, f"docs/operations.md has no section for {alert['alert']}"
+        assert alert["labels"]["severity"] in ("critical", "warning")

@@ -116,6 +116,11 @@ def settings_help(cls: type[Any], prefix: str) -> str:
     return "\n".join(blocks)
 
 
+def _is_listen_address(value: str) -> bool:
+    host, sep, port = value.rpartition(":")
+    return bool(sep and host and port.isdigit() and int(port) <= 65535)
+
+
 def _default_node_id() -> str:
     return f"{socket.gethostname()}-{os.getpid()}"
 
@@ -176,6 +181,12 @@ class ServiceSettings:
         env="ONCELOG_TLS_SERVER_NAME",
         help="name verified in servers' certificates instead of the dialled host (a shared internal DNS name)",
     )
+    metrics_listen: str = setting(
+        "",
+        env="ONCELOG_METRICS_LISTEN",
+        help="host:port of the Prometheus scrape endpoint (GET /metrics, next to OTLP push); port 0 picks a free"
+        " one; empty disables it",
+    )
     health_listen: str = setting(
         "",
         help="host:port of an extra plaintext listener serving only grpc.health.v1, for probes that cannot"
@@ -216,6 +227,11 @@ class ServiceSettings:
             problems.append("shutdown_grace_s and drain_delay_s must not be negative")
         if not self.database_url:
             problems.append("ONCELOG_DATABASE_URL must not be empty")
+        if self.metrics_listen and not _is_listen_address(self.metrics_listen):
+            problems.append(
+                f"ONCELOG_METRICS_LISTEN={self.metrics_listen!r} must be host:port (for example 0.0.0.0:9464; "
+                "port 0 picks one)"
+            )
         health_env = f"{self.ENV_PREFIX}HEALTH_LISTEN"
         if self.health_listen and ":" not in self.health_listen:
             problems.append(f"{health_env}={self.health_listen!r} must be host:port")

@@ -105,7 +105,7 @@ def run_service(
         print(f"oncelog-{name}: {exc}", file=sys.stderr)
         return 2
     try:
-        telemetry = configure_telemetry(f"oncelog-{name}")
+        telemetry = configure_telemetry(f"oncelog-{name}", metrics_listen=settings.metrics_listen)
     except ConfigError as exc:
         print(f"oncelog-{name}: {exc}", file=sys.stderr)
         return 2

@@ -55,8 +55,8 @@ def _endpoint(environ: Mapping[str, str]) -> str:
     return environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or environ.get("OTEL_EXPORTER_OTLP_ENDPOINT", "")
 
 
-def _scrape_listen(environ: Mapping[str, str]) -> tuple[str, int] | None:
-    raw = environ.get(METRICS_LISTEN_ENV, "").strip()
+def _scrape_listen(raw: str) -> tuple[str, int] | None:
+    raw = raw.strip()
     if not raw:
         return None
     host, sep, port = raw.rpartition(":")
@@ -66,20 +66,24 @@ def _scrape_listen(environ: Mapping[str, str]) -> tuple[str, int] | None:
     return host, int(port)
 
 
-def configure_telemetry(service_name: str, environ: Mapping[str, str] | None = None) -> Telemetry:
+def configure_telemetry(
+    service_name: str, environ: Mapping[str, str] | None = None, *, metrics_listen: str | None = None
+) -> Telemetry:
     """Install tracer and meter providers: OTLP/gRPC export when an endpoint is configured, and a Prometheus
     scrape endpoint when ``ONCELOG_METRICS_LISTEN`` is set.
 
     Args:
         service_name: used when ``OTEL_SERVICE_NAME`` is unset (``oncelog-<service>``).
         environ: the environment to read; ``os.environ`` by default.
+        metrics_listen: the scrape endpoint's host:port (a service passes its settings' value); None reads
+            ``ONCELOG_METRICS_LISTEN`` from ``environ``.
 
     Raises:
         ConfigError: ``ONCELOG_METRICS_LISTEN`` is not host:port, or its address cannot be bound.
     """
     environ = os.environ if environ is None else environ
     endpoint = _endpoint(environ)
-    scrape = _scrape_listen(environ)
+    scrape = _scrape_listen(environ.get(METRICS_LISTEN_ENV, "") if metrics_listen is None else metrics_listen)
     if (not endpoint and scrape is None) or environ.get("OTEL_SDK_DISABLED", "").lower() == "true":
         return Telemetry()
     from opentelemetry.sdk.metrics.export import MetricReader
