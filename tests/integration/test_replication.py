@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -24,12 +24,16 @@ from oncelog.testing import LocalCluster
 
 TOPIC = "replicated"
 LAG_MS = 3_000
+LEASE_MS = 3_000
 pytestmark = pytest.mark.timeout(240)
 
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
-    env = {"ONCELOG_PARTITION_STORAGE_REPLICA_LAG_TIME_MAX_MS": str(LAG_MS)}
+    env = {
+        "ONCELOG_PARTITION_STORAGE_REPLICA_LAG_TIME_MAX_MS": str(LAG_MS),
+        "ONCELOG_PARTITION_STORAGE_NODE_LEASE_MS": str(LEASE_MS),
+    }
     with LocalCluster(tmp_path, storage_nodes=3, services=("partition-storage",), env=env) as running:
         admin = cluster_pb.ClusterServiceStub(sync_channel(running.bootstrap))
         spec = cluster_pb.TopicSpec(name=TOPIC, partitions=1, replication_factor=3)
@@ -37,11 +41,11 @@ def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
         yield running
 
 
-def partition(cluster: LocalCluster) -> cluster_pb.PartitionMetadata:
+def partition(cluster: LocalCluster, topic: str = TOPIC) -> cluster_pb.PartitionMetadata:
     """The partition's catalog row, asked of any live node."""
     live = next(node.address for node in cluster.nodes if node.alive())
     admin = cluster_pb.ClusterServiceStub(sync_channel(live))
-    return admin.Metadata(cluster_pb.MetadataRequest(topics=[TOPIC]), timeout=30).topics[0].partitions[0]
+    return admin.Metadata(cluster_pb.MetadataRequest(topics=[topic]), timeout=30).topics[0].partitions[0]
 
 
 def batch(seq: int, *, pid: int = 4242, n: int = 5) -> bytes:
@@ -49,10 +53,10 @@ def batch(seq: int, *, pid: int = 4242, n: int = 5) -> bytes:
     return build_batch(records, producer_id=pid, producer_epoch=0, base_sequence=seq * n)
 
 
-def produce(cluster: LocalCluster, leader: str, seq: int, *, pid: int = 4242) -> int:
+def produce(cluster: LocalCluster, leader: str, seq: int, *, pid: int = 4242, topic: str = TOPIC) -> int:
     """Produce with acks=all to the leader; returns the acknowledged base offset."""
     stub = pb.PartitionStorageServiceStub(sync_channel(cluster.node(leader).address))
-    tp = common.TopicPartition(topic=TOPIC, partition=0)
+    tp = common.TopicPartition(topic=topic, partition=0)
     request = pb.ProduceRequest(
         acks=pb.ACKS_ALL,
         partitions=[pb.PartitionBatches(topic_partition=tp, leader_epoch=-1, records=batch(seq, pid=pid))],
@@ -62,19 +66,31 @@ def produce(cluster: LocalCluster, leader: str, seq: int, *, pid: int = 4242) ->
     return result.base_offset
 
 
-def logged_batches(cluster: LocalCluster, node_id: str) -> dict[int, bytes]:
+def logged_batches(cluster: LocalCluster, node_id: str, topic: str = TOPIC) -> dict[int, bytes]:
     """Base offset -> batch bytes, as stored in the node's files of the partition."""
-    directory = cluster.data_dir / node_id / f"{TOPIC}-0"
+    directory = cluster.data_dir / node_id / f"{topic}-0"
     data = b"".join(p.read_bytes() for p in sorted(directory.glob("*.log")))
     return {header.base_offset: bytes(view) for header, view in iter_batches(data)}
 
 
-def wait_for_isr(cluster: LocalCluster, expected: set[str], timeout_s: float = 60) -> None:
+def wait_for_isr(cluster: LocalCluster, expected: set[str], timeout_s: float = 60, topic: str = TOPIC) -> None:
     """Poll the catalog until the ISR is ``expected`` (the leader changes it with a conditional update)."""
+    wait_for(cluster, lambda p: set(p.isr_node_ids) == expected, f"ISR {sorted(expected)}", timeout_s, topic)
+
+
+def wait_for(
+    cluster: LocalCluster,
+    condition: Callable[[cluster_pb.PartitionMetadata], bool],
+    what: str,
+    timeout_s: float = 60,
+    topic: str = TOPIC,
+) -> cluster_pb.PartitionMetadata:
+    """Poll the catalog row until ``condition`` holds (leaders and the controller change it)."""
     deadline = time.monotonic() + timeout_s
-    while set(partition(cluster).isr_node_ids) != expected:
-        assert time.monotonic() < deadline, f"ISR is {list(partition(cluster).isr_node_ids)}, expected {expected}"
+    while not condition(meta := partition(cluster, topic)):
+        assert time.monotonic() < deadline, f"waited {timeout_s} s for {what}; the partition is {meta}"
         time.sleep(0.1)
+    return meta
 
 
 def test_acks_all_answers_only_once_every_in_sync_replica_has_the_batch(cluster: LocalCluster) -> None:
@@ -158,3 +174,36 @@ def test_divergent_tail_is_cut_at_the_new_leaders_epoch_start_not_kept(cluster: 
     acked.append(produce(cluster, new_leader, 10))
     for node in (old_leader, other):
         assert logged_batches(cluster, node) == logged_batches(cluster, new_leader), node
+
+
+def test_acked_record_survives_leader_kill_when_follower_restarts_first(cluster: LocalCluster) -> None:
+    """Seed 002 §七 case 1 (HW lag): with acks=all, the leader is killed right after the acknowledgements, the
+    follower too, and the follower restarts first. It must not cut its log to its (lagging) HW: it is elected and
+    serves every acknowledged record."""
+    admin = cluster_pb.ClusterServiceStub(sync_channel(cluster.bootstrap))
+    spec = cluster_pb.TopicSpec(name="case1", partitions=1, replication_factor=2)
+    admin.CreateTopics(cluster_pb.CreateTopicsRequest(topics=[spec]), timeout=30)
+    meta = partition(cluster, "case1")
+    leader, follower = meta.leader_node_id, next(n for n in meta.replica_node_ids if n != meta.leader_node_id)
+    acked = [produce(cluster, leader, seq, topic="case1") for seq in range(5)]
+    cluster.kill(leader)
+    cluster.kill(follower)
+    cluster.restart(follower)
+    elected = wait_for(cluster, lambda p: p.leader_node_id == follower, f"{follower} elected", topic="case1")
+    # one election, or two if the controller saw both down first (offline, then the returning ISR member)
+    assert elected.leader_epoch > meta.leader_epoch and list(elected.isr_node_ids) == [follower]
+    stub = pb.PartitionStorageServiceStub(sync_channel(cluster.node(follower).address))
+    tp = common.TopicPartition(topic="case1", partition=0)
+    fetch = pb.FetchRequest(
+        isolation_level=pb.ISOLATION_LEVEL_READ_COMMITTED,
+        partitions=[pb.FetchPartition(topic_partition=tp, fetch_offset=0, max_bytes=1 << 20, leader_epoch=-1)],
+    )
+    [result] = stub.Fetch(fetch, timeout=30).results
+    assert not result.HasField("error"), from_error_info(result.error)
+    served = {header.base_offset for header, _ in iter_batches(result.records)}
+    assert set(acked) <= served, f"acknowledged {acked}, the new leader serves {sorted(served)}"
+    # the old leader comes back as a follower of the new epoch and converges
+    cluster.restart(leader)
+    wait_for_isr(cluster, {leader, follower}, topic="case1")
+    produce(cluster, follower, 0, pid=99, topic="case1")
+    assert logged_batches(cluster, leader, "case1") == logged_batches(cluster, follower, "case1")

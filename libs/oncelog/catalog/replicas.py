@@ -98,3 +98,22 @@ def _rack_alternated(nodes: Sequence[StorageNode]) -> list[StorageNode]:
     for depth in range(max(len(c) for c in columns)):
         result.extend(column[depth] for column in columns if depth < len(column))
     return result
+
+
+@dataclass(frozen=True, slots=True)
+class Election:
+    """What the controller decides for a partition whose leader is gone: a new leader and ISR, or offline."""
+
+    leader_node_id: str  # empty: offline, no eligible replica
+    isr: tuple[str, ...]
+
+
+def elect_leader(replicas: Sequence[str], isr: Sequence[str], live: set[str]) -> Election:
+    """Clean election (docs/design/replication.md §6): the first live ISR member in replica order leads, and the
+    ISR keeps its live members. With no live ISR member the partition goes offline and keeps its ISR, so the
+    last in-sync replica is elected when it returns; an out-of-sync replica is never chosen (unclean election
+    is off)."""
+    candidates = [r for r in replicas if r in isr and r in live]
+    if not candidates:
+        return Election("", tuple(isr))
+    return Election(candidates[0], tuple(r for r in replicas if r in isr and r in live))

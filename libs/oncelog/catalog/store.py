@@ -388,6 +388,7 @@ class CatalogStore:
         *,
         isr: Iterable[str] | None = None,
         leader_node_id: str | None = None,
+        controller: tuple[str, int, int] | None = None,
     ) -> PartitionRecord | None:
         """Change a partition's ISR and/or leader if it is still exactly as ``seen`` (Kafka's AlterPartition).
 
@@ -395,6 +396,10 @@ class CatalogStore:
         epoch grows by one, and the leader epoch too when the leader changes. Returns the new record, or None
         when someone else changed the partition first: the caller must re-read it (a leader that loses this
         race stops acting as leader).
+
+        ``controller`` = ``(node_id, controller_epoch, now_ms)`` makes the change also conditional, in the same
+        transaction, on that node still holding the controller lease at that epoch (a deposed controller's late
+        election never lands; seed 002 §2.6.2).
 
         Raises:
             InvalidRequest: the ISR is not a subset of the replicas, or is empty while a leader is named, or the
@@ -416,6 +421,8 @@ class CatalogStore:
             seen.partition, leader, leader_epoch, seen.replicas, new_isr, seen.partition_epoch + 1
         )
         with self._begin() as conn:
+            if controller is not None and not _holds_controller_lease(conn, *controller):
+                return None
             result = conn.execute(
                 sa.update(t.partitions)
                 .where(
@@ -547,6 +554,24 @@ def _database_now_ms(conn: Connection) -> int:
     else:  # SQLite runs in this process: its clock is the host's
         query = "SELECT CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)"
     return int(conn.execute(sa.text(query)).scalar_one())
+
+
+CONTROLLER_ROLE = "controller"
+"""The catalog lease row (``coordinator_shards``, shard 0) whose holder is the controller; its epoch fences it."""
+
+
+def _holds_controller_lease(conn: Connection, node_id: str, controller_epoch: int, now_ms: int) -> bool:
+    row = conn.execute(
+        sa.select(t.coordinator_shards)
+        .where(t.coordinator_shards.c.role == CONTROLLER_ROLE, t.coordinator_shards.c.shard == 0)
+        .with_for_update()
+    ).first()
+    return (
+        row is not None
+        and row.owner_node_id == node_id
+        and row.coordinator_epoch == controller_epoch
+        and row.lease_expires_at_ms > now_ms
+    )
 
 
 def _partition(row: sa.Row) -> PartitionRecord:  # type: ignore[type-arg]

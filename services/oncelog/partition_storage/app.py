@@ -15,6 +15,7 @@ from oncelog.api.storage import v1 as pb
 from oncelog.api.storage.v1 import partition_storage_service_pb2
 from oncelog.catalog.node import node_context, wall_clock_ms
 from oncelog.partition_storage.config import PartitionStorageSettings
+from oncelog.partition_storage.controller import Controller
 from oncelog.partition_storage.partition_manager import PartitionManager, StorageNodeConfig
 from oncelog.partition_storage.replica_transport import GrpcReplicaTransport
 from oncelog.partition_storage.servicer import PartitionStorageServicer
@@ -57,6 +58,13 @@ def build(settings: PartitionStorageSettings) -> ServiceSpec:
         replica_transport=replica_transport,
         node_epoch=lambda: node.membership.node_epoch,
     )
+    controller = Controller(
+        node.store,
+        node.membership.node_id,
+        clock=wall_clock_ms,
+        lease_ms=settings.node_lease_ms,
+        on_change=partitions.request_refresh,
+    )
     node.spec.add(
         pb.add_PartitionStorageServiceServicer_to_server,
         PartitionStorageServicer(
@@ -69,9 +77,11 @@ def build(settings: PartitionStorageSettings) -> ServiceSpec:
 
     async def start(address: str) -> None:
         await partitions.start()
+        await controller.start()
 
     async def stop() -> None:
         # runs after the server drained its calls: every engine flushes and writes its snapshot
+        await controller.stop()
         await partitions.stop()
         await replica_transport.close()
         await asyncio.to_thread(flush_executor.shutdown)

@@ -240,7 +240,7 @@ class PartitionManager:
                 follower_id=node_id,
                 follower_epoch=node_epoch,
                 transport=replica_transport,
-                on_leadership_error=self._request_refresh,
+                on_leadership_error=self.request_refresh,
                 on_divergence=self._truncate_diverged,
                 max_wait_ms=config.replica_fetch_wait_ms,
             )
@@ -696,8 +696,9 @@ class PartitionManager:
 
         self._spawn(truncate(), f"truncation of {followed.topic}-{followed.partition}")
 
-    def _request_refresh(self) -> None:
-        """A fetcher met a leadership error: re-read the catalog soon (without waiting for it)."""
+    def request_refresh(self) -> None:
+        """Re-read the catalog soon, without waiting for it (a fetcher met a leadership error, the controller
+        elected)."""
         if not self._stopping:
             self._spawn(self._refresh_since(asyncio.get_running_loop().time()), "catalog refresh")
 

@@ -74,3 +74,16 @@ def test_bad_replication_factor_names_the_number_of_nodes(factor: int, live: int
 def test_valid_factors_pass() -> None:
     for factor in (1, 2, 3):
         validate_replication_factor(factor, 3)
+
+
+def test_election_picks_the_first_live_in_sync_replica_in_replica_order() -> None:
+    from oncelog.catalog.replicas import Election, elect_leader
+
+    assert elect_leader(["a", "b", "c"], ["a", "b", "c"], {"b", "c"}) == Election("b", ("b", "c"))
+    assert elect_leader(["a", "b", "c"], ["c", "a"], {"b", "c"}) == Election("c", ("c",)), "b is not in sync"
+
+
+def test_election_without_a_live_in_sync_replica_goes_offline_and_keeps_the_isr() -> None:
+    from oncelog.catalog.replicas import Election, elect_leader
+
+    assert elect_leader(["a", "b", "c"], ["a"], {"b", "c"}) == Election("", ("a",))

@@ -1,0 +1,148 @@
+"""Controller: one storage node at a time elects new leaders for replicated partitions whose leader is gone.
+
+Seed 002 §2.6.2 and docs/design/replication.md §6. Every storage node runs a :class:`Controller`; the one holding
+the controller lease in the catalog (``coordinator_shards`` row ``("controller", 0)``, the same conditional
+acquire/renew as coordinator shards) acts, and the lease's epoch is the *controller epoch*. Each round (a third of
+the lease) the holder renews the lease and, for every partition with more than one replica whose leader's node
+lease lapsed (or that is offline), applies :func:`~oncelog.catalog.replicas.elect_leader`: the first live ISR
+member in replica order leads at ``leader_epoch + 1`` with the live ISR members as ISR; with none the partition
+goes offline (leader ``""``) keeping its ISR, so nothing from an out-of-sync replica is ever served (unclean
+election is off). Each change is one conditional catalog update that also requires this node to still hold the
+controller lease at its epoch, so a controller that lost its lease cannot elect.
+
+Partitions with one replica are never touched: their behaviour is exactly what it was before replication.
+
+Not yet here (see the design's slice list): removal of dead nodes from the ISR of partitions whose leader lives
+(the leader shrinks it after ``replica_lag_time_max_ms``), preferred-leader restore, controlled shutdown.
+
+Domain code: the catalog and the clock come in through the constructor; nothing here imports grpc.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+
+from oncelog.catalog.replicas import elect_leader
+from oncelog.catalog.store import CONTROLLER_ROLE, CatalogStore
+from oncelog.errors import OncelogError
+
+__all__ = ["Controller"]
+
+log = logging.getLogger(__name__)
+
+
+class Controller:
+    """Controller lease and election rounds of one storage node; see the module docstring.
+
+    Args:
+        catalog: the cluster catalog (synchronous; called from a worker thread).
+        node_id: this storage node.
+        clock: milliseconds.
+        lease_ms: the controller lease; a round runs every third of it.
+        on_change: called (on the loop) after this controller changed any partition, so the node re-reads the
+            catalog at once instead of at its next periodic refresh.
+    """
+
+    def __init__(
+        self,
+        catalog: CatalogStore,
+        node_id: str,
+        *,
+        clock: Callable[[], int],
+        lease_ms: int,
+        on_change: Callable[[], None] = lambda: None,
+    ) -> None:
+        self._catalog = catalog
+        self._node_id = node_id
+        self._clock = clock
+        self._lease_ms = lease_ms
+        self._on_change = on_change
+        self._epoch: int | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def controller_epoch(self) -> int | None:
+        """The controller epoch while this node holds the lease, else None."""
+        return self._epoch
+
+    async def start(self) -> None:
+        """Start the rounds."""
+        self._task = asyncio.get_running_loop().create_task(self._run(), name=f"controller {self._node_id}")
+
+    async def stop(self) -> None:
+        """Stop the rounds and give the lease up, so another node takes over without waiting for it to lapse."""
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        if self._epoch is not None:
+            epoch, self._epoch = self._epoch, None
+            with contextlib.suppress(OncelogError):
+                await asyncio.to_thread(self._catalog.release_shard, CONTROLLER_ROLE, 0, self._node_id, epoch)
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                if await asyncio.to_thread(self.run_once):
+                    self._on_change()
+            except OncelogError as err:
+                log.warning("controller round failed: %s", err)
+            except Exception:
+                log.exception("controller round failed")
+            await asyncio.sleep(self._lease_ms / 3000)
+
+    def run_once(self) -> bool:
+        """One round (blocking): renew or take the lease, then elect where needed; True if anything changed."""
+        now = self._clock()
+        lease = self._catalog.acquire_shard(CONTROLLER_ROLE, 0, self._node_id, self._lease_ms, now)
+        if lease is None:
+            if self._epoch is not None:
+                log.info("%s is no longer the controller", self._node_id)
+            self._epoch = None
+            return False
+        if lease.coordinator_epoch != self._epoch:
+            log.info("%s is the controller at controller epoch %d", self._node_id, lease.coordinator_epoch)
+        self._epoch = lease.coordinator_epoch
+        live = {n.node_id for n in self._catalog.list_nodes(now, role="partition-storage")}
+        changed = False
+        for topic in self._catalog.describe_topics():
+            for p in topic.partitions:
+                if len(p.replicas) < 2 or p.leader_node_id in live:
+                    continue
+                decision = elect_leader(p.replicas, p.isr, live)
+                if decision.leader_node_id == p.leader_node_id:
+                    continue  # offline, and still no eligible replica
+                updated = self._catalog.alter_partition(
+                    topic.name,
+                    p,
+                    isr=decision.isr,
+                    leader_node_id=decision.leader_node_id,
+                    controller=(self._node_id, lease.coordinator_epoch, now),
+                )
+                if updated is None:
+                    log.info("election of %s-%d lost to another change; next round", topic.name, p.partition)
+                    continue
+                changed = True
+                if updated.leader_node_id:
+                    log.warning(
+                        "%s-%d: leader %s is gone; elected %s at leader epoch %d, ISR %s",
+                        topic.name,
+                        p.partition,
+                        p.leader_node_id,
+                        updated.leader_node_id,
+                        updated.leader_epoch,
+                        list(updated.isr),
+                    )
+                else:
+                    log.error(
+                        "%s-%d is OFFLINE: leader %s is gone and no in-sync replica is live (ISR %s)",
+                        topic.name,
+                        p.partition,
+                        p.leader_node_id,
+                        list(updated.isr),
+                    )
+        return changed

@@ -1,0 +1,98 @@
+"""Controller over a real SQLite catalog with a controlled clock: one controller, clean elections, fencing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from oncelog.catalog.store import CatalogStore
+from oncelog.partition_storage.controller import Controller
+from oncelog.storage.sql import create_engine
+
+LEASE_MS = 3_000
+NODES = ("s-0", "s-1", "s-2")
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_000_000
+
+    def __call__(self) -> int:
+        return self.now
+
+
+@pytest.fixture
+def catalog(tmp_path: Path) -> CatalogStore:
+    store = CatalogStore(create_engine(f"sqlite:///{tmp_path / 'catalog.db'}"))
+    store.migrate()
+    store.ensure_cluster(4, 4, now_ms=0)
+    return store
+
+
+def register(catalog: CatalogStore, clock: Clock, *nodes: str) -> None:
+    for node in nodes:
+        catalog.register_node(node, "partition-storage", f"h:{node}", LEASE_MS, clock.now)
+
+
+def controllers(catalog: CatalogStore, clock: Clock) -> list[Controller]:
+    return [Controller(catalog, node, clock=clock, lease_ms=LEASE_MS) for node in NODES]
+
+
+def test_only_the_lease_holder_acts_and_a_dead_leader_is_replaced_from_the_isr(catalog: CatalogStore) -> None:
+    clock = Clock()
+    register(catalog, clock, *NODES)
+    catalog.create_topics([("r", 1, {}, 3), ("single", 1, {}, 1)], now_ms=clock.now)
+    first, second, _ = controllers(catalog, clock)
+    assert not first.run_once() and first.controller_epoch == 1
+    assert not second.run_once() and second.controller_epoch is None, "the lease is held"
+    before = catalog.partition("r", 0)
+    single = catalog.partition("single", 0)
+    clock.now += LEASE_MS // 2
+    register(catalog, clock, *(n for n in NODES if n != before.leader_node_id))  # the leader stops heartbeating
+    clock.now += LEASE_MS // 2 + 1
+    assert first.run_once()
+    after = catalog.partition("r", 0)
+    survivors = tuple(n for n in before.replicas if n != before.leader_node_id)
+    assert (after.leader_node_id, after.isr) == (survivors[0], survivors)
+    assert (after.leader_epoch, after.partition_epoch) == (before.leader_epoch + 1, before.partition_epoch + 1)
+    assert catalog.partition("single", 0) == single, "a partition with one replica is never touched"
+    assert not first.run_once(), "nothing more to do"
+
+
+def test_no_live_in_sync_replica_leaves_the_partition_offline_until_one_returns(catalog: CatalogStore) -> None:
+    clock = Clock()
+    register(catalog, clock, *NODES)
+    catalog.create_topics([("r", 1, {}, 3)], now_ms=clock.now)
+    seen = catalog.partition("r", 0)
+    leader = seen.leader_node_id
+    shrunk = catalog.alter_partition("r", seen, isr=[leader])
+    assert shrunk is not None
+    controller = controllers(catalog, clock)[0]
+    clock.now += LEASE_MS + 1
+    register(catalog, clock, *(n for n in NODES if n != leader))
+    assert controller.run_once()
+    offline = catalog.partition("r", 0)
+    assert offline.leader_node_id == "" and offline.isr == (leader,), "an out-of-sync replica is never elected"
+    assert not controller.run_once()
+    register(catalog, clock, leader)
+    assert controller.run_once()
+    back = catalog.partition("r", 0)
+    assert (back.leader_node_id, back.isr, back.leader_epoch) == (leader, (leader,), offline.leader_epoch + 1)
+
+
+def test_a_deposed_controller_cannot_elect(catalog: CatalogStore) -> None:
+    clock = Clock()
+    register(catalog, clock, *NODES)
+    catalog.create_topics([("r", 1, {}, 3)], now_ms=clock.now)
+    first, second, _ = controllers(catalog, clock)
+    first.run_once()
+    clock.now += LEASE_MS + 1
+    register(catalog, clock, *NODES)
+    second.run_once()
+    assert second.controller_epoch == 2
+    seen = catalog.partition("r", 0)
+    stale = ("s-0", 1, clock.now)
+    assert catalog.alter_partition("r", seen, leader_node_id=seen.isr[1], controller=stale) is None
+    assert catalog.partition("r", 0) == seen
+    assert not first.run_once() and first.controller_epoch is None
