@@ -16,11 +16,11 @@ sequence bookkeeping in Kafka's ``TransactionManager``, ``TxnPartitionMap`` and
 * an idempotent producer that finds a real gap bumps its epoch **locally** (no RPC; a new
   producer id once the epoch is exhausted) and rewrites its in-flight sequences from 0; a
   transactional producer instead aborts and bumps the epoch through InitProducerId (KIP-360);
-* a batch that may have been written under its stamp (it is on the wire, or its last send
-  got no definite answer) is never re-stamped: the partition's rewrite waits until each such
-  batch is answered under its original (producer id, epoch, sequence) — written (a duplicate
-  answer), definitely not written, or given up on — so a retry never writes a record twice
-  (Kafka's client re-stamps them at once and can duplicate);
+* a batch that may have been written under its stamp (it is on the wire, or a send got no
+  definite answer) is never re-stamped: the partition's rewrite waits until its oldest batch is
+  answered under its original (producer id, epoch, sequence) — written (a duplicate answer),
+  known not held by the partition (out of order), or given up on — so a retry never writes a
+  record twice (Kafka's client re-stamps them at once and can duplicate);
 * a batch whose outcome is unknown (it timed out after being sent) leaves its partition
   *unresolved*: no new batch goes there until the in-flight ones settle, and if a gap remains
   the epoch must change before the partition is written again (ref §7 problem 3).
@@ -57,6 +57,11 @@ MAX_PRODUCER_EPOCH = 32766
 
 MAX_IN_FLIGHT = 5
 """Batches a partition remembers per producer for deduplication (ref §4.1), hence the in-flight cap."""
+
+# Answers by which the partition says it does not hold the batch under its stamp at all (a copy written by an
+# earlier attempt would have been answered as a duplicate, or is impossible): they settle a doubtful batch. Any
+# other definite error only says that this attempt wrote nothing (a leader that moved, say).
+_NOT_HELD = frozenset({Reason.OUT_OF_ORDER_SEQUENCE, Reason.MESSAGE_TOO_LARGE})
 
 _SEQUENCE_SPACE = 1 << 31  # sequences are int32 >= 0 and wrap from INT32_MAX to 0
 
@@ -171,8 +176,12 @@ class _Partition:
         return -1
 
     def may_hold_written(self) -> bool:
-        """Some in-flight batch may have been written under its current stamp."""
-        return any(entry.may_be_written for entry in self.in_flight)
+        """Some in-flight batch may have been written under its current stamp.
+
+        Only the oldest decides: a partition writes a producer's batches in sequence order, so once the
+        oldest is known unwritten, no later one (all share its identity) can have been written either.
+        """
+        return bool(self.in_flight) and self.in_flight[0].may_be_written
 
     def start_at_beginning(self, identity: ProducerIdAndEpoch) -> None:
         """Re-stamp every in-flight batch from sequence 0 under ``identity`` (``startSequencesAtBeginning``)."""
@@ -393,7 +402,12 @@ class ProducerSequences:
         index = -1 if entry is None else entry.find(batch)
         reset = entry is not None and index >= 0 and entry.in_flight[index].reset
         if entry is not None and index >= 0:
-            self._note_answer(entry, index, written_maybe=not err.definite)
+            answered = entry.in_flight[index]
+            answered.on_wire = False
+            if not err.definite:
+                answered.doubtful = True
+            elif err.reason in _NOT_HELD:
+                answered.doubtful = False
         reason = err.reason
         if reason is Reason.OUT_OF_ORDER_SEQUENCE and err.definite:
             unresolved = entry is not None and entry.unresolved_next is not None
@@ -449,20 +463,6 @@ class ProducerSequences:
                 ProducerIdAndEpoch(later.batch.producer_id, later.batch.producer_epoch),
                 decrement_sequence(later.batch.base_sequence, count),
             )
-
-    @staticmethod
-    def _note_answer(entry: _Partition, index: int, *, written_maybe: bool) -> None:
-        answered = entry.in_flight[index]
-        answered.on_wire = False
-        if written_maybe:
-            answered.doubtful = True
-            return
-        # definitely not written under its stamp: then no later batch of that stamp was written either
-        # (a partition writes a producer's batches only in sequence order)
-        stamp = (answered.batch.producer_id, answered.batch.producer_epoch)
-        for later in entry.in_flight[index:]:
-            if (later.batch.producer_id, later.batch.producer_epoch) == stamp:
-                later.doubtful = False
 
     def _restamp_settled(self) -> None:
         """Re-stamp the partitions due for a rewrite whose batches can no longer be written under their old stamp."""

@@ -18,7 +18,15 @@ from oncelog.client.sequences import (
     decrement_sequence,
     increment_sequence,
 )
-from oncelog.errors import NotLeader, OncelogError, OutOfOrderSequence, RequestTimedOut, UnknownProducerId
+from oncelog.errors import (
+    InvalidProducerEpoch,
+    MessageTooLarge,
+    NotLeader,
+    OncelogError,
+    OutOfOrderSequence,
+    RequestTimedOut,
+    UnknownProducerId,
+)
 from oncelog.records import decode_records, read_header
 
 TP = TopicPartition("orders", 0)
@@ -150,15 +158,13 @@ def test_idempotent_epoch_bump_rewrites_sequences() -> None:
     assert not sequences.may_send(second)  # nothing goes to the partition before the bump
     assert sequences.bump_epoch()
     assert sequences.identity == ProducerIdAndEpoch(1000, 1)
-    # the third batch is still on the wire under epoch 0: nothing is re-stamped before its answer
-    assert third.stamped == (1000, 0, 10)
-    assert sequences.can_retry(third, OutOfOrderSequence("expected 5, got 10"))
-    assert not sequences.epoch_bump_required
-    sequences.resolve_sequences()
-    # in-flight batches are re-stamped from 0 under the new epoch, in order
+    # the oldest in-flight batch is known not written, so no later one was: all are re-stamped from 0, in order
     assert second.stamped == (1000, 1, 0)
     assert third.stamped == (1000, 1, 5)
     assert sequences.next_sequence(TP) == 10
+    # the old stamp's out-of-order answer for the third batch is expected: retried, no second bump
+    assert sequences.can_retry(third, OutOfOrderSequence("expected 0, got 10"))
+    assert not sequences.epoch_bump_required
     # the other partition still has a batch under epoch 0: no epoch-1 batch may overtake it
     assert not sequences.may_send(FakeBatch(OTHER, 1))
     sequences.complete(stale, 0)
@@ -300,6 +306,8 @@ class ModelPartition:
     def append(self, payload: bytes) -> tuple[int, OncelogError | None]:
         header = read_header(payload)
         first, last = header.base_sequence, header.last_sequence
+        if header.producer_epoch < self.epoch:
+            return -1, InvalidProducerEpoch(f"epoch {header.producer_epoch} is older than {self.epoch}")
         if header.producer_epoch == self.epoch:
             for cached_first, cached_last, offset in self.cache:
                 if (cached_first, cached_last) == (first, last):
@@ -310,6 +318,8 @@ class ModelPartition:
             return -1, OutOfOrderSequence(f"new epoch must start at 0, got {first}")
         base_offset = len(self.log)
         self.log.extend(record.value for record in decode_records(payload))
+        if header.producer_epoch != self.epoch:
+            self.cache = []  # the partition remembers the batches of the producer's current epoch only
         self.epoch, self.last_sequence = header.producer_epoch, last
         self.cache = [*self.cache, (first, last, base_offset)][-5:]
         return base_offset, None
@@ -397,7 +407,74 @@ def test_batch_known_unwritten_is_restamped_once_the_partition_answered() -> Non
     sequences.resolve_sequences()
     assert not sequences.may_send(later)  # only the oldest may go, with its first stamp
     sequences.resending(maybe_written)
-    # definitely not written under epoch 0: then neither was the later batch
+    # a leader that moved only says this attempt wrote nothing: the first attempt may still be in the log
     assert sequences.can_retry(maybe_written, NotLeader("moved"))
     sequences.resolve_sequences()
+    assert maybe_written.stamped == (1000, 0, 0)
+    sequences.resending(maybe_written)
+    # out of order: the partition does not hold it, so neither the later batch (sequence order)
+    assert sequences.can_retry(maybe_written, OutOfOrderSequence("expected 0, got 0 at an old epoch"))
+    sequences.resolve_sequences()
     assert (maybe_written.stamped, later.stamped) == ((1000, 1, 0), (1000, 1, 2))
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.data(), st.integers(min_value=1, max_value=60), st.integers(min_value=20, max_value=200))
+def test_lossy_network_with_refused_batches_writes_every_other_record_exactly_once_in_order(
+    data: st.DataObject, records: int, batch_size: int
+) -> None:
+    """As above, and some batches are refused for good (too large for the topic), and a slow disk answers some
+    written batches with a timeout. A refusal leaves a sequence gap that bumps the epoch while an earlier batch,
+    written but answered with a timeout, waits for its retry: it keeps its stamp, so nothing is written twice;
+    every record not refused is written once, in send order."""
+    now = [0]
+    sequences = ProducerSequences(transactional=False)
+    sequences.set_identity(ProducerIdAndEpoch(5, 0))
+    accumulator = RecordAccumulator(
+        batch_size=batch_size, linger_ms=0, retry_backoff_ms=10, sequences=sequences, clock=lambda: now[0]
+    )
+    partition = ModelPartition()
+    refused: dict[ProducerBatch, bool] = {}  # the partition refuses the batch every time (a property of the batch)
+    values = [b"%d" % i for i in range(records)]
+    futures = [accumulator.append(TP, None, value).future for value in values]
+    for _round in range(2_000):
+        if all(future.done() for future in futures):
+            break
+        now[0] += 10
+        in_flight: list[ProducerBatch] = []
+        while drained := accumulator.drain(accumulator.ready().partitions):
+            in_flight.extend(drained)
+        answered = data.draw(st.sampled_from([len(in_flight), *range(len(in_flight))]), label="answers received")
+        delivered = data.draw(st.integers(answered, len(in_flight)), label="requests delivered")
+        for index, batch in enumerate(in_flight):
+            if batch not in refused:
+                refused[batch] = data.draw(st.integers(0, 7), label="refused for good") == 7
+            error: OncelogError | None = None
+            offset = -1
+            if index < delivered:
+                if refused[batch]:
+                    error = MessageTooLarge("the batch exceeds the topic's max_message_bytes")
+                else:
+                    offset, error = partition.append(batch.payload)
+                    if error is None and data.draw(st.integers(0, 5), label="slow disk") == 5:
+                        # written, but not durable within the request timeout: an indeterminate answer
+                        error = RequestTimedOut("not durable in time; retry the same batch", definite=False)
+            if index >= answered:
+                error = RequestTimedOut("the stream broke before the answer", definite=False)
+            if error is None:
+                accumulator.complete(batch, offset)
+            elif sequences.can_retry(batch, error):
+                accumulator.reenqueue(batch)
+            elif isinstance(error, MessageTooLarge):
+                accumulator.fail(batch, error, definite=True)
+            else:
+                pytest.fail(f"{error!r} for {batch} would be given up on")
+        sequences.resolve_sequences()
+        if sequences.epoch_bump_required:
+            assert sequences.bump_epoch()
+    else:
+        pytest.fail(f"records still unacknowledged after 2000 rounds; partition has {len(partition.log)}")
+    kept = [value for value, future in zip(values, futures, strict=True) if future.exception() is None]
+    assert all(isinstance(f.exception(), MessageTooLarge) for f in futures if f.exception() is not None)
+    assert partition.log == kept
+    assert [f.result().offset for f in futures if f.exception() is None] == list(range(len(kept)))
