@@ -221,6 +221,52 @@ def test_version_and_python_dash_m() -> None:
     assert done.stdout.startswith("oncelog ") and done.stdout.split()[1][0].isdigit()
 
 
+# ---------------------------------------------------------------------------------------------- Kafka habits
+
+
+def test_kafka_dotted_config_names_are_aliases(local: LocalCluster) -> None:
+    topic = unique("dotted")
+    b = ["-b", local.bootstrap]
+    done = oncelog("topics", "create", topic, "--config", "retention.ms=60000", "-c", "segment.bytes=1048576", *b)
+    assert done.returncode == 0, done.stderr
+    [described] = json.loads(oncelog("topics", "describe", topic, "-o", "json", *b).stdout)
+    assert (described["configs"]["retention_ms"], described["configs"]["segment_bytes"]) == ("60000", "1048576")
+
+
+def test_headers_partition_offset_and_timestamp(local: LocalCluster) -> None:
+    topic = new_topic(local, partitions=2)
+    b = ["-b", local.bootstrap]
+    done = oncelog("produce", topic, "-p", "1", "-H", "src=cli", "-H", "n=1", *b, input=b"a\nb\nc\n")
+    assert done.returncode == 0, done.stderr
+    done = oncelog("consume", topic, "-p", "1", "--offset", "1", "-n", "2", "--print-offset", "--print-headers", *b)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "1:1\tsrc=cli,n=1\tb\n1:2\tsrc=cli,n=1\tc\n"
+    done = oncelog("consume", topic, "--from-timestamp", "0", "-n", "3", *b)
+    assert (done.returncode, done.stdout) == (0, "a\nb\nc\n"), done.stderr
+    late = oncelog("consume", topic, "--from-timestamp", "4102444800000", "--timeout", "1", *b)  # year 2100
+    assert (late.returncode, late.stdout) == (0, ""), late.stderr
+
+
+@pytest.mark.parametrize(
+    ("options", "fragment"),
+    [
+        (["--offset", "3"], "--offset needs --partition: offsets are per partition"),
+        (["--group", "g", "-p", "0"], "--group reads from the group's committed offsets"),
+        (["-p", "0", "--offset", "1", "--from-beginning"], "choose one of --offset, --from-timestamp and"),
+    ],
+)
+def test_conflicting_consume_options_are_refused(options: list[str], fragment: str) -> None:
+    done = oncelog("consume", "orders", *options, "-b", "127.0.0.1:9")
+    assert done.returncode == 2
+    assert fragment in " ".join(done.stderr.replace("│", " ").split())
+
+
+def test_an_unknown_partition_is_named(local: LocalCluster) -> None:
+    topic = new_topic(local, partitions=2)
+    done = oncelog("consume", topic, "-p", "7", "-n", "1", "-b", local.bootstrap)
+    assert (done.returncode, done.stderr) == (1, f"error: {topic} has no partition 7; it has partitions 0-1\n")
+
+
 # ---------------------------------------------------------------------------------------------- interrupts
 
 

@@ -193,14 +193,28 @@ def _ms_to_text(ms: int) -> str:
     return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S")
 
 
-def _parse_configs(items: list[str]) -> dict[str, str]:
-    configs = {}
+# Kafka's dotted topic config names, accepted as aliases of oncelog's (kafka-topics --config retention.ms=...)
+KAFKA_CONFIG_ALIASES = {
+    "retention.ms": "retention_ms",
+    "retention.bytes": "retention_bytes",
+    "segment.ms": "segment_ms",
+    "segment.bytes": "segment_bytes",
+    "max.message.bytes": "max_message_bytes",
+}
+
+
+def _pairs(items: list[str], option: str) -> list[tuple[str, str]]:
+    pairs = []
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or not key:
-            raise typer.BadParameter(f"{item!r} is not key=value", param_hint="--config")
-        configs[key] = value
-    return configs
+            raise typer.BadParameter(f"{item!r} is not key=value", param_hint=option)
+        pairs.append((key, value))
+    return pairs
+
+
+def _parse_configs(items: list[str]) -> dict[str, str]:
+    return {KAFKA_CONFIG_ALIASES.get(key, key): value for key, value in _pairs(items, "--config")}
 
 
 # ------------------------------------------------------------------------------------------------ topics
@@ -210,7 +224,9 @@ def _parse_configs(items: list[str]) -> dict[str, str]:
 def topics_create(
     name: str = typer.Argument(..., help="topic name: letters, digits, '.', '_' and '-'"),
     partitions: int = typer.Option(1, "--partitions", "-p", min=1, help="partition count"),
-    config: list[str] = typer.Option([], "--config", "-c", help="topic setting key=value (repeatable)"),
+    config: list[str] = typer.Option(
+        [], "--config", "-c", help="topic setting key=value (repeatable); Kafka's dotted names (retention.ms) work too"
+    ),
     replication_factor: int | None = typer.Option(
         None,
         "--replication-factor",
@@ -373,6 +389,7 @@ def produce(
     ),
     partition: int | None = typer.Option(None, "--partition", "-p", min=0, help="write every record to this partition"),
     linger_ms: int = typer.Option(5, "--linger-ms", min=0, help="batching delay"),
+    header: list[str] = typer.Option([], "--header", "-H", help="NAME=VALUE header on every record (repeatable)"),
     bootstrap: str | None = Bootstrap,
 ) -> None:
     """Write each line of stdin (or --file) as one record, then print the rate.
@@ -395,6 +412,7 @@ def produce(
     sent = failed = committed = 0
     first_failure: list[BaseException] = []
     separator = None if key_separator is None else key_separator.encode()
+    headers = [(name, value.encode()) for name, value in _pairs(header, "--header")]
     started = time.monotonic()
     with _errors():
         addresses = _bootstrap(bootstrap)
@@ -438,7 +456,8 @@ def produce(
                         value = line
                         if separator is not None and separator in line:
                             key, _, value = line.partition(separator)
-                        producer.send(topic, value, key=key, partition=partition).add_done_callback(acknowledged)
+                        sent_future = producer.send(topic, value, key=key, partition=partition, headers=headers or None)
+                        sent_future.add_done_callback(acknowledged)
                         sent += 1
                         in_transaction += 1
                         progress.advance(task)
@@ -521,6 +540,12 @@ def consume(
     ),
     print_key: bool = typer.Option(False, "--print-key", help="print key<TAB>value"),
     print_offset: bool = typer.Option(False, "--print-offset", help="prefix each line with partition:offset"),
+    print_headers: bool = typer.Option(False, "--print-headers", help="print name=value,... of each record first"),
+    partition: list[int] = typer.Option([], "--partition", "-p", min=0, help="read only this partition (repeatable)"),
+    offset: int | None = typer.Option(None, "--offset", min=0, help="start at this offset (needs --partition)"),
+    from_timestamp: int | None = typer.Option(
+        None, "--from-timestamp", min=0, help="start at the first record at or after this time (ms since the epoch)"
+    ),
     bootstrap: str | None = Bootstrap,
 ) -> None:
     """Print records of a topic, one value per line.
@@ -532,6 +557,16 @@ def consume(
     """
     if isolation not in ("read_committed", "read_uncommitted"):
         raise typer.BadParameter("use read_committed or read_uncommitted", param_hint="--isolation")
+    if offset is not None and not partition:
+        raise typer.BadParameter("--offset needs --partition: offsets are per partition", param_hint="--offset")
+    if group and (partition or offset is not None or from_timestamp is not None):
+        raise typer.BadParameter(
+            "--group reads from the group's committed offsets; drop --partition/--offset/--from-timestamp",
+            param_hint="--group",
+        )
+    starts = sum(x for x in (offset is not None, from_timestamp is not None, from_beginning))
+    if starts > 1:
+        raise typer.BadParameter("choose one of --offset, --from-timestamp and --from-beginning", param_hint="--offset")
     count = 0
     with _errors():
         addresses = _bootstrap(bootstrap)
@@ -548,15 +583,11 @@ def consume(
             default_api_timeout_ms=SETTINGS.timeout_ms,
         ) as consumer,
     ):
-        _require_online(admin, topic)
+        info = _require_online(admin, topic, partition or None)
         if group:
             consumer.subscribe([topic])
         else:
-            consumer.assign(consumer.partitions_for(topic))
-            if from_beginning:
-                consumer.seek_to_beginning()
-            else:
-                consumer.seek_to_end()
+            _position(admin, consumer, info, partition, offset, from_timestamp, from_beginning)
         last_record = last_check = time.monotonic()
         try:
             while max_messages is None or count < max_messages:
@@ -568,6 +599,8 @@ def consume(
                     if print_key:
                         key = "" if record.key is None else record.key.decode("utf-8", errors="replace")
                         value = f"{key}\t{value}"
+                    if print_headers:
+                        prefix += _headers_text(record.headers) + "\t"
                     typer.echo(f"{prefix}{value}")  # plain text, tabs kept: the output is meant for pipes
                 count += len(records)
                 now = time.monotonic()
@@ -583,6 +616,44 @@ def consume(
         if group:
             consumer.commit()
     err().print(Text(f"consumed {count} record(s) from {topic}"))
+
+
+def _headers_text(headers: tuple[tuple[str, bytes | None], ...]) -> str:
+    shown = (f"{name}={'' if value is None else value.decode('utf-8', errors='replace')}" for name, value in headers)
+    return ",".join(shown) or "-"
+
+
+def _position(
+    admin: AdminClient,
+    consumer: Consumer,
+    topic: TopicInfo,
+    partitions: list[int],
+    offset: int | None,
+    from_timestamp: int | None,
+    from_beginning: bool,
+) -> None:
+    """Assign the chosen partitions (default all) and seek where the options say (default: the end)."""
+    known = {p.partition for p in topic.partitions}
+    unknown = sorted(set(partitions) - known)
+    if unknown:
+        raise CommandFailed(f"{topic.name} has no partition {unknown[0]}; it has partitions 0-{max(known)}")
+    tps = [TopicPartition(topic.name, p) for p in (partitions or sorted(known))]
+    consumer.assign(tps)
+    if offset is not None:
+        for tp in tps:
+            consumer.seek(tp, offset)
+    elif from_timestamp is not None:
+        found = admin.list_offsets(dict.fromkeys(tps, from_timestamp))
+        for tp in tps:
+            at, _ = found[tp]
+            if at < 0:  # no record that late: wait for new ones
+                consumer.seek_to_end([tp])
+            else:
+                consumer.seek(tp, at)
+    elif from_beginning:
+        consumer.seek_to_beginning(tps)
+    else:
+        consumer.seek_to_end(tps)
 
 
 # ------------------------------------------------------------------------------------------------ transactions
