@@ -641,10 +641,15 @@ def _apply_marker(tx: OffsetTransaction, group_id: str, marker: TxnMarker) -> On
             "transaction coordinator owns this transaction"
         )
     settled = [p for p in tx.pending(group_id, marker.producer_id) if p.producer_epoch < marker.producer_epoch]
-    if marker.result is TxnResult.COMMIT and settled:
-        current = tx.committed(group_id, {p.value.topic_partition for p in settled})
+    # KIP-890: EndTxn bumps the epoch and the marker carries it, so the transaction it ends wrote its offsets at
+    # the epoch just below. Offsets pending from older epochs belong to transactions that never added this group
+    # (a client that skipped AddOffsetsToTxn, whose markers never came here): they are dropped, never committed
+    # by a later transaction's marker (design/exactly-once-audit.md §6).
+    ours = [p for p in settled if p.producer_epoch == marker.producer_epoch - 1]
+    if marker.result is TxnResult.COMMIT and ours:
+        current = tx.committed(group_id, {p.value.topic_partition for p in ours})
         winners: dict[TopicPartition, CommittedOffset] = {}
-        for pending in sorted(settled, key=lambda p: p.commit_seq):
+        for pending in sorted(ours, key=lambda p: p.commit_seq):
             tp = pending.value.topic_partition
             held = winners.get(tp) or current.get(tp)
             if held is None or pending.commit_seq > held.commit_seq:

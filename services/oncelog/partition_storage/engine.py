@@ -567,7 +567,8 @@ class PartitionEngine:
     # -------------------------------------------------------------------------------------------- markers
 
     async def write_markers(self, markers: Sequence[TxnMarkerSpec]) -> list[OncelogError | None]:
-        """Write COMMIT/ABORT markers for this partition and wait until they are durable (ref §3.3).
+        """Write COMMIT/ABORT markers for this partition and wait until they are fsynced, even on a
+        ``flush=async`` topic (design/exactly-once-audit.md §3).
 
         All markers that pass validation go into one append (one control batch each) and share one fsync.
         A marker that repeats one already applied is acknowledged without being written again. Each marker
@@ -621,6 +622,10 @@ class PartitionEngine:
                 self._append_to_log(batches, info)
             # a repeated marker is acknowledged once whatever applied it first is durable
             durable_offset = self._log.log_end_offset
+        # Markers are fsynced before they are acknowledged whatever the topic's flush setting: the coordinator
+        # writes Complete* on the acknowledgement, and a marker lost after that leaves its transaction open on
+        # the partition for good (the LSO stuck). Losing flush=async data is the topic's contract; this is not.
+        await self._await_durable(durable_offset)
         await self._await_high_watermark(durable_offset)
         return outcomes
 

@@ -592,10 +592,14 @@ class PartitionLog:
         with self._lock:
             self._check_writable()
             try:
-                segment.append_txn_index(entry)
+                created = segment.append_txn_index(entry)
             except OSError as err:
                 raise StorageUnavailable(f"write to {segment.txn_index_path} failed: {err}", definite=False) from err
             self._unsynced[segment] = self._unsynced.get(segment, 0) | _SYNC_TXN
+            if created:
+                # a new file is durable only once its directory entry is: without it a crash can lose the
+                # whole index, and recovery trusts the entries below its snapshot
+                self._dir_dirty = True
 
     def read_txn_index(self, segment_base: int) -> bytes:
         """The ``.txnindex`` bytes of segment ``segment_base`` (empty if it has none).

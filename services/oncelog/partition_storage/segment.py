@@ -807,11 +807,14 @@ class LogSegment:
 
     # -------------------------------------------------------------------------------- aborted-txn index file
 
-    def append_txn_index(self, data: bytes) -> None:
-        """Append ``data`` to the ``.txnindex`` file (created on first use)."""
+    def append_txn_index(self, data: bytes) -> bool:
+        """Append ``data`` to the ``.txnindex`` file (created on first use); True if this created the file."""
+        created = False
         if self._txn_fd < 0:
+            created = not self.txn_index_path.exists()
             self._txn_fd = os.open(self.txn_index_path, _OPEN_APPEND, 0o644)
         _write_all(self._txn_fd, (data,), len(data))
+        return created
 
     def read_txn_index(self) -> bytes:
         """Content of the ``.txnindex`` file, empty if there is none."""

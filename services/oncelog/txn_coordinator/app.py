@@ -94,6 +94,7 @@ def build(settings: TxnCoordinatorSettings) -> ServiceSpec:
         is_current=holds,
         retry_backoff_ms=settings.marker_retry_backoff_ms,
         retry_backoff_max_ms=settings.marker_retry_backoff_max_ms,
+        max_participants_per_request=settings.marker_max_participants_per_request,
     )
     coordinator = TransactionCoordinator(
         store=store,

@@ -34,6 +34,11 @@ class TxnCoordinatorSettings(ServiceSettings):
     marker_retry_backoff_ms: int = setting(100, help="first pause before a failed WriteTxnMarkers is sent again")
     marker_retry_backoff_max_ms: int = setting(1_000, help="the retry pause doubles up to this value")
     marker_request_timeout_ms: int = setting(30_000, help="deadline of one WriteTxnMarkers call")
+    marker_max_participants_per_request: int = setting(
+        1_000,
+        help="most partitions and groups one WriteTxnMarkers request carries; the rest go in the next one "
+        "(keeps a burst of transactions under the destination's message size limit)",
+    )
     completion_wait_ms: int = setting(
         DEFAULT_COMPLETION_WAIT_MS,
         help="how long AddPartitions/AddOffsets/InitProducerId wait server-side for the previous transaction's "
@@ -59,6 +64,7 @@ class TxnCoordinatorSettings(ServiceSettings):
             "marker_retry_backoff_ms",
             "marker_retry_backoff_max_ms",
             "marker_request_timeout_ms",
+            "marker_max_participants_per_request",
         ):
             if getattr(self, name) <= 0:
                 problems.append(f"{name} must be positive, got {getattr(self, name)}")

@@ -206,6 +206,9 @@ class TransactionMarkerChannelManager:
             markers are retried only while it is.
         retry_backoff_ms: first pause before a failed participant or completion is retried.
         retry_backoff_max_ms: the pause doubles up to this value.
+        max_participants_per_request: most partitions and groups one request carries; what is queued beyond
+            goes in the destination's next request, so a burst never grows a request past the message size
+            limit (a request refused for its size would be retried, and refused, for ever).
         metrics: where marker durations are recorded; the process-wide instruments by default.
     """
 
@@ -218,8 +221,12 @@ class TransactionMarkerChannelManager:
         is_current: Callable[[int, int], bool],
         retry_backoff_ms: int = 100,
         retry_backoff_max_ms: int = 1_000,
+        max_participants_per_request: int = 1_000,
         metrics: OncelogMetrics | None = None,
     ) -> None:
+        if max_participants_per_request < 1:
+            raise ValueError(f"max_participants_per_request must be positive, got {max_participants_per_request}")
+        self._max_items = max_participants_per_request
         self._resolver = resolver
         self._metrics = default_metrics() if metrics is None else metrics
         self._transport = transport
@@ -379,7 +386,10 @@ class TransactionMarkerChannelManager:
         for destination in list(self._queues):
             if destination in self._in_flight:
                 continue  # one request per destination at a time; the queue grows into the next batch
-            items = [i for i in self._queues.pop(destination) if not i.job.dropped]
+            queued = [i for i in self._queues.pop(destination) if not i.job.dropped]
+            items, rest = queued[: self._max_items], queued[self._max_items :]
+            if rest:
+                self._queues[destination] = rest  # sent when this request is answered
             if not items:
                 continue
             self.requests_sent += 1

@@ -334,6 +334,15 @@ def test_late_txn_offset_commit_after_its_marker_is_fenced(env: Env) -> None:
     assert visible(env.manager, T0, T1, stable=True) == {T0: 10, T1: -1}
 
 
+def test_offsets_of_a_transaction_that_never_added_the_group_are_not_committed_later(env: Env) -> None:
+    """Issue 25 item 10: a client skipped AddOffsetsToTxn at epoch 0, so its commit sent this group no marker;
+    the next transaction's marker must not publish those offsets with its own."""
+    txn_commit(env, po(T0, 10), po(T1, 20), epoch=0)  # never added: no marker will come for epoch 0
+    txn_commit(env, po(T0, 11), epoch=1)  # the next transaction added the group properly
+    assert only_result(env.manager.write_txn_markers([marker(TxnResult.COMMIT, epoch=2)])) is None
+    assert visible(env.manager, T0, T1, stable=True) == {T0: 11, T1: -1}
+
+
 def test_delayed_duplicate_marker_does_not_settle_the_next_transaction(env: Env) -> None:
     txn_commit(env, po(T0, 10), epoch=0)
     first = marker(TxnResult.COMMIT, epoch=1)

@@ -26,6 +26,7 @@ from oncelog.errors import (
     StorageUnavailable,
     TransactionCoordinatorFenced,
 )
+from oncelog.partition_storage import partition_log as partition_log_module
 from oncelog.partition_storage.engine import (
     EngineConfig,
     FetchResult,
@@ -218,6 +219,38 @@ async def test_flush_async_topic_acknowledges_without_fsync(opened) -> None:
     assert engine.flush_count == 0
     await engine.flush()
     assert engine.flush_count == 1
+
+
+async def test_markers_on_a_flush_async_topic_are_acknowledged_only_once_fsynced(opened) -> None:
+    """Issue 25 item 9: the coordinator completes a transaction on the acknowledgement; a marker lost after it
+    would leave the transaction open on the partition for good."""
+    engine = await opened(flush_sync=False)
+    await engine.append(data(8, 0, 0, txn=True))
+    assert engine.flush_count == 0, "flush=async data is acknowledged without an fsync"
+    [outcome] = await engine.write_markers([marker(8, 1)])
+    assert outcome is None
+    assert engine.flush_count == 1, "the marker (and what precedes it) was fsynced before the acknowledgement"
+
+
+async def test_the_first_abort_marker_of_a_segment_makes_its_index_file_durable(
+    opened, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 25 item 9: creating a segment's ``.txnindex`` fsyncs the directory, not only the file."""
+    synced_dirs: list[Path] = []
+    real_fsync_directory = partition_log_module.fsync_directory
+
+    def recording_fsync_directory(path: Path) -> None:
+        synced_dirs.append(Path(path))
+        real_fsync_directory(path)
+
+    monkeypatch.setattr(partition_log_module, "fsync_directory", recording_fsync_directory)
+    engine = await opened()
+    await engine.append(data(8, 0, 0, txn=True))
+    synced_dirs.clear()
+    [outcome] = await engine.write_markers([marker(8, 1, ControlType.ABORT)])
+    assert outcome is None
+    assert list(engine.directory.glob("*.txnindex")), "the abort created the segment's index"
+    assert engine.directory in synced_dirs, "the new index file's directory entry was fsynced"
 
 
 async def test_changed_event_fires_when_the_high_watermark_moves(opened) -> None:

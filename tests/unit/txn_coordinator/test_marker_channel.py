@@ -161,7 +161,7 @@ class Completion:
 
 
 class Harness:
-    def __init__(self) -> None:
+    def __init__(self, **options: int) -> None:
         self.resolver = FakeResolver()
         self.transport = FakeTransport()
         self.held: dict[int, int] = {0: 1, 1: 1}
@@ -173,6 +173,7 @@ class Harness:
             is_current=lambda shard, epoch: self.held.get(shard) == epoch,
             retry_backoff_ms=1,
             retry_backoff_max_ms=4,
+            **options,
         )
 
     def enqueue(
@@ -275,6 +276,24 @@ async def test_markers_queued_while_a_request_is_in_flight_go_out_together(h: Ha
     assert [e.transactional_id for e in first_batch] == ["tx-1"]
     assert [e.transactional_id for e in second_batch] == ["tx-2", "tx-3"]
     assert [c.calls for c in (first, *later)] == [1, 1, 1]
+
+
+async def test_a_request_carries_at_most_the_configured_number_of_participants() -> None:
+    """Issue 25 item 12: a burst is split over several requests instead of one of unbounded size."""
+    h = Harness(max_participants_per_request=3)
+    extra = [("orders", p) for p in range(2, 8)]
+    h.resolver.partitions.update(dict.fromkeys(extra, A))
+    h.transport.hold(A)
+    first = h.enqueue("tx-1", partitions=[ON_A])
+    h.manager.start()
+    await until(lambda: h.transport.sent_to(A), "the first request is in flight")
+    burst = [h.enqueue("tx-2", partitions=extra[:4]), h.enqueue("tx-3", partitions=extra[4:])]
+    await until(lambda: len(h.manager._queues.get(A, ())) == 6, "the burst is queued behind the request")
+    h.transport.release(A)
+    await settle(h.manager)
+    assert [len({tp for entry in batch for tp in entry.partitions}) for batch in h.transport.sent_to(A)] == [1, 3, 3]
+    assert [c.calls for c in (first, *burst)] == [1, 1, 1]
+    await h.manager.close()
 
 
 async def test_completion_waits_for_every_participant(h: Harness) -> None:
@@ -508,15 +527,23 @@ async def test_catalog_group_without_a_live_owner_is_offline(catalog: CatalogSto
     assert groups[GROUP] == MarkerDestination(DestinationService.GROUP_OFFSETS, "offsets-0", "10.0.0.3:9000")
 
 
-async def test_catalog_routes_a_topic_deleted_and_created_again(catalog: CatalogStore) -> None:
-    """Issue 25 item 1: "topic missing" is never remembered, so the re-created topic is routed again."""
+STORAGE_0 = MarkerDestination(DestinationService.PARTITION_STORAGE, "storage-0", "10.0.0.1:9000")
+
+
+async def routed_orders(catalog: CatalogStore) -> tuple[Clock, CatalogMarkerDestinations]:
+    """A resolver that has routed ``orders-0`` (one partition, on storage-0) once, so the topic is cached."""
     clock = Clock(1_000)
     catalog.register_node("storage-0", "partition-storage", "10.0.0.1:9000", 60_000, clock.now)
     catalog.create_topics([("orders", 1, {})], clock.now)
     resolver = CatalogMarkerDestinations(catalog, clock)
     first, _ = await resolver.resolve({("orders", 0)}, ())
-    assert isinstance(first[("orders", 0)], MarkerDestination)
+    assert first[("orders", 0)] == STORAGE_0
+    return clock, resolver
 
+
+async def test_catalog_routes_a_topic_deleted_and_created_again(catalog: CatalogStore) -> None:
+    """Issue 25 item 1: "topic missing" is never remembered, so the re-created topic is routed again."""
+    clock, resolver = await routed_orders(catalog)
     catalog.delete_topics(["orders"])
     resolver.invalidate(partitions=[("orders", 0)])  # as after the old leader answered UNKNOWN_TOPIC_OR_PARTITION
     deleted, _ = await resolver.resolve({("orders", 0)}, ())
@@ -524,24 +551,16 @@ async def test_catalog_routes_a_topic_deleted_and_created_again(catalog: Catalog
 
     catalog.create_topics([("orders", 1, {})], clock.now)
     again, _ = await resolver.resolve({("orders", 0)}, ())
-    assert again[("orders", 0)] == MarkerDestination(DestinationService.PARTITION_STORAGE, "storage-0", "10.0.0.1:9000")
+    assert again[("orders", 0)] == STORAGE_0
 
 
 async def test_catalog_routes_the_new_partitions_of_a_topic_created_again_with_more(catalog: CatalogStore) -> None:
     """Issue 25 item 1: an old partition count is never taken from the cache as proof of a deletion."""
-    clock = Clock(1_000)
-    catalog.register_node("storage-0", "partition-storage", "10.0.0.1:9000", 60_000, clock.now)
-    catalog.create_topics([("orders", 1, {})], clock.now)
-    resolver = CatalogMarkerDestinations(catalog, clock)
-    first, _ = await resolver.resolve({("orders", 0)}, ())
-    assert isinstance(first[("orders", 0)], MarkerDestination)
-
+    clock, resolver = await routed_orders(catalog)
     catalog.delete_topics(["orders"])
     catalog.create_topics([("orders", 3, {})], clock.now)
     routes, _ = await resolver.resolve({("orders", 0), ("orders", 2)}, ())
-    assert routes[("orders", 2)] == MarkerDestination(
-        DestinationService.PARTITION_STORAGE, "storage-0", "10.0.0.1:9000"
-    )
-    assert isinstance(routes[("orders", 0)], MarkerDestination)
+    assert routes[("orders", 2)] == STORAGE_0
+    assert routes[("orders", 0)] == STORAGE_0
     gone, _ = await resolver.resolve({("orders", 3)}, ())
     assert gone[("orders", 3)] is Unroutable.DELETED
