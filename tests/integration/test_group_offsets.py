@@ -121,7 +121,12 @@ def serves(stub, group: str) -> bool:
         fetch(stub, group)
         return True
     except grpc.RpcError as exc:
-        if from_rpc_error(exc).reason in (Reason.NOT_COORDINATOR, Reason.NETWORK_EXCEPTION):
+        # not the owner, or the owner still loading the shard it just took (retry there)
+        if from_rpc_error(exc).reason in (
+            Reason.NOT_COORDINATOR,
+            Reason.COORDINATOR_LOAD_IN_PROGRESS,
+            Reason.NETWORK_EXCEPTION,
+        ):
             return False
         raise
 
