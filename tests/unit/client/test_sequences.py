@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from oncelog.client.accumulator import ProducerBatch, RecordAccumulator
+from oncelog.client.accumulator import ProducerBatch, RecordAccumulator, RecordFuture
 from oncelog.client.errors import IllegalStateError, classify
 from oncelog.client.records import TopicPartition
 from oncelog.client.sequences import (
@@ -291,92 +291,6 @@ def test_max_in_flight_is_bounded_by_the_partition_dedup_window() -> None:
     assert not single.may_send(FakeBatch(TP, 1))
 
 
-# -- the sequence book, the accumulator and the error table together, against a model partition ----------
-
-
-class ModelPartition:
-    """A partition applying the append rules of ref §4.2 for one producer (dedup window of 5)."""
-
-    def __init__(self) -> None:
-        self.log: list[bytes | None] = []
-        self.epoch = -1
-        self.last_sequence = -1
-        self.cache: list[tuple[int, int, int]] = []  # (first_seq, last_seq, base_offset)
-
-    def append(self, payload: bytes) -> tuple[int, OncelogError | None]:
-        header = read_header(payload)
-        first, last = header.base_sequence, header.last_sequence
-        if header.producer_epoch < self.epoch:
-            return -1, InvalidProducerEpoch(f"epoch {header.producer_epoch} is older than {self.epoch}")
-        if header.producer_epoch == self.epoch:
-            for cached_first, cached_last, offset in self.cache:
-                if (cached_first, cached_last) == (first, last):
-                    return offset, None
-            if first != increment_sequence(self.last_sequence, 1):
-                return -1, OutOfOrderSequence(f"expected {self.last_sequence + 1}, got {first}")
-        elif first != 0:
-            return -1, OutOfOrderSequence(f"new epoch must start at 0, got {first}")
-        base_offset = len(self.log)
-        self.log.extend(record.value for record in decode_records(payload))
-        if header.producer_epoch != self.epoch:
-            self.cache = []  # the partition remembers the batches of the producer's current epoch only
-        self.epoch, self.last_sequence = header.producer_epoch, last
-        self.cache = [*self.cache, (first, last, base_offset)][-5:]
-        return base_offset, None
-
-
-@settings(max_examples=150, deadline=None)
-@given(st.data(), st.integers(min_value=1, max_value=60), st.integers(min_value=20, max_value=400))
-def test_lossy_network_writes_every_record_exactly_once_in_order(
-    data: st.DataObject, records: int, batch_size: int
-) -> None:
-    """Requests and answers travel in order on one stream; a broken stream loses a suffix of each.
-
-    The partition may have written requests whose answers were lost, or never seen the later
-    requests at all; a leader change rejects a batch without writing it. Retrying with the same
-    sequences must still leave every record in the log exactly once, in send order.
-    """
-    now = [0]
-    sequences = ProducerSequences(transactional=False)
-    sequences.set_identity(ProducerIdAndEpoch(5, 0))
-    accumulator = RecordAccumulator(
-        batch_size=batch_size, linger_ms=0, retry_backoff_ms=10, sequences=sequences, clock=lambda: now[0]
-    )
-    partition = ModelPartition()
-    futures = [accumulator.append(TP, None, b"%d" % i).future for i in range(records)]
-    for _round in range(2_000):
-        if all(future.done() for future in futures):
-            break
-        now[0] += 10
-        in_flight: list[ProducerBatch] = []
-        while drained := accumulator.drain(accumulator.ready().partitions):
-            in_flight.extend(drained)  # up to 5 batches of the partition on the wire, in order
-        answered = data.draw(st.sampled_from([len(in_flight), *range(len(in_flight))]), label="answers received")
-        delivered = data.draw(st.integers(answered, len(in_flight)), label="requests delivered")
-        for index, batch in enumerate(in_flight):
-            error: OncelogError | None = None
-            offset = -1
-            if index < delivered:
-                if data.draw(st.integers(0, 9), label="leader moved") == 9:
-                    error = NotLeader("leader moved")
-                else:
-                    offset, error = partition.append(batch.payload)
-            if index >= answered:
-                error = RequestTimedOut("the stream broke before the answer")
-            if error is None:
-                accumulator.complete(batch, offset)
-            elif sequences.can_retry(batch, error):
-                accumulator.reenqueue(batch)
-            else:
-                pytest.fail(f"{error!r} for {batch} would be given up on")
-        if sequences.epoch_bump_required:
-            assert sequences.bump_epoch()
-    else:
-        pytest.fail(f"records still unacknowledged after 2000 rounds; partition has {len(partition.log)}")
-    assert partition.log == [b"%d" % i for i in range(records)]
-    assert [future.result().offset for future in futures] == list(range(records))
-
-
 def test_batch_that_may_have_been_written_keeps_its_stamp_through_an_epoch_bump() -> None:
     sequences = book()
     maybe_written, refused = send(sequences, count=3), send(sequences, count=3)
@@ -418,15 +332,50 @@ def test_batch_known_unwritten_is_restamped_once_the_partition_answered() -> Non
     assert (maybe_written.stamped, later.stamped) == ((1000, 1, 0), (1000, 1, 2))
 
 
-@settings(max_examples=150, deadline=None)
-@given(st.data(), st.integers(min_value=1, max_value=60), st.integers(min_value=20, max_value=200))
-def test_lossy_network_with_refused_batches_writes_every_other_record_exactly_once_in_order(
-    data: st.DataObject, records: int, batch_size: int
-) -> None:
-    """As above, and some batches are refused for good (too large for the topic), and a slow disk answers some
-    written batches with a timeout. A refusal leaves a sequence gap that bumps the epoch while an earlier batch,
-    written but answered with a timeout, waits for its retry: it keeps its stamp, so nothing is written twice;
-    every record not refused is written once, in send order."""
+# -- the sequence book, the accumulator and the error table together, against a model partition ----------
+
+
+class ModelPartition:
+    """A partition applying the append rules of ref §4.2 for one producer (dedup window of 5)."""
+
+    def __init__(self) -> None:
+        self.log: list[bytes | None] = []
+        self.epoch = -1
+        self.last_sequence = -1
+        self.cache: list[tuple[int, int, int]] = []  # (first_seq, last_seq, base_offset)
+
+    def append(self, payload: bytes) -> tuple[int, OncelogError | None]:
+        header = read_header(payload)
+        first, last = header.base_sequence, header.last_sequence
+        if header.producer_epoch < self.epoch:
+            return -1, InvalidProducerEpoch(f"epoch {header.producer_epoch} is older than {self.epoch}")
+        if header.producer_epoch == self.epoch:
+            for cached_first, cached_last, offset in self.cache:
+                if (cached_first, cached_last) == (first, last):
+                    return offset, None
+            if first != increment_sequence(self.last_sequence, 1):
+                return -1, OutOfOrderSequence(f"expected {self.last_sequence + 1}, got {first}")
+        elif first != 0:
+            return -1, OutOfOrderSequence(f"new epoch must start at 0, got {first}")
+        base_offset = len(self.log)
+        self.log.extend(record.value for record in decode_records(payload))
+        if header.producer_epoch != self.epoch:
+            self.cache = []  # the partition remembers the batches of the producer's current epoch only
+        self.epoch, self.last_sequence = header.producer_epoch, last
+        self.cache = [*self.cache, (first, last, base_offset)][-5:]
+        return base_offset, None
+
+
+def run_lossy_stream(
+    data: st.DataObject, records: int, batch_size: int, *, faults: bool
+) -> tuple[ModelPartition, list[bytes], list[RecordFuture]]:
+    """Send ``records`` one-record appends through the accumulator and the sequence book to a model partition.
+
+    Requests and answers travel in order on one stream; a broken stream loses a suffix of each: the partition
+    may have written requests whose answers were lost, or never seen the later requests at all; a leader change
+    rejects a batch without writing it. With ``faults`` a slow disk also answers some written batches with a
+    timeout (indeterminate), and some batches are refused for good (too large for the topic, every time).
+    """
     now = [0]
     sequences = ProducerSequences(transactional=False)
     sequences.set_identity(ProducerIdAndEpoch(5, 0))
@@ -439,24 +388,26 @@ def test_lossy_network_with_refused_batches_writes_every_other_record_exactly_on
     futures = [accumulator.append(TP, None, value).future for value in values]
     for _round in range(2_000):
         if all(future.done() for future in futures):
-            break
+            return partition, values, futures
         now[0] += 10
         in_flight: list[ProducerBatch] = []
         while drained := accumulator.drain(accumulator.ready().partitions):
-            in_flight.extend(drained)
+            in_flight.extend(drained)  # up to 5 batches of the partition on the wire, in order
         answered = data.draw(st.sampled_from([len(in_flight), *range(len(in_flight))]), label="answers received")
         delivered = data.draw(st.integers(answered, len(in_flight)), label="requests delivered")
         for index, batch in enumerate(in_flight):
-            if batch not in refused:
+            if faults and batch not in refused:
                 refused[batch] = data.draw(st.integers(0, 7), label="refused for good") == 7
             error: OncelogError | None = None
             offset = -1
             if index < delivered:
-                if refused[batch]:
+                if data.draw(st.integers(0, 9), label="leader moved") == 9:
+                    error = NotLeader("leader moved")
+                elif refused.get(batch, False):
                     error = MessageTooLarge("the batch exceeds the topic's max_message_bytes")
                 else:
                     offset, error = partition.append(batch.payload)
-                    if error is None and data.draw(st.integers(0, 5), label="slow disk") == 5:
+                    if faults and error is None and data.draw(st.integers(0, 5), label="slow disk") == 5:
                         # written, but not durable within the request timeout: an indeterminate answer
                         error = RequestTimedOut("not durable in time; retry the same batch", definite=False)
             if index >= answered:
@@ -472,8 +423,29 @@ def test_lossy_network_with_refused_batches_writes_every_other_record_exactly_on
         sequences.resolve_sequences()
         if sequences.epoch_bump_required:
             assert sequences.bump_epoch()
-    else:
-        pytest.fail(f"records still unacknowledged after 2000 rounds; partition has {len(partition.log)}")
+    pytest.fail(f"records still unacknowledged after 2000 rounds; partition has {len(partition.log)}")
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.data(), st.integers(min_value=1, max_value=60), st.integers(min_value=20, max_value=400))
+def test_lossy_network_writes_every_record_exactly_once_in_order(
+    data: st.DataObject, records: int, batch_size: int
+) -> None:
+    """Retrying with the same sequences leaves every record in the log exactly once, in send order."""
+    partition, values, futures = run_lossy_stream(data, records, batch_size, faults=False)
+    assert partition.log == values
+    assert [future.result().offset for future in futures] == list(range(records))
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.data(), st.integers(min_value=1, max_value=60), st.integers(min_value=20, max_value=200))
+def test_lossy_network_with_refused_batches_writes_every_other_record_exactly_once_in_order(
+    data: st.DataObject, records: int, batch_size: int
+) -> None:
+    """A refusal leaves a sequence gap that bumps the epoch while an earlier batch, written but answered with a
+    timeout by the slow disk, waits for its retry: it keeps its stamp, so nothing is written twice; every record
+    not refused is written once, in send order."""
+    partition, values, futures = run_lossy_stream(data, records, batch_size, faults=True)
     kept = [value for value, future in zip(values, futures, strict=True) if future.exception() is None]
     assert all(isinstance(f.exception(), MessageTooLarge) for f in futures if f.exception() is not None)
     assert partition.log == kept
