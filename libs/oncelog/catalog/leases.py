@@ -338,12 +338,12 @@ class ShardLeaseManager:
             # here as soon as it commits, well before the round applies it.
             with self._lock:
                 self._taking.add(shard)
+            lease: ShardLease | None = None
+            error: Exception | None = None
             try:
                 lease = self._catalog.acquire_shard(self._role, shard, self._node_id, self._lease_ms, lease_now)
             except Exception as exc:  # an unreachable catalog must not end the round for the other shards
-                lease, error = None, exc
-            else:
-                error = None
+                error = exc
             if lease is None:
                 with self._lock:
                     self._taking.discard(shard)
