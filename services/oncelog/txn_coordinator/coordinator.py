@@ -169,6 +169,12 @@ class MarkerSink(Protocol):
         """
         ...
 
+    def skip(
+        self, transactional_id: str, partitions: Collection[TopicPartition], groups: Collection[str]
+    ) -> tuple[set[TopicPartition], set[str]]:
+        """Treat the named participants of a queued transaction as acknowledged; returns those still waiting."""
+        ...
+
 
 # ---------------------------------------------------------------------------------------------- results
 
@@ -951,6 +957,49 @@ class TransactionCoordinator:
             md.producer_epoch,
         )
         return TransactionDescription.of(md)
+
+    async def skip_markers(
+        self, transactional_id: str, partitions: Collection[TopicPartition], groups: Collection[str]
+    ) -> tuple[set[TopicPartition], set[str]]:
+        """Give up on markers that can never be delivered, on an operator's request (the escape of a stuck commit).
+
+        The transaction must be completing (PrepareCommit or PrepareAbort) and every name one of its
+        participants. The skipped participants are treated as acknowledged, so Complete* follows once the
+        others acknowledged: a skipped partition keeps the transaction open until aborted on the storage
+        node (DescribeProducers + the storage abort), a skipped group never sees the offsets.
+
+        Returns:
+            The named participants that were still waiting, now skipped.
+
+        Raises:
+            InvalidRequest: empty id, nothing named, or a name that is not a participant.
+            TransactionalIdNotFound: the id is unknown.
+            InvalidTxnState: the transaction is not completing.
+        """
+        if not transactional_id:
+            raise InvalidRequest("transactional id must not be empty")
+        if not partitions and not groups:
+            raise InvalidRequest("name at least one partition or group whose marker to skip")
+        entry = self._shard_of(transactional_id)
+        async with self._locks.hold(transactional_id):
+            self._check_still_owned(entry)
+            md = entry.txns.get(transactional_id)
+            if md is None or not md.is_persisted:
+                raise TransactionalIdNotFound(f"transactional id {transactional_id!r} is unknown")
+            if not md.state.is_prepare:
+                raise InvalidTxnState(
+                    f"transactional id {transactional_id!r} is {md.state.name}, not completing: no marker to skip"
+                )
+            strangers = sorted(f"{t}-{p}" for t, p in set(partitions) - md.partitions)
+            strangers += sorted(repr(g) for g in set(groups) - md.groups)
+            if strangers:
+                raise InvalidRequest(
+                    f"{', '.join(strangers)} not a participant of {transactional_id!r}; describe the transaction "
+                    "for its partitions and groups"
+                )
+            skipped = self._markers.skip(transactional_id, partitions, groups)
+        log.warning("skipped markers of %r on request: %s", transactional_id, skipped)
+        return skipped
 
     async def _abort_if_timed_out(
         self, entry: _Shard, transactional_id: str, identity: tuple[int, int], now_ms: int

@@ -287,6 +287,28 @@ class TransactionMarkerChannelManager:
         self._unrouted.extend(_Item(job, group=group) for group in sorted(groups))
         self._wakeup.set()
 
+    def skip(
+        self, transactional_id: str, partitions: Collection[TopicPartition], groups: Collection[str]
+    ) -> tuple[set[TopicPartition], set[str]]:
+        """Give up on the markers of some participants of a queued transaction (an operator's escape).
+
+        Each named participant still waiting is treated as acknowledged and never sent again; once none is
+        left the transaction completes. Returns the participants that were still waiting (the others had
+        acknowledged already, or are not queued here).
+        """
+        job = self._jobs.get(transactional_id)
+        if job is None or job.dropped:
+            return set(), set()
+        skipped_partitions = job.pending_partitions & set(partitions)
+        skipped_groups = job.pending_groups & set(groups)
+        for tp in sorted(skipped_partitions):
+            log.warning("skipping the marker of %s in transaction %r on request", tp, transactional_id)
+            self._acknowledge(_Item(job, partition=tp))
+        for group in sorted(skipped_groups):
+            log.warning("skipping the marker of group %r in transaction %r on request", group, transactional_id)
+            self._acknowledge(_Item(job, group=group))
+        return skipped_partitions, skipped_groups
+
     def drop_shard(self, shard: int) -> None:
         """Forget every job of ``shard`` (it was unloaded); the next owner resends them (ref §2.10)."""
         for job in [j for j in self._jobs.values() if j.shard == shard]:
@@ -340,8 +362,8 @@ class TransactionMarkerChannelManager:
 
     async def _route_ready_items(self) -> None:
         now = asyncio.get_running_loop().time()
-        ready = [i for i in self._unrouted if not i.job.dropped and i.not_before <= now]
-        self._unrouted = [i for i in self._unrouted if not i.job.dropped and i.not_before > now]
+        ready = [i for i in self._unrouted if _waiting(i) and i.not_before <= now]
+        self._unrouted = [i for i in self._unrouted if _waiting(i) and i.not_before > now]
         for item in [i for i in ready if i.group is not None]:
             refusal = _group_refusal(item.group or "")
             if refusal is not None:
@@ -386,7 +408,7 @@ class TransactionMarkerChannelManager:
         for destination in list(self._queues):
             if destination in self._in_flight:
                 continue  # one request per destination at a time; the queue grows into the next batch
-            queued = [i for i in self._queues.pop(destination) if not i.job.dropped]
+            queued = [i for i in self._queues.pop(destination) if _waiting(i)]
             items, rest = queued[: self._max_items], queued[self._max_items :]
             if rest:
                 self._queues[destination] = rest  # sent when this request is answered
@@ -472,8 +494,8 @@ class TransactionMarkerChannelManager:
 
     def _acknowledge(self, item: _Item) -> None:
         job = item.job
-        if job.dropped:
-            return
+        if not _waiting(item):
+            return  # dropped, or skipped while its request was in flight: completion started once already
         if item.partition is not None:
             job.pending_partitions.discard(item.partition)
         if item.group is not None:
@@ -506,6 +528,8 @@ class TransactionMarkerChannelManager:
         self._retry_later(item)
 
     def _retry_later(self, item: _Item) -> None:
+        if not _waiting(item):
+            return  # skipped meanwhile
         item.attempts += 1
         delay = min(self._backoff_s * 2 ** (item.attempts - 1), self._backoff_max_s)
         item.not_before = asyncio.get_running_loop().time() + delay
@@ -548,6 +572,16 @@ class TransactionMarkerChannelManager:
             otel_context.detach(token)
             if self._jobs.get(job.transactional_id) is job:
                 del self._jobs[job.transactional_id]
+
+
+def _waiting(item: _Item) -> bool:
+    """Whether the participant of ``item`` still waits for its marker (not dropped, acknowledged or skipped)."""
+    job = item.job
+    if job.dropped:
+        return False
+    if item.partition is not None:
+        return item.partition in job.pending_partitions
+    return item.group in job.pending_groups
 
 
 def _group_refusal(group: str) -> str | None:

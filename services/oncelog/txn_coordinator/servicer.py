@@ -218,6 +218,18 @@ class TransactionCoordinatorServicer(pb.TransactionCoordinatorServiceServicer):
             )
         )
 
+    async def SkipTxnMarkers(
+        self, request: pb.SkipTxnMarkersRequest, context: object
+    ) -> pb.SkipTxnMarkersResponse:
+        _check_transactional_id(request.transactional_id)
+        partitions, groups = await self._coordinator.skip_markers(
+            request.transactional_id, [(tp.topic, tp.partition) for tp in request.partitions], list(request.groups)
+        )
+        return pb.SkipTxnMarkersResponse(
+            partitions=[common_pb.TopicPartition(topic=t, partition=p) for t, p in sorted(partitions)],
+            groups=sorted(groups),
+        )
+
     def _description_pb(self, d: TransactionDescription) -> pb.TransactionDescription:
         return pb.TransactionDescription(
             transactional_id=d.transactional_id,

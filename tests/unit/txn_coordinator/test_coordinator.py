@@ -166,6 +166,7 @@ class FakeMarkers:
         self.sent: list[SentMarkers] = []
         self.queue: list[SentMarkers] = []
         self.dropped: list[SentMarkers] = []
+        self.skipped: list[tuple[str, frozenset[TopicPartition], frozenset[str]]] = []
         self.enqueued = asyncio.Event()
 
     def enqueue(self, **fields: object) -> None:
@@ -173,6 +174,10 @@ class FakeMarkers:
         self.sent.append(markers)
         self.queue.append(markers)
         self.enqueued.set()
+
+    def skip(self, transactional_id: str, partitions, groups) -> tuple[set[TopicPartition], set[str]]:
+        self.skipped.append((transactional_id, frozenset(partitions), frozenset(groups)))
+        return set(partitions), set(groups)
 
     def for_id(self, transactional_id: str) -> list[SentMarkers]:
         return [m for m in self.sent if m.transactional_id == transactional_id]
@@ -1003,6 +1008,20 @@ async def test_admin_abort_never_aborts_a_commit(h: Harness) -> None:
     await h.coordinator.end_txn("t", pid, epoch, commit=True)
     await expect(InvalidTxnState, h.coordinator.abort_transaction("t"))
     await expect(TransactionalIdNotFound, h.coordinator.abort_transaction("unknown"))
+
+
+async def test_admin_skip_markers_only_of_a_completing_transaction_and_its_participants(h: Harness) -> None:
+    """Issue 25 item 2: the operator's escape for a marker that can never be delivered."""
+    pid, epoch = await h.begin("t", TP0, TP1)
+    await h.coordinator.add_offsets("t", pid, epoch, "g")
+    await expect(InvalidTxnState, h.coordinator.skip_markers("t", [TP0], []))  # still Ongoing: nothing to skip
+    await h.coordinator.end_txn("t", pid, epoch, commit=True)
+    with pytest.raises(InvalidRequest, match="not a participant"):
+        await h.coordinator.skip_markers("t", [("elsewhere", 0)], ["g"])
+    await expect(InvalidRequest, h.coordinator.skip_markers("t", [], []))
+    await expect(TransactionalIdNotFound, h.coordinator.skip_markers("unknown", [TP0], []))
+    assert await h.coordinator.skip_markers("t", [TP1], ["g"]) == ({TP1}, {"g"})
+    assert h.markers.skipped == [("t", frozenset({TP1}), frozenset({"g"}))]
 
 
 async def test_admin_abort_without_open_transaction_changes_nothing(h: Harness) -> None:

@@ -19,6 +19,7 @@ from oncelog.catalog.store import CatalogStore
 from oncelog.catalog.topics import shard_for
 from oncelog.errors import (
     InvalidProducerEpoch,
+    InvalidRequest,
     NetworkException,
     NotCoordinator,
     NotLeader,
@@ -327,6 +328,24 @@ async def test_a_group_id_no_group_can_have_is_dropped_without_holding_back_the_
     assert (wedged.calls, other.calls) == (1, 1)
     sent_groups = {g for batch in h.transport.sent_to(G) for entry in batch for g in entry.groups}
     assert sent_groups == {GROUP}
+
+
+async def test_an_operator_can_skip_a_marker_that_is_never_accepted(h: Harness) -> None:
+    """Issue 25 item 2: the operator's way out for a participant that refuses its marker for good."""
+    never = InvalidRequest("this destination will never accept it")
+    h.transport.script(B, *[fail_with(never)] * 10_000)
+    stuck = h.enqueue("tx-1", partitions=(ON_A, ON_B))
+    h.manager.start()
+    await until(lambda: len(h.transport.sent_to(B)) >= 3, "the refused marker is retried")
+    assert stuck.calls == 0 and h.manager.pending_transactions == 1
+    assert h.manager.skip("tx-1", [ON_A, ON_B], []) == ({ON_B}, set()), "ON_A had acknowledged already"
+    await settle(h.manager)
+    assert stuck.calls == 1, "completed exactly once"
+    sent = len(h.transport.sent_to(B))
+    other = h.enqueue("tx-2", partitions=(ON_A,))
+    await settle(h.manager)
+    assert other.calls == 1 and len(h.transport.sent_to(B)) == sent, "the skipped marker is not sent again"
+    assert h.manager.skip("tx-1", [ON_B], []) == (set(), set()), "nothing left to skip"
 
 
 # ------------------------------------------------------------------------------------------ retries

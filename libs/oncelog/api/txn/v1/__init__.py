@@ -30,6 +30,8 @@ from oncelog.api.txn.v1.transaction_coordinator_service_pb2 import (
     InitProducerIdResponse,
     ListTransactionsRequest,
     ListTransactionsResponse,
+    SkipTxnMarkersRequest,
+    SkipTxnMarkersResponse,
 )
 from oncelog.api.txn.v1.transaction_coordinator_service_pb2_grpc import (
     TransactionCoordinatorServiceServicer,
@@ -52,6 +54,8 @@ __all__ = [
     "InitProducerIdResponse",
     "ListTransactionsRequest",
     "ListTransactionsResponse",
+    "SkipTxnMarkersRequest",
+    "SkipTxnMarkersResponse",
     "TRANSACTION_STATE_COMPLETE_ABORT",
     "TRANSACTION_STATE_COMPLETE_COMMIT",
     "TRANSACTION_STATE_DEAD",

@@ -405,3 +405,67 @@ class AbortTransactionResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___AbortTransactionResponse: _TypeAlias = AbortTransactionResponse  # noqa: Y015
+
+@_typing.final
+class SkipTxnMarkersRequest(_message.Message):
+    """SkipTxnMarkersRequest names participants of a completing transaction whose markers to give up on."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TRANSACTIONAL_ID_FIELD_NUMBER: _builtins.int
+    PARTITIONS_FIELD_NUMBER: _builtins.int
+    GROUPS_FIELD_NUMBER: _builtins.int
+    transactional_id: _builtins.str
+    """transactional_id of a transaction in PREPARE_COMMIT or PREPARE_ABORT."""
+    @_builtins.property
+    def partitions(self) -> _containers.RepeatedCompositeFieldContainer[_partition_pb2.TopicPartition]:
+        """partitions whose marker to skip; each must be a participant of the transaction."""
+
+    @_builtins.property
+    def groups(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """groups whose marker to skip; each must be a participant of the transaction."""
+
+    def __init__(
+        self,
+        *,
+        transactional_id: _builtins.str = ...,
+        partitions: _abc.Iterable[_partition_pb2.TopicPartition] | None = ...,
+        groups: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["groups", b"groups", "partitions", b"partitions", "transactional_id", b"transactional_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SkipTxnMarkersRequest: _TypeAlias = SkipTxnMarkersRequest  # noqa: Y015
+
+@_typing.final
+class SkipTxnMarkersResponse(_message.Message):
+    """SkipTxnMarkersResponse says which of the named participants were still waiting and are now skipped."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PARTITIONS_FIELD_NUMBER: _builtins.int
+    GROUPS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def partitions(self) -> _containers.RepeatedCompositeFieldContainer[_partition_pb2.TopicPartition]:
+        """partitions skipped (the others named had acknowledged already)."""
+
+    @_builtins.property
+    def groups(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """groups skipped (the others named had acknowledged already)."""
+
+    def __init__(
+        self,
+        *,
+        partitions: _abc.Iterable[_partition_pb2.TopicPartition] | None = ...,
+        groups: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["groups", b"groups", "partitions", b"partitions"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SkipTxnMarkersResponse: _TypeAlias = SkipTxnMarkersResponse  # noqa: Y015

@@ -70,6 +70,11 @@ class TransactionCoordinatorServiceStub:
                 request_serializer=oncelog_dot_api_dot_txn_dot_v1_dot_transaction__coordinator__service__pb2.AbortTransactionRequest.SerializeToString,
                 response_deserializer=oncelog_dot_api_dot_txn_dot_v1_dot_transaction__coordinator__service__pb2.AbortTransactionResponse.FromString,
                 _registered_method=True)
+        self.SkipTxnMarkers = channel.unary_unary(
+                '/oncelog.api.txn.v1.TransactionCoordinatorService/SkipTxnMarkers',
+                request_serializer=oncelog_dot_api_dot_txn_dot_v1_dot_transaction__coordinator__service__pb2.SkipTxnMarkersRequest.SerializeToString,
+                response_deserializer=oncelog_dot_api_dot_txn_dot_v1_dot_transaction__coordinator__service__pb2.SkipTxnMarkersResponse.FromString,
+                _registered_method=True)
 
 
 class TransactionCoordinatorServiceServicer:
@@ -125,6 +130,14 @@ class TransactionCoordinatorServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SkipTxnMarkers(self, request, context):
+        """SkipTxnMarkers gives up, by administrator request, on markers a participant will never accept, so a
+        transaction stuck completing can finish; the skipped participants never get that transaction's marker.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_TransactionCoordinatorServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -162,6 +175,11 @@ def add_TransactionCoordinatorServiceServicer_to_server(servicer, server):
                     servicer.AbortTransaction,
                     request_deserializer=oncelog_dot_api_dot_txn_dot_v1_dot_transaction__coordinator__service__pb2.AbortTransactionRequest.FromString,
                     response_serializer=oncelog_dot_api_dot_txn_dot_v1_dot_transaction__coordinator__service__pb2.AbortTransactionResponse.SerializeToString,
+            ),
+            'SkipTxnMarkers': grpc.unary_unary_rpc_method_handler(
+                    servicer.SkipTxnMarkers,
+                    request_deserializer=oncelog_dot_api_dot_txn_dot_v1_dot_transaction__coordinator__service__pb2.SkipTxnMarkersRequest.FromString,
+                    response_serializer=oncelog_dot_api_dot_txn_dot_v1_dot_transaction__coordinator__service__pb2.SkipTxnMarkersResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -354,6 +372,33 @@ class TransactionCoordinatorService:
             '/oncelog.api.txn.v1.TransactionCoordinatorService/AbortTransaction',
             oncelog_dot_api_dot_txn_dot_v1_dot_transaction__coordinator__service__pb2.AbortTransactionRequest.SerializeToString,
             oncelog_dot_api_dot_txn_dot_v1_dot_transaction__coordinator__service__pb2.AbortTransactionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SkipTxnMarkers(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/oncelog.api.txn.v1.TransactionCoordinatorService/SkipTxnMarkers',
+            oncelog_dot_api_dot_txn_dot_v1_dot_transaction__coordinator__service__pb2.SkipTxnMarkersRequest.SerializeToString,
+            oncelog_dot_api_dot_txn_dot_v1_dot_transaction__coordinator__service__pb2.SkipTxnMarkersResponse.FromString,
             options,
             channel_credentials,
             insecure,

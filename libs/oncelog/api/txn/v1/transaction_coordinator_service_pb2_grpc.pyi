@@ -47,6 +47,10 @@ class TransactionCoordinatorServiceStub:
     """ListTransactions lists transactional ids of this coordinator's shards, filtered."""
     AbortTransaction: _grpc.UnaryUnaryMultiCallable[_transaction_coordinator_service_pb2.AbortTransactionRequest, _transaction_coordinator_service_pb2.AbortTransactionResponse]
     """AbortTransaction aborts a hanging transaction by administrator request (KIP-664)."""
+    SkipTxnMarkers: _grpc.UnaryUnaryMultiCallable[_transaction_coordinator_service_pb2.SkipTxnMarkersRequest, _transaction_coordinator_service_pb2.SkipTxnMarkersResponse]
+    """SkipTxnMarkers gives up, by administrator request, on markers a participant will never accept, so a
+    transaction stuck completing can finish; the skipped participants never get that transaction's marker.
+    """
 
 @_typing.type_check_only
 class TransactionCoordinatorServiceAsyncStub(TransactionCoordinatorServiceStub):
@@ -67,6 +71,10 @@ class TransactionCoordinatorServiceAsyncStub(TransactionCoordinatorServiceStub):
     """ListTransactions lists transactional ids of this coordinator's shards, filtered."""
     AbortTransaction: _aio.UnaryUnaryMultiCallable[_transaction_coordinator_service_pb2.AbortTransactionRequest, _transaction_coordinator_service_pb2.AbortTransactionResponse]  # type: ignore[assignment]
     """AbortTransaction aborts a hanging transaction by administrator request (KIP-664)."""
+    SkipTxnMarkers: _aio.UnaryUnaryMultiCallable[_transaction_coordinator_service_pb2.SkipTxnMarkersRequest, _transaction_coordinator_service_pb2.SkipTxnMarkersResponse]  # type: ignore[assignment]
+    """SkipTxnMarkers gives up, by administrator request, on markers a participant will never accept, so a
+    transaction stuck completing can finish; the skipped participants never get that transaction's marker.
+    """
 
 class TransactionCoordinatorServiceServicer(metaclass=_abc_1.ABCMeta):
     """TransactionCoordinatorService owns transactional ids of its leased shards and drives their markers."""
@@ -126,5 +134,15 @@ class TransactionCoordinatorServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_transaction_coordinator_service_pb2.AbortTransactionResponse, _abc.Awaitable[_transaction_coordinator_service_pb2.AbortTransactionResponse]]:
         """AbortTransaction aborts a hanging transaction by administrator request (KIP-664)."""
+
+    @_abc_1.abstractmethod
+    def SkipTxnMarkers(
+        self,
+        request: _transaction_coordinator_service_pb2.SkipTxnMarkersRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_transaction_coordinator_service_pb2.SkipTxnMarkersResponse, _abc.Awaitable[_transaction_coordinator_service_pb2.SkipTxnMarkersResponse]]:
+        """SkipTxnMarkers gives up, by administrator request, on markers a participant will never accept, so a
+        transaction stuck completing can finish; the skipped participants never get that transaction's marker.
+        """
 
 def add_TransactionCoordinatorServiceServicer_to_server(servicer: TransactionCoordinatorServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -776,6 +776,125 @@ func (x *AbortTransactionResponse) GetProducer() *v1.ProducerIdentity {
 	return nil
 }
 
+// SkipTxnMarkersRequest names participants of a completing transaction whose markers to give up on.
+type SkipTxnMarkersRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// transactional_id of a transaction in PREPARE_COMMIT or PREPARE_ABORT.
+	TransactionalId string `protobuf:"bytes,1,opt,name=transactional_id,json=transactionalId,proto3" json:"transactional_id,omitempty"`
+	// partitions whose marker to skip; each must be a participant of the transaction.
+	Partitions []*v1.TopicPartition `protobuf:"bytes,2,rep,name=partitions,proto3" json:"partitions,omitempty"`
+	// groups whose marker to skip; each must be a participant of the transaction.
+	Groups        []string `protobuf:"bytes,3,rep,name=groups,proto3" json:"groups,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SkipTxnMarkersRequest) Reset() {
+	*x = SkipTxnMarkersRequest{}
+	mi := &file_oncelog_api_txn_v1_transaction_coordinator_service_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SkipTxnMarkersRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SkipTxnMarkersRequest) ProtoMessage() {}
+
+func (x *SkipTxnMarkersRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_oncelog_api_txn_v1_transaction_coordinator_service_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SkipTxnMarkersRequest.ProtoReflect.Descriptor instead.
+func (*SkipTxnMarkersRequest) Descriptor() ([]byte, []int) {
+	return file_oncelog_api_txn_v1_transaction_coordinator_service_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *SkipTxnMarkersRequest) GetTransactionalId() string {
+	if x != nil {
+		return x.TransactionalId
+	}
+	return ""
+}
+
+func (x *SkipTxnMarkersRequest) GetPartitions() []*v1.TopicPartition {
+	if x != nil {
+		return x.Partitions
+	}
+	return nil
+}
+
+func (x *SkipTxnMarkersRequest) GetGroups() []string {
+	if x != nil {
+		return x.Groups
+	}
+	return nil
+}
+
+// SkipTxnMarkersResponse says which of the named participants were still waiting and are now skipped.
+type SkipTxnMarkersResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// partitions skipped (the others named had acknowledged already).
+	Partitions []*v1.TopicPartition `protobuf:"bytes,1,rep,name=partitions,proto3" json:"partitions,omitempty"`
+	// groups skipped (the others named had acknowledged already).
+	Groups        []string `protobuf:"bytes,2,rep,name=groups,proto3" json:"groups,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SkipTxnMarkersResponse) Reset() {
+	*x = SkipTxnMarkersResponse{}
+	mi := &file_oncelog_api_txn_v1_transaction_coordinator_service_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SkipTxnMarkersResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SkipTxnMarkersResponse) ProtoMessage() {}
+
+func (x *SkipTxnMarkersResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_oncelog_api_txn_v1_transaction_coordinator_service_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SkipTxnMarkersResponse.ProtoReflect.Descriptor instead.
+func (*SkipTxnMarkersResponse) Descriptor() ([]byte, []int) {
+	return file_oncelog_api_txn_v1_transaction_coordinator_service_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *SkipTxnMarkersResponse) GetPartitions() []*v1.TopicPartition {
+	if x != nil {
+		return x.Partitions
+	}
+	return nil
+}
+
+func (x *SkipTxnMarkersResponse) GetGroups() []string {
+	if x != nil {
+		return x.Groups
+	}
+	return nil
+}
+
 var File_oncelog_api_txn_v1_transaction_coordinator_service_proto protoreflect.FileDescriptor
 
 const file_oncelog_api_txn_v1_transaction_coordinator_service_proto_rawDesc = "" +
@@ -824,7 +943,18 @@ const file_oncelog_api_txn_v1_transaction_coordinator_service_proto_rawDesc = ""
 	"\x17AbortTransactionRequest\x12)\n" +
 	"\x10transactional_id\x18\x01 \x01(\tR\x0ftransactionalId\"_\n" +
 	"\x18AbortTransactionResponse\x12C\n" +
-	"\bproducer\x18\x01 \x01(\v2'.oncelog.api.common.v1.ProducerIdentityR\bproducer2\x93\x06\n" +
+	"\bproducer\x18\x01 \x01(\v2'.oncelog.api.common.v1.ProducerIdentityR\bproducer\"\xa1\x01\n" +
+	"\x15SkipTxnMarkersRequest\x12)\n" +
+	"\x10transactional_id\x18\x01 \x01(\tR\x0ftransactionalId\x12E\n" +
+	"\n" +
+	"partitions\x18\x02 \x03(\v2%.oncelog.api.common.v1.TopicPartitionR\n" +
+	"partitions\x12\x16\n" +
+	"\x06groups\x18\x03 \x03(\tR\x06groups\"w\n" +
+	"\x16SkipTxnMarkersResponse\x12E\n" +
+	"\n" +
+	"partitions\x18\x01 \x03(\v2%.oncelog.api.common.v1.TopicPartitionR\n" +
+	"partitions\x12\x16\n" +
+	"\x06groups\x18\x02 \x03(\tR\x06groups2\xfc\x06\n" +
 	"\x1dTransactionCoordinatorService\x12g\n" +
 	"\x0eInitProducerId\x12).oncelog.api.txn.v1.InitProducerIdRequest\x1a*.oncelog.api.txn.v1.InitProducerIdResponse\x12s\n" +
 	"\x12AddPartitionsToTxn\x12-.oncelog.api.txn.v1.AddPartitionsToTxnRequest\x1a..oncelog.api.txn.v1.AddPartitionsToTxnResponse\x12j\n" +
@@ -832,7 +962,8 @@ const file_oncelog_api_txn_v1_transaction_coordinator_service_proto_rawDesc = ""
 	"\x06EndTxn\x12!.oncelog.api.txn.v1.EndTxnRequest\x1a\".oncelog.api.txn.v1.EndTxnResponse\x12y\n" +
 	"\x14DescribeTransactions\x12/.oncelog.api.txn.v1.DescribeTransactionsRequest\x1a0.oncelog.api.txn.v1.DescribeTransactionsResponse\x12m\n" +
 	"\x10ListTransactions\x12+.oncelog.api.txn.v1.ListTransactionsRequest\x1a,.oncelog.api.txn.v1.ListTransactionsResponse\x12m\n" +
-	"\x10AbortTransaction\x12+.oncelog.api.txn.v1.AbortTransactionRequest\x1a,.oncelog.api.txn.v1.AbortTransactionResponseb\x06proto3"
+	"\x10AbortTransaction\x12+.oncelog.api.txn.v1.AbortTransactionRequest\x1a,.oncelog.api.txn.v1.AbortTransactionResponse\x12g\n" +
+	"\x0eSkipTxnMarkers\x12).oncelog.api.txn.v1.SkipTxnMarkersRequest\x1a*.oncelog.api.txn.v1.SkipTxnMarkersResponseb\x06proto3"
 
 var (
 	file_oncelog_api_txn_v1_transaction_coordinator_service_proto_rawDescOnce sync.Once
@@ -846,7 +977,7 @@ func file_oncelog_api_txn_v1_transaction_coordinator_service_proto_rawDescGZIP()
 	return file_oncelog_api_txn_v1_transaction_coordinator_service_proto_rawDescData
 }
 
-var file_oncelog_api_txn_v1_transaction_coordinator_service_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
+var file_oncelog_api_txn_v1_transaction_coordinator_service_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
 var file_oncelog_api_txn_v1_transaction_coordinator_service_proto_goTypes = []any{
 	(*InitProducerIdRequest)(nil),        // 0: oncelog.api.txn.v1.InitProducerIdRequest
 	(*InitProducerIdResponse)(nil),       // 1: oncelog.api.txn.v1.InitProducerIdResponse
@@ -862,46 +993,52 @@ var file_oncelog_api_txn_v1_transaction_coordinator_service_proto_goTypes = []an
 	(*ListTransactionsResponse)(nil),     // 11: oncelog.api.txn.v1.ListTransactionsResponse
 	(*AbortTransactionRequest)(nil),      // 12: oncelog.api.txn.v1.AbortTransactionRequest
 	(*AbortTransactionResponse)(nil),     // 13: oncelog.api.txn.v1.AbortTransactionResponse
-	(*v1.ProducerIdentity)(nil),          // 14: oncelog.api.common.v1.ProducerIdentity
-	(*v1.TopicPartition)(nil),            // 15: oncelog.api.common.v1.TopicPartition
-	(v1.TransactionResult)(0),            // 16: oncelog.api.common.v1.TransactionResult
-	(*TransactionDescription)(nil),       // 17: oncelog.api.txn.v1.TransactionDescription
-	(TransactionState)(0),                // 18: oncelog.api.txn.v1.TransactionState
-	(*TransactionListing)(nil),           // 19: oncelog.api.txn.v1.TransactionListing
+	(*SkipTxnMarkersRequest)(nil),        // 14: oncelog.api.txn.v1.SkipTxnMarkersRequest
+	(*SkipTxnMarkersResponse)(nil),       // 15: oncelog.api.txn.v1.SkipTxnMarkersResponse
+	(*v1.ProducerIdentity)(nil),          // 16: oncelog.api.common.v1.ProducerIdentity
+	(*v1.TopicPartition)(nil),            // 17: oncelog.api.common.v1.TopicPartition
+	(v1.TransactionResult)(0),            // 18: oncelog.api.common.v1.TransactionResult
+	(*TransactionDescription)(nil),       // 19: oncelog.api.txn.v1.TransactionDescription
+	(TransactionState)(0),                // 20: oncelog.api.txn.v1.TransactionState
+	(*TransactionListing)(nil),           // 21: oncelog.api.txn.v1.TransactionListing
 }
 var file_oncelog_api_txn_v1_transaction_coordinator_service_proto_depIdxs = []int32{
-	14, // 0: oncelog.api.txn.v1.InitProducerIdRequest.producer:type_name -> oncelog.api.common.v1.ProducerIdentity
-	14, // 1: oncelog.api.txn.v1.InitProducerIdResponse.producer:type_name -> oncelog.api.common.v1.ProducerIdentity
-	14, // 2: oncelog.api.txn.v1.AddPartitionsToTxnRequest.producer:type_name -> oncelog.api.common.v1.ProducerIdentity
-	15, // 3: oncelog.api.txn.v1.AddPartitionsToTxnRequest.partitions:type_name -> oncelog.api.common.v1.TopicPartition
-	15, // 4: oncelog.api.txn.v1.AddPartitionsToTxnResponse.partitions:type_name -> oncelog.api.common.v1.TopicPartition
-	14, // 5: oncelog.api.txn.v1.AddOffsetsToTxnRequest.producer:type_name -> oncelog.api.common.v1.ProducerIdentity
-	14, // 6: oncelog.api.txn.v1.EndTxnRequest.producer:type_name -> oncelog.api.common.v1.ProducerIdentity
-	16, // 7: oncelog.api.txn.v1.EndTxnRequest.result:type_name -> oncelog.api.common.v1.TransactionResult
-	14, // 8: oncelog.api.txn.v1.EndTxnResponse.producer:type_name -> oncelog.api.common.v1.ProducerIdentity
-	17, // 9: oncelog.api.txn.v1.DescribeTransactionsResponse.transactions:type_name -> oncelog.api.txn.v1.TransactionDescription
-	18, // 10: oncelog.api.txn.v1.ListTransactionsRequest.states:type_name -> oncelog.api.txn.v1.TransactionState
-	19, // 11: oncelog.api.txn.v1.ListTransactionsResponse.transactions:type_name -> oncelog.api.txn.v1.TransactionListing
-	14, // 12: oncelog.api.txn.v1.AbortTransactionResponse.producer:type_name -> oncelog.api.common.v1.ProducerIdentity
-	0,  // 13: oncelog.api.txn.v1.TransactionCoordinatorService.InitProducerId:input_type -> oncelog.api.txn.v1.InitProducerIdRequest
-	2,  // 14: oncelog.api.txn.v1.TransactionCoordinatorService.AddPartitionsToTxn:input_type -> oncelog.api.txn.v1.AddPartitionsToTxnRequest
-	4,  // 15: oncelog.api.txn.v1.TransactionCoordinatorService.AddOffsetsToTxn:input_type -> oncelog.api.txn.v1.AddOffsetsToTxnRequest
-	6,  // 16: oncelog.api.txn.v1.TransactionCoordinatorService.EndTxn:input_type -> oncelog.api.txn.v1.EndTxnRequest
-	8,  // 17: oncelog.api.txn.v1.TransactionCoordinatorService.DescribeTransactions:input_type -> oncelog.api.txn.v1.DescribeTransactionsRequest
-	10, // 18: oncelog.api.txn.v1.TransactionCoordinatorService.ListTransactions:input_type -> oncelog.api.txn.v1.ListTransactionsRequest
-	12, // 19: oncelog.api.txn.v1.TransactionCoordinatorService.AbortTransaction:input_type -> oncelog.api.txn.v1.AbortTransactionRequest
-	1,  // 20: oncelog.api.txn.v1.TransactionCoordinatorService.InitProducerId:output_type -> oncelog.api.txn.v1.InitProducerIdResponse
-	3,  // 21: oncelog.api.txn.v1.TransactionCoordinatorService.AddPartitionsToTxn:output_type -> oncelog.api.txn.v1.AddPartitionsToTxnResponse
-	5,  // 22: oncelog.api.txn.v1.TransactionCoordinatorService.AddOffsetsToTxn:output_type -> oncelog.api.txn.v1.AddOffsetsToTxnResponse
-	7,  // 23: oncelog.api.txn.v1.TransactionCoordinatorService.EndTxn:output_type -> oncelog.api.txn.v1.EndTxnResponse
-	9,  // 24: oncelog.api.txn.v1.TransactionCoordinatorService.DescribeTransactions:output_type -> oncelog.api.txn.v1.DescribeTransactionsResponse
-	11, // 25: oncelog.api.txn.v1.TransactionCoordinatorService.ListTransactions:output_type -> oncelog.api.txn.v1.ListTransactionsResponse
-	13, // 26: oncelog.api.txn.v1.TransactionCoordinatorService.AbortTransaction:output_type -> oncelog.api.txn.v1.AbortTransactionResponse
-	20, // [20:27] is the sub-list for method output_type
-	13, // [13:20] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	16, // 0: oncelog.api.txn.v1.InitProducerIdRequest.producer:type_name -> oncelog.api.common.v1.ProducerIdentity
+	16, // 1: oncelog.api.txn.v1.InitProducerIdResponse.producer:type_name -> oncelog.api.common.v1.ProducerIdentity
+	16, // 2: oncelog.api.txn.v1.AddPartitionsToTxnRequest.producer:type_name -> oncelog.api.common.v1.ProducerIdentity
+	17, // 3: oncelog.api.txn.v1.AddPartitionsToTxnRequest.partitions:type_name -> oncelog.api.common.v1.TopicPartition
+	17, // 4: oncelog.api.txn.v1.AddPartitionsToTxnResponse.partitions:type_name -> oncelog.api.common.v1.TopicPartition
+	16, // 5: oncelog.api.txn.v1.AddOffsetsToTxnRequest.producer:type_name -> oncelog.api.common.v1.ProducerIdentity
+	16, // 6: oncelog.api.txn.v1.EndTxnRequest.producer:type_name -> oncelog.api.common.v1.ProducerIdentity
+	18, // 7: oncelog.api.txn.v1.EndTxnRequest.result:type_name -> oncelog.api.common.v1.TransactionResult
+	16, // 8: oncelog.api.txn.v1.EndTxnResponse.producer:type_name -> oncelog.api.common.v1.ProducerIdentity
+	19, // 9: oncelog.api.txn.v1.DescribeTransactionsResponse.transactions:type_name -> oncelog.api.txn.v1.TransactionDescription
+	20, // 10: oncelog.api.txn.v1.ListTransactionsRequest.states:type_name -> oncelog.api.txn.v1.TransactionState
+	21, // 11: oncelog.api.txn.v1.ListTransactionsResponse.transactions:type_name -> oncelog.api.txn.v1.TransactionListing
+	16, // 12: oncelog.api.txn.v1.AbortTransactionResponse.producer:type_name -> oncelog.api.common.v1.ProducerIdentity
+	17, // 13: oncelog.api.txn.v1.SkipTxnMarkersRequest.partitions:type_name -> oncelog.api.common.v1.TopicPartition
+	17, // 14: oncelog.api.txn.v1.SkipTxnMarkersResponse.partitions:type_name -> oncelog.api.common.v1.TopicPartition
+	0,  // 15: oncelog.api.txn.v1.TransactionCoordinatorService.InitProducerId:input_type -> oncelog.api.txn.v1.InitProducerIdRequest
+	2,  // 16: oncelog.api.txn.v1.TransactionCoordinatorService.AddPartitionsToTxn:input_type -> oncelog.api.txn.v1.AddPartitionsToTxnRequest
+	4,  // 17: oncelog.api.txn.v1.TransactionCoordinatorService.AddOffsetsToTxn:input_type -> oncelog.api.txn.v1.AddOffsetsToTxnRequest
+	6,  // 18: oncelog.api.txn.v1.TransactionCoordinatorService.EndTxn:input_type -> oncelog.api.txn.v1.EndTxnRequest
+	8,  // 19: oncelog.api.txn.v1.TransactionCoordinatorService.DescribeTransactions:input_type -> oncelog.api.txn.v1.DescribeTransactionsRequest
+	10, // 20: oncelog.api.txn.v1.TransactionCoordinatorService.ListTransactions:input_type -> oncelog.api.txn.v1.ListTransactionsRequest
+	12, // 21: oncelog.api.txn.v1.TransactionCoordinatorService.AbortTransaction:input_type -> oncelog.api.txn.v1.AbortTransactionRequest
+	14, // 22: oncelog.api.txn.v1.TransactionCoordinatorService.SkipTxnMarkers:input_type -> oncelog.api.txn.v1.SkipTxnMarkersRequest
+	1,  // 23: oncelog.api.txn.v1.TransactionCoordinatorService.InitProducerId:output_type -> oncelog.api.txn.v1.InitProducerIdResponse
+	3,  // 24: oncelog.api.txn.v1.TransactionCoordinatorService.AddPartitionsToTxn:output_type -> oncelog.api.txn.v1.AddPartitionsToTxnResponse
+	5,  // 25: oncelog.api.txn.v1.TransactionCoordinatorService.AddOffsetsToTxn:output_type -> oncelog.api.txn.v1.AddOffsetsToTxnResponse
+	7,  // 26: oncelog.api.txn.v1.TransactionCoordinatorService.EndTxn:output_type -> oncelog.api.txn.v1.EndTxnResponse
+	9,  // 27: oncelog.api.txn.v1.TransactionCoordinatorService.DescribeTransactions:output_type -> oncelog.api.txn.v1.DescribeTransactionsResponse
+	11, // 28: oncelog.api.txn.v1.TransactionCoordinatorService.ListTransactions:output_type -> oncelog.api.txn.v1.ListTransactionsResponse
+	13, // 29: oncelog.api.txn.v1.TransactionCoordinatorService.AbortTransaction:output_type -> oncelog.api.txn.v1.AbortTransactionResponse
+	15, // 30: oncelog.api.txn.v1.TransactionCoordinatorService.SkipTxnMarkers:output_type -> oncelog.api.txn.v1.SkipTxnMarkersResponse
+	23, // [23:31] is the sub-list for method output_type
+	15, // [15:23] is the sub-list for method input_type
+	15, // [15:15] is the sub-list for extension type_name
+	15, // [15:15] is the sub-list for extension extendee
+	0,  // [0:15] is the sub-list for field type_name
 }
 
 func init() { file_oncelog_api_txn_v1_transaction_coordinator_service_proto_init() }
@@ -916,7 +1053,7 @@ func file_oncelog_api_txn_v1_transaction_coordinator_service_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_oncelog_api_txn_v1_transaction_coordinator_service_proto_rawDesc), len(file_oncelog_api_txn_v1_transaction_coordinator_service_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   14,
+			NumMessages:   16,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

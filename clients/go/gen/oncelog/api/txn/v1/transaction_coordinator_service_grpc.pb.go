@@ -28,6 +28,7 @@ const (
 	TransactionCoordinatorService_DescribeTransactions_FullMethodName = "/oncelog.api.txn.v1.TransactionCoordinatorService/DescribeTransactions"
 	TransactionCoordinatorService_ListTransactions_FullMethodName     = "/oncelog.api.txn.v1.TransactionCoordinatorService/ListTransactions"
 	TransactionCoordinatorService_AbortTransaction_FullMethodName     = "/oncelog.api.txn.v1.TransactionCoordinatorService/AbortTransaction"
+	TransactionCoordinatorService_SkipTxnMarkers_FullMethodName       = "/oncelog.api.txn.v1.TransactionCoordinatorService/SkipTxnMarkers"
 )
 
 // TransactionCoordinatorServiceClient is the client API for TransactionCoordinatorService service.
@@ -50,6 +51,9 @@ type TransactionCoordinatorServiceClient interface {
 	ListTransactions(ctx context.Context, in *ListTransactionsRequest, opts ...grpc.CallOption) (*ListTransactionsResponse, error)
 	// AbortTransaction aborts a hanging transaction by administrator request (KIP-664).
 	AbortTransaction(ctx context.Context, in *AbortTransactionRequest, opts ...grpc.CallOption) (*AbortTransactionResponse, error)
+	// SkipTxnMarkers gives up, by administrator request, on markers a participant will never accept, so a
+	// transaction stuck completing can finish; the skipped participants never get that transaction's marker.
+	SkipTxnMarkers(ctx context.Context, in *SkipTxnMarkersRequest, opts ...grpc.CallOption) (*SkipTxnMarkersResponse, error)
 }
 
 type transactionCoordinatorServiceClient struct {
@@ -130,6 +134,16 @@ func (c *transactionCoordinatorServiceClient) AbortTransaction(ctx context.Conte
 	return out, nil
 }
 
+func (c *transactionCoordinatorServiceClient) SkipTxnMarkers(ctx context.Context, in *SkipTxnMarkersRequest, opts ...grpc.CallOption) (*SkipTxnMarkersResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SkipTxnMarkersResponse)
+	err := c.cc.Invoke(ctx, TransactionCoordinatorService_SkipTxnMarkers_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // TransactionCoordinatorServiceServer is the server API for TransactionCoordinatorService service.
 // All implementations must embed UnimplementedTransactionCoordinatorServiceServer
 // for forward compatibility.
@@ -150,6 +164,9 @@ type TransactionCoordinatorServiceServer interface {
 	ListTransactions(context.Context, *ListTransactionsRequest) (*ListTransactionsResponse, error)
 	// AbortTransaction aborts a hanging transaction by administrator request (KIP-664).
 	AbortTransaction(context.Context, *AbortTransactionRequest) (*AbortTransactionResponse, error)
+	// SkipTxnMarkers gives up, by administrator request, on markers a participant will never accept, so a
+	// transaction stuck completing can finish; the skipped participants never get that transaction's marker.
+	SkipTxnMarkers(context.Context, *SkipTxnMarkersRequest) (*SkipTxnMarkersResponse, error)
 	mustEmbedUnimplementedTransactionCoordinatorServiceServer()
 }
 
@@ -180,6 +197,9 @@ func (UnimplementedTransactionCoordinatorServiceServer) ListTransactions(context
 }
 func (UnimplementedTransactionCoordinatorServiceServer) AbortTransaction(context.Context, *AbortTransactionRequest) (*AbortTransactionResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method AbortTransaction not implemented")
+}
+func (UnimplementedTransactionCoordinatorServiceServer) SkipTxnMarkers(context.Context, *SkipTxnMarkersRequest) (*SkipTxnMarkersResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SkipTxnMarkers not implemented")
 }
 func (UnimplementedTransactionCoordinatorServiceServer) mustEmbedUnimplementedTransactionCoordinatorServiceServer() {
 }
@@ -329,6 +349,24 @@ func _TransactionCoordinatorService_AbortTransaction_Handler(srv interface{}, ct
 	return interceptor(ctx, in, info, handler)
 }
 
+func _TransactionCoordinatorService_SkipTxnMarkers_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SkipTxnMarkersRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TransactionCoordinatorServiceServer).SkipTxnMarkers(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: TransactionCoordinatorService_SkipTxnMarkers_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TransactionCoordinatorServiceServer).SkipTxnMarkers(ctx, req.(*SkipTxnMarkersRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // TransactionCoordinatorService_ServiceDesc is the grpc.ServiceDesc for TransactionCoordinatorService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -363,6 +401,10 @@ var TransactionCoordinatorService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "AbortTransaction",
 			Handler:    _TransactionCoordinatorService_AbortTransaction_Handler,
+		},
+		{
+			MethodName: "SkipTxnMarkers",
+			Handler:    _TransactionCoordinatorService_SkipTxnMarkers_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
