@@ -65,16 +65,6 @@ def unused_address() -> str:
         return f"127.0.0.1:{sock.getsockname()[1]}"
 
 
-def values_of(local: LocalCluster, topic: str, count: int) -> list[bytes | None]:
-    with Consumer(local.bootstrap, isolation_level="read_committed") as consumer:
-        consumer.assign([TopicPartition(topic, 0)])
-        consumer.seek_to_beginning()
-        seen: list[bytes | None] = []
-        while len(seen) < count:
-            seen += [r.value for r in consumer.poll(timeout_ms=5_000)]
-        return seen
-
-
 # ---------------------------------------------------------------------------------------------- errors
 
 
@@ -122,7 +112,7 @@ def test_non_utf8_input_is_produced_byte_for_byte(local: LocalCluster, tmp_path:
     source.write_bytes(b"k\xe9:v\xe9\n")
     done = oncelog("produce", topic, "-f", str(source), "-k", ":", "-b", local.bootstrap)
     assert done.returncode == 0, done.stderr
-    assert values_of(local, topic, 4) == [b"caf\xe9", b"\xff\xfe", b"plain", b"v\xe9"]
+    assert values_of_committed(local, topic) == [b"caf\xe9", b"\xff\xfe", b"plain", b"v\xe9"]
 
 
 def test_aborting_an_already_aborted_transaction_says_nothing_was_aborted(local: LocalCluster) -> None:
