@@ -257,6 +257,30 @@ def test_an_unknown_partition_is_named(local: LocalCluster) -> None:
     assert (done.returncode, done.stderr) == (1, f"error: {topic} has no partition 7; it has partitions 0-1\n")
 
 
+def test_find_hanging_lists_transactions_open_longer_than_the_timeout(local: LocalCluster) -> None:
+    topic = new_topic(local)
+    tid = unique("long-open")
+    b = ["-b", local.bootstrap]
+    with Producer(local.bootstrap, transactional_id=tid) as producer:
+        producer.init_transactions()
+        producer.begin_transaction()
+        producer.send(topic, b"held").result()
+        within = oncelog("transactions", "find-hanging", topic, "-o", "json", *b)
+        late = oncelog("transactions", "find-hanging", topic, "--max-transaction-timeout-ms", "0", "-o", "json", *b)
+        producer.abort_transaction()
+    assert (within.returncode, json.loads(within.stdout)) == (0, []), within.stderr
+    [row] = json.loads(late.stdout)
+    assert row == {
+        "topic": topic,
+        "partition": 0,
+        "producer_id": row["producer_id"],
+        "epoch": 0,
+        "transactional_id": tid,
+        "start_offset": 0,
+        "why": "open longer than 0 ms",
+    }
+
+
 # ---------------------------------------------------------------------------------------------- interrupts
 
 

@@ -743,6 +743,57 @@ def transactions_abort(
     typer.echo(_with_admin(bootstrap, abort))
 
 
+@transactions_app.command("find-hanging")
+def transactions_find_hanging(
+    topic: str = typer.Argument(..., help="topic whose partitions to inspect"),
+    partition: list[int] = typer.Option([], "--partition", "-p", help="partition (repeatable); default all"),
+    max_transaction_timeout_ms: int = typer.Option(
+        900_000,
+        "--max-transaction-timeout-ms",
+        min=0,
+        help="a transaction open longer than this is hanging (the largest timeout producers use; Kafka: 15 min)",
+    ),
+    bootstrap: str | None = Bootstrap,
+    output: Format = output_option(),
+) -> None:
+    """List open transactions on a topic's partitions that hold the last stable offset back (KIP-664).
+
+    A transaction is hanging when its coordinator knows no open transaction of that producer id (a marker was
+    lost), or when it has been open longer than --max-transaction-timeout-ms. Abort one with
+    `oncelog transactions abort <transactional id>`.
+
+    Example: oncelog transactions find-hanging orders --max-transaction-timeout-ms 600000
+    """
+
+    def find(admin: AdminClient) -> list[tuple[Any, ...]]:
+        partitions = partition or [p.partition for p in admin.describe_topics([topic])[topic].partitions]
+        described = admin.describe_producers([TopicPartition(topic, p) for p in partitions])
+        coordinated = {t.producer_id: t for t in admin.list_transactions() if t.state in _OPEN_STATES}
+        now_ms = int(time.time() * 1000)
+        rows = []
+        for tp, producers in sorted(described.items()):
+            for p in producers:
+                if p.current_transaction_start_offset is None:
+                    continue
+                listing = coordinated.get(p.producer_id)
+                started = listing.transaction_start_time_ms if listing else p.last_timestamp_ms
+                if listing is None:
+                    why = "its coordinator has no open transaction for this producer id"
+                elif now_ms - started > max_transaction_timeout_ms:
+                    why = f"open longer than {max_transaction_timeout_ms} ms"
+                else:
+                    continue
+                tid = listing.transactional_id if listing else None
+                rows.append(
+                    (tp.partition, p.producer_id, p.producer_epoch, tid, p.current_transaction_start_offset, why)
+                )
+        return rows
+
+    rows = _with_admin(bootstrap, find)
+    columns = ["partition", "producer id", "epoch", "transactional id", "start offset", "why"]
+    print_rows(rows, columns, output, title=f"hanging transactions on {topic}", extra={"topic": topic})
+
+
 # ------------------------------------------------------------------------------------------------ producers, groups
 
 

@@ -29,6 +29,7 @@ COMMANDS = [
     ["transactions", "list"],
     ["transactions", "describe"],
     ["transactions", "abort"],
+    ["transactions", "find-hanging"],
     ["producers", "describe"],
     ["groups", "offsets"],
 ]
