@@ -484,6 +484,37 @@ def test_markers_retried_until_acknowledged(client: TxnClient, dest: Destination
     assert len(set(received)) == 1, "every retry carries the same marker"
 
 
+def test_operator_skips_a_marker_that_is_never_accepted(client: TxnClient, dest: Destinations) -> None:
+    """Issue 25 item 2: a destination that refuses a marker for good holds the commit until an operator skips it."""
+    tid = "skip-markers"
+    producer = client.init(tid)
+    refusing_node, other_node = sorted(dest.storage)
+    refusing, accepted = dest.partition_on(refusing_node), dest.partition_on(other_node)
+    client.add_partitions(tid, producer, refusing, accepted)
+    double = dest.storage[refusing_node]
+    double.fail_next(10**9)  # never accepted
+    client.end(tid, producer)
+    double.wait_for(lambda: double.failed >= 3, "the refused marker is retried")
+    assert client.describe(tid).state == pb.TRANSACTION_STATE_PREPARE_COMMIT
+    stub = client.stub(tid)
+    code, err = rpc_error(
+        lambda: stub.SkipTxnMarkers(
+            pb.SkipTxnMarkersRequest(
+                transactional_id=tid, partitions=[common_pb.TopicPartition(topic=TOPIC, partition=99)]
+            )
+        )
+    )
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and "not a participant" in err.message
+    skipped = stub.SkipTxnMarkers(
+        pb.SkipTxnMarkersRequest(
+            transactional_id=tid,
+            partitions=[common_pb.TopicPartition(topic=TOPIC, partition=p) for p in (refusing, accepted)],
+        )
+    )
+    assert [(tp.topic, tp.partition) for tp in skipped.partitions] == [(TOPIC, refusing)]
+    client.wait_state(tid, pb.TRANSACTION_STATE_COMPLETE_COMMIT)
+
+
 def test_zombie_commit_after_fence_rejected(client: TxnClient, dest: Destinations) -> None:
     tid = "zombie"
     partition = dest.partition_on(sorted(dest.storage)[0])
