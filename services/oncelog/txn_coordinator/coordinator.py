@@ -937,10 +937,7 @@ class TransactionCoordinator:
             raise InvalidRequest("transactional id must not be empty")
         entry = self._shard_of(transactional_id)
         async with self._locks.hold(transactional_id):
-            self._check_still_owned(entry)
-            md = entry.txns.get(transactional_id)
-            if md is None or not md.is_persisted:
-                raise TransactionalIdNotFound(f"transactional id {transactional_id!r} is unknown")
+            md = self._persisted(entry, transactional_id)
             if md.pending_state is not None:
                 raise ConcurrentTransactions(f"transactional id {transactional_id!r} has a transition in flight")
             if md.state is TransactionState.PREPARE_COMMIT:
@@ -982,10 +979,7 @@ class TransactionCoordinator:
             raise InvalidRequest("name at least one partition or group whose marker to skip")
         entry = self._shard_of(transactional_id)
         async with self._locks.hold(transactional_id):
-            self._check_still_owned(entry)
-            md = entry.txns.get(transactional_id)
-            if md is None or not md.is_persisted:
-                raise TransactionalIdNotFound(f"transactional id {transactional_id!r} is unknown")
+            md = self._persisted(entry, transactional_id)
             if not md.state.is_prepare:
                 raise InvalidTxnState(
                     f"transactional id {transactional_id!r} is {md.state.name}, not completing: no marker to skip"
@@ -1000,6 +994,18 @@ class TransactionCoordinator:
             skipped = self._markers.skip(transactional_id, partitions, groups)
         log.warning("skipped markers of %r on request: %s", transactional_id, skipped)
         return skipped
+
+    def _persisted(self, entry: _Shard, transactional_id: str) -> TransactionMetadata:
+        """The durable metadata of ``transactional_id`` on a shard still owned (call under the id's lock).
+
+        Raises:
+            TransactionalIdNotFound: the id is unknown.
+        """
+        self._check_still_owned(entry)
+        md = entry.txns.get(transactional_id)
+        if md is None or not md.is_persisted:
+            raise TransactionalIdNotFound(f"transactional id {transactional_id!r} is unknown")
+        return md
 
     async def _abort_if_timed_out(
         self, entry: _Shard, transactional_id: str, identity: tuple[int, int], now_ms: int
