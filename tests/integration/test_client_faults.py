@@ -6,6 +6,8 @@ Each test starts a cluster of its own (the faults would disturb other tests) and
 from __future__ import annotations
 
 import os
+import signal
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -155,3 +157,54 @@ def poll_until(consumer: Consumer, count: int, timeout_s: float = 60) -> list:
         assert time.monotonic() < deadline, f"{len(records)} of {count} records arrived"
         records.extend(consumer.poll(timeout_ms=200, max_records=count - len(records)))
     return records
+
+
+def test_commit_whose_decision_is_durable_is_not_reported_as_definitely_failed(tmp_path: Path) -> None:
+    """EndTxn reached the coordinator, which wrote PrepareCommit and held the answer for the markers (the storage
+    node is paused); the coordinator dies; later attempts find no coordinator (a definite answer). The commit will
+    happen, so the commit's RetriableError must be indeterminate, whatever the last attempt answered."""
+    tid = f"indeterminate-{uuid.uuid4().hex[:6]}"
+    cluster = LocalCluster(tmp_path, storage_nodes=1)
+    # short leases: once the coordinator is dead, FindCoordinator soon answers "no coordinator" (definite)
+    cluster.node("txn-coordinator-0").env.update(
+        ONCELOG_TXN_COORDINATOR_LEASE_MS="1500", ONCELOG_TXN_COORDINATOR_NODE_LEASE_MS="1500"
+    )
+    with cluster:
+        topic = new_topic(cluster.bootstrap)
+        storage = cluster.node("partition-storage-0").process
+        assert storage is not None
+        producer = Producer(cluster.bootstrap, transactional_id=tid, request_timeout_ms=3000, retry_backoff_ms=50)
+        outcome: list[BaseException | None] = []
+        try:
+            producer.init_transactions()
+            producer.begin_transaction()
+            producer.send(topic, b"decided").result(timeout=30)
+            storage.send_signal(signal.SIGSTOP)  # markers cannot be written: a waiting commit is held
+            commit = lambda: producer.commit_transaction(10, wait_for_completion=True)  # noqa: E731
+            committing = threading.Thread(target=lambda: outcome.append(_raised(commit)))
+            committing.start()
+            with AdminClient(cluster.bootstrap) as admin:
+                wait_until(
+                    lambda: admin.describe_transactions([tid])[tid].state == "prepare_commit",
+                    "the coordinator to make the commit durable",
+                )
+            cluster.kill("txn-coordinator-0")
+            committing.join(timeout=60)
+            assert not committing.is_alive()
+        finally:
+            storage.send_signal(signal.SIGCONT)
+        [error] = outcome
+        assert isinstance(error, RetriableError), error
+        assert error.definite is False, f"a durable commit decision reported as definitely failed: {error}"
+        cluster.restart("txn-coordinator-0")
+        producer.commit_transaction(60)  # the same decision, completed
+        producer.close()
+        assert [r.value for r in read_all(cluster.bootstrap, topic)] == [b"decided"]
+
+
+def _raised(action: Callable[[], object]) -> BaseException | None:
+    try:
+        action()
+    except BaseException as err:  # handed to the test thread
+        return err
+    return None
