@@ -133,7 +133,9 @@ class GrpcServer:
             register(self._server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self._server)
         names = [*self.spec.service_names, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name]
-        reflection.enable_server_reflection([*names, reflection.SERVICE_NAME], self._server)
+        reflection_names = [*names, reflection.SERVICE_NAME, REFLECTION_V1]
+        reflection.enable_server_reflection(reflection_names, self._server)
+        _add_reflection_v1(self._server, reflection_names)
         if self._credentials is not None:
             port = self._server.add_secure_port(self._listen, self._credentials)
         else:
@@ -210,6 +212,29 @@ class GrpcServer:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.stop()
+
+
+REFLECTION_V1 = "grpc.reflection.v1.ServerReflection"
+"""The stable reflection service (grpcurl and Postman try it first); grpcio-reflection ships only v1alpha."""
+
+
+def _add_reflection_v1(server: aio.Server, service_names: list[str]) -> None:
+    """Serve reflection v1 too: its messages are v1alpha's field for field, so v1alpha's servicer answers both."""
+    from grpc_reflection.v1alpha import reflection_pb2
+    from grpc_reflection.v1alpha._async import ReflectionServicer
+
+    servicer = ReflectionServicer(service_names)
+    handler = grpc.method_handlers_generic_handler(
+        REFLECTION_V1,
+        {
+            "ServerReflectionInfo": grpc.stream_stream_rpc_method_handler(
+                servicer.ServerReflectionInfo,
+                request_deserializer=reflection_pb2.ServerReflectionRequest.FromString,
+                response_serializer=reflection_pb2.ServerReflectionResponse.SerializeToString,
+            )
+        },
+    )
+    server.add_generic_rpc_handlers((handler,))
 
 
 def _reachable(listen: str, port: int) -> str:
