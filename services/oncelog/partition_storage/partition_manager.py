@@ -79,6 +79,7 @@ from oncelog.partition_storage.log_truncation import truncate_partition_files
 from oncelog.partition_storage.replica_fetcher import (
     CopyPosition,
     CopyResult,
+    FetcherSettings,
     FollowedPartition,
     ReplicaFetcherManager,
     ReplicaTransport,
@@ -237,12 +238,14 @@ class PartitionManager:
             None
             if replica_transport is None
             else ReplicaFetcherManager(
-                follower_id=node_id,
-                follower_epoch=node_epoch,
-                transport=replica_transport,
-                on_leadership_error=self.request_refresh,
-                on_divergence=self._truncate_diverged,
-                max_wait_ms=config.replica_fetch_wait_ms,
+                FetcherSettings(
+                    follower_id=node_id,
+                    follower_epoch=node_epoch,
+                    transport=replica_transport,
+                    on_leadership_error=self.request_refresh,
+                    on_divergence=self._truncate_diverged,
+                    max_wait_ms=config.replica_fetch_wait_ms,
+                )
             )
         )
 

@@ -34,6 +34,7 @@ from oncelog.partition_storage.engine import PartitionEngine
 __all__ = [
     "CopyPosition",
     "CopyResult",
+    "FetcherSettings",
     "FollowedPartition",
     "ReplicaFetcher",
     "ReplicaFetcherManager",
@@ -100,33 +101,37 @@ class FollowedPartition:
         return min(candidate, self.leader_high_watermark)
 
 
+@dataclass(frozen=True, slots=True)
+class FetcherSettings:
+    """What every fetcher of a node shares.
+
+    Attributes:
+        follower_id: this node's id, sent in every fetch.
+        follower_epoch: this node's current registration epoch.
+        transport: sends the fetches.
+        on_leadership_error: asks the owner to re-read the catalog.
+        on_divergence: asks the owner to cut a partition to an offset and re-add it.
+        max_wait_ms, max_bytes: long-poll and size of one fetch.
+        retry_backoff_ms: pause after a failed fetch.
+    """
+
+    follower_id: str
+    follower_epoch: Callable[[], int]
+    transport: ReplicaTransport
+    on_leadership_error: Callable[[], None]
+    on_divergence: Callable[[FollowedPartition, int], None]
+    max_wait_ms: int = 500
+    max_bytes: int = 8 * 1024 * 1024
+    retry_backoff_ms: int = 100
+
+
 class ReplicaFetcher:
     """Copies the partitions this node follows on one leader node; see the module docstring."""
 
-    def __init__(
-        self,
-        leader_id: str,
-        address: str,
-        *,
-        follower_id: str,
-        follower_epoch: Callable[[], int],
-        transport: ReplicaTransport,
-        on_leadership_error: Callable[[], None],
-        on_divergence: Callable[[FollowedPartition, int], None],
-        max_wait_ms: int = 500,
-        max_bytes: int = 8 * 1024 * 1024,
-        retry_backoff_ms: int = 100,
-    ) -> None:
+    def __init__(self, leader_id: str, address: str, settings: FetcherSettings) -> None:
         self.leader_id = leader_id
         self.address = address
-        self._follower_id = follower_id
-        self._follower_epoch = follower_epoch
-        self._transport = transport
-        self._on_leadership_error = on_leadership_error
-        self._on_divergence = on_divergence
-        self._max_wait_ms = max_wait_ms
-        self._max_bytes = max_bytes
-        self._backoff_s = retry_backoff_ms / 1000
+        self._settings = settings
         self._partitions: dict[tuple[str, int], FollowedPartition] = {}
         self._changed = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -171,10 +176,10 @@ class ReplicaFetcher:
                 await self.fetch_once(active)
             except OncelogError as err:
                 log.warning("replica fetch from %s (%s) failed: %s; retrying", self.leader_id, self.address, err)
-                await asyncio.sleep(self._backoff_s)
+                await asyncio.sleep(self._settings.retry_backoff_ms / 1000)
             except Exception:
                 log.exception("replica fetch from %s failed; retrying", self.leader_id)
-                await asyncio.sleep(self._backoff_s)
+                await asyncio.sleep(self._settings.retry_backoff_ms / 1000)
 
     async def fetch_once(self, active: Sequence[FollowedPartition]) -> None:
         """One round: send the positions, apply every answer."""
@@ -189,13 +194,14 @@ class ReplicaFetcher:
             )
             for f in active
         ]
-        results = await self._transport.replica_fetch(
+        settings = self._settings
+        results = await settings.transport.replica_fetch(
             self.address,
-            self._follower_id,
-            self._follower_epoch(),
+            settings.follower_id,
+            settings.follower_epoch(),
             positions,
-            max_wait_ms=self._max_wait_ms,
-            max_bytes=self._max_bytes,
+            max_wait_ms=settings.max_wait_ms,
+            max_bytes=settings.max_bytes,
         )
         for followed, position, result in zip(active, positions, results, strict=True):
             if self._partitions.get((followed.topic, followed.partition)) is not followed:
@@ -210,7 +216,7 @@ class ReplicaFetcher:
             if result.reason in _LEADERSHIP_ERRORS:
                 followed.paused = f"leader answered {result.reason.name}"
                 log.info("%s: %s; refreshing the catalog", name, result.message)
-                self._on_leadership_error()
+                self._settings.on_leadership_error()
             else:
                 log.warning("%s: replica fetch failed: %s", name, result.message)
             return
@@ -220,7 +226,7 @@ class ReplicaFetcher:
             target = max(min(end, own_end) if own_epoch >= 0 and end >= 0 else end, 0)
             followed.paused = f"log diverges from the leader's after epoch {epoch}; truncating to {target}"
             log.warning("%s: %s", name, followed.paused)
-            self._on_divergence(followed, target)
+            self._settings.on_divergence(followed, target)
             return
         engine = followed.engine
         if result.records and engine.log_end_offset == position.fetch_offset:
@@ -234,22 +240,8 @@ class ReplicaFetcher:
 class ReplicaFetcherManager:
     """The fetchers of one node, one per leader node (Kafka's ``ReplicaFetcherManager``)."""
 
-    def __init__(
-        self,
-        *,
-        follower_id: str,
-        follower_epoch: Callable[[], int],
-        transport: ReplicaTransport,
-        on_leadership_error: Callable[[], None],
-        on_divergence: Callable[[FollowedPartition, int], None],
-        max_wait_ms: int = 500,
-    ) -> None:
-        self._on_divergence = on_divergence
-        self._follower_id = follower_id
-        self._follower_epoch = follower_epoch
-        self._transport = transport
-        self._on_leadership_error = on_leadership_error
-        self._max_wait_ms = max_wait_ms
+    def __init__(self, settings: FetcherSettings) -> None:
+        self._settings = settings
         self._fetchers: dict[str, ReplicaFetcher] = {}
         self._leader_of: dict[tuple[str, int], str] = {}
 
@@ -270,16 +262,7 @@ class ReplicaFetcherManager:
             asyncio.get_running_loop().create_task(fetcher.stop())
             fetcher = None
         if fetcher is None:
-            fetcher = self._fetchers[leader_id] = ReplicaFetcher(
-                leader_id,
-                address,
-                follower_id=self._follower_id,
-                follower_epoch=self._follower_epoch,
-                transport=self._transport,
-                on_leadership_error=self._on_leadership_error,
-                on_divergence=self._on_divergence,
-                max_wait_ms=self._max_wait_ms,
-            )
+            fetcher = self._fetchers[leader_id] = ReplicaFetcher(leader_id, address, self._settings)
         fetcher.add(followed)
         self._leader_of[key] = leader_id
 
