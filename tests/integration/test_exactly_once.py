@@ -40,6 +40,7 @@ from oncelog.client import (
     TopicPartition,
     TransactionState,
 )
+from oncelog.errors import OncelogError
 from oncelog.rpc import sync_channel
 from oncelog.testing import LocalCluster
 from oncelog.testing.reading import read_all
@@ -413,6 +414,26 @@ def _copier(cluster: LocalCluster, name: str) -> Iterator[tuple[Consumer, Produc
         consumer.subscribe([source])
         producer.init_transactions()
         yield consumer, producer, sink, TopicPartition(source, 0)
+
+
+def test_a_group_id_over_255_characters_is_refused_where_it_enters_and_wedges_nothing(cluster: LocalCluster) -> None:
+    """Issue 25 item 2: AddOffsetsToTxn refuses the id group-offsets would refuse, naming the limit, so no marker
+    batch is ever poisoned; the same transactional id commits again at once."""
+    topic = new_topic(cluster.bootstrap, 1, "long-group")
+    tid = f"long-group-{uuid.uuid4().hex[:6]}"
+    with Producer(cluster.bootstrap, transactional_id=tid) as producer:
+        producer.init_transactions()
+        producer.begin_transaction()
+        producer.send(topic, b"never-committed", partition=0)
+        with pytest.raises(OncelogError, match="300 characters long; the limit is 255"):
+            producer.send_offsets_to_transaction({TopicPartition(topic, 0): 1}, "g" * 300)
+    with Producer(cluster.bootstrap, transactional_id=tid) as producer:
+        producer.init_transactions()  # fences the abandoned instance and aborts its transaction
+        producer.begin_transaction()
+        producer.send(topic, b"committed", partition=0)
+        producer.send_offsets_to_transaction({TopicPartition(topic, 0): 1}, "g" * 255)
+        producer.commit_transaction()
+    assert values(read_all(cluster.bootstrap, topic)) == [b"committed"]
 
 
 def test_offsets_committed_only_with_transaction(cluster: LocalCluster) -> None:
