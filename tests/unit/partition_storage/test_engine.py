@@ -508,6 +508,21 @@ async def test_retention_deletes_old_segments(opened, clock: Clock) -> None:
     assert engine.read(engine.log_start_offset, 1 << 20, RC).records
 
 
+async def test_retention_deletes_snapshots_with_their_segments(opened, tmp_path: Path) -> None:
+    """Issue 25 item 3: a snapshot below the new log start goes with the segments retention deletes."""
+    engine = await opened(segment_bytes=300, retention_bytes=100)
+    for batch in range(2):
+        await engine.append(data(7, 0, 3 * batch, n=3))
+    await engine.close()  # snapshot at the log end, 6
+    engine = await opened(segment_bytes=300, retention_bytes=100)
+    for batch in range(2, 4):  # rolls past the snapshot
+        await engine.append(data(7, 0, 3 * batch, n=3))
+    assert await engine.enforce_retention()
+    assert engine.log_start_offset > 6
+    left = sorted(int(path.stem) for path in engine.directory.glob("*.snapshot"))
+    assert all(offset >= engine.log_start_offset for offset in left), left
+
+
 async def test_retention_never_deletes_writes_above_the_high_watermark(opened) -> None:
     """Issue 25 item 8: segments holding writes that are not acknowledged yet stay until they are."""
     engine = await opened(segment_bytes=300, retention_bytes=100)
