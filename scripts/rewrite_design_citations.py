@@ -8,17 +8,26 @@ exists there.
 
 Labels rewritten (only inside comments and docstrings, never in code; running it twice changes nothing):
 
-=====================  ==============================
-old label              new label
-=====================  ==============================
-``DESIGN``             ``design/architecture.md``
-``ref`` / ``Ref``      ``design/kafka-semantics.md``
-``CONVENTIONS``        ``design/conventions.md``
-=====================  ==============================
+=================================  ==============================================================
+old label                          new label
+=================================  ==============================================================
+``DESIGN``                         ``design/architecture.md``
+``ref`` / ``Ref``                  ``design/kafka-semantics.md``
+``CONVENTIONS``                    ``design/conventions.md``
+``reference pyspark-connector``,   ``design/spark-connector.md`` (``reference`` alone only in the
+``pyspark-connector``,             Spark files, SPARK_FILES)
+``reference``
+``seed 002`` / ``Seed 002``        ``design/replication.md``, each section number mapped through
+                                   SEED_SECTIONS (``seed 002 \u00a72.6.4`` becomes ``\u00a74``)
+=================================  ==============================================================
 
 A citation is a label followed by a section sign and a number; the numbers that follow it, separated by
 commas, "and", "to", "/" or a dash, belong to the same document (``design/kafka-semantics.md §2.3-2.5,
-§5.6``). A range is checked at both ends.
+§5.6``). A range is checked at both ends. A section sign with no label before it is a continuation and
+gets the label written out: in the Spark files it means the Spark connector's design, with a Chinese numeral
+the replication seed, elsewhere the document of the nearest citation before it in the file. OVERRIDES fixes
+the few citations these rules get wrong (a ``ref`` in a Spark test that means the connector's design).
+``docs/design/<file>.md`` citations are checked like ``design/<file>.md`` ones and left as they are.
 
 Usage:
     python scripts/rewrite_design_citations.py            # rewrite libs/ services/ tests/ bench/ scripts/
@@ -45,45 +54,128 @@ DESIGN_DIR = Path("docs", "design")
 LINE_LENGTH = 120  # ruff line-length in pyproject.toml
 
 SECTION = "\u00a7"
+ARCHITECTURE = "design/architecture.md"
+SEMANTICS = "design/kafka-semantics.md"
+REPLICATION = "design/replication.md"
+SPARK = "design/spark-connector.md"
 OLD_LABELS = {
-    "DESIGN": "design/architecture.md",
-    "ref": "design/kafka-semantics.md",
-    "Ref": "design/kafka-semantics.md",
+    "DESIGN": ARCHITECTURE,
+    "ref": SEMANTICS,
+    "Ref": SEMANTICS,
     "CONVENTIONS": "design/conventions.md",
+    "pyspark-connector": SPARK,
+    "reference pyspark-connector": SPARK,
+    "Reference pyspark-connector": SPARK,
+    "reference": SPARK,  # in Spark files only (SPARK_FILES); elsewhere not a citation
+    "Reference": SPARK,
+    "seed 002": REPLICATION,  # numbers rewritten through SEED_SECTIONS
+    "Seed 002": REPLICATION,
 }
+SPARK_FILES = (
+    "libs/oncelog/spark/",
+    "libs/oncelog/testing/spark.py",
+    "tests/unit/spark/",
+    "tests/spark/",
+    "bench/spark.py",
+)
+"""Where a bare "reference" label, and a bare section sign, mean the Spark connector's design."""
+SPARK_ONLY_LABELS = frozenset({"reference", "Reference"})
+SEED_LABELS = frozenset({"seed 002", "Seed 002"})
+SEED_SECTIONS = {
+    "2.6.2": "6",  # controller, broker election -> controller and elections
+    "2.6.2.1": "6",
+    "2.6.3": "1",  # reliability: replica placement is cited; placement is part of the catalog model
+    "2.6.3.1": "7",  # out-of-sync replicas (replica.lag.time.max.ms) -> ISR shrink and expand
+    "2.6.3.2": "3",  # replica copying -> replica fetch protocol
+    "2.6.4": "4",  # consistency: HW and LEO
+    "\u4e09.3": "10",  # transaction semantics, interleaving of plain and transactional producers (closest)
+    "\u4e03": "5",  # HW/LEO failure cases 1 and 2 -> leader epochs and truncation, which resolves both
+    "\u516b": "5",  # leader epoch
+}
+"""Sections of the replication seed (002) and the section of design/replication.md that covers each."""
+OVERRIDES = {
+    ("tests/unit/spark/test_writer.py", "ref", "3.4"): SPARK,
+    ("services/oncelog/partition_storage/partition_manager.py", "", "7"): REPLICATION,
+}
+"""(file, label or "" for a bare section sign, first section) whose document the general rules get wrong."""
 
-_NUMBER = r"\d+(?:\.\d+)*"
+_HAN_NUMERALS = "\u4e00\u4e8c\u4e09\u56db\u4e94\u516d\u4e03\u516b\u4e5d\u5341"
+_DIGITS = r"\d+(?:\.\d+)*"
+_NUMBER = rf"(?:\d+|[{_HAN_NUMERALS}]+)(?:\.\d+)*"  # the seed numbers its chapters in Chinese numerals
 # One label and the run of section numbers that belong to it.
-# New labels are any file of docs/design/ (others add documents there), old ones the three short labels.
-_LABEL = r"design/[\w.-]+\.md|" + "|".join(re.escape(label) for label in sorted(OLD_LABELS, key=len, reverse=True))
+# New labels are any file of docs/design/ (others add documents there), old ones the short labels above.
+_LABEL = r"(?:docs/)?design/[\w.-]+\.md|(?:[Rr]eference\s+)?pyspark-connector|[Ss]eed\s+002|" + "|".join(
+    re.escape(label) for label in sorted(OLD_LABELS, key=len, reverse=True) if " " not in label
+)
 # After a comma, "and" or "/" another number needs its own section sign; a range end ("-", "to") may omit it.
 _CONTINUATION = rf"(?:\s*(?:,|/|\band\b)\s*{SECTION}\s?{_NUMBER}|\s*(?:-|\u2013|\bto\b)\s*{SECTION}?\s?{_NUMBER})"
 CITATION_RE = re.compile(
     rf"(?<![\w/.-])(?P<label>{_LABEL})\s+(?P<numbers>{SECTION}\s?{_NUMBER}(?:{_CONTINUATION}(?![\w]))*)"
 )
+# A section sign with no label before it: it continues a citation made earlier (see _bare_target).
+_BARE_RE = re.compile(rf"(?<![\w/.-]){SECTION}\s?(?P<number>{_NUMBER})")
 _NUMBER_RE = re.compile(_NUMBER)
-_HEADING_RE = re.compile(rf"^#{{1,6}}\s+{SECTION}?\s*(?P<number>{_NUMBER})\.?(?:\s|$)")
+_HEADING_RE = re.compile(rf"^#{{1,6}}\s+{SECTION}?\s*(?P<number>{_DIGITS})\.?(?:\s|$)")
 
 
 @dataclass(frozen=True)
 class Citation:
-    """One citation found in a comment or docstring: where it is, which document, which sections."""
+    """One citation found in a comment or docstring: where it is, which document, which sections.
+
+    ``label`` is the label as written, whitespace collapsed ("" for a bare section sign); ``target`` the
+    docs/design/ label it stands for (None when nothing tells); ``sections`` the numbers in that document.
+    """
 
     path: Path
     line: int
     label: str
     sections: tuple[str, ...]
     text: str
+    target: str | None = None
+    old_style: bool = False
 
     @property
     def is_old_style(self) -> bool:
-        """True while the citation still uses a label that names no file of docs/design/."""
-        return self.label in OLD_LABELS
+        """True while the citation does not name a file of docs/design/ itself."""
+        return self.old_style
 
     @property
     def document(self) -> str:
         """The docs/design/ file name the citation points at (``architecture.md`` ...)."""
-        return OLD_LABELS.get(self.label, self.label).removeprefix("design/")
+        return (self.target or self.label).removeprefix("docs/").removeprefix("design/")
+
+
+@dataclass(frozen=True)
+class _Found:
+    """A citation with its place in the source and, for an old one, the text that replaces it."""
+
+    start: int
+    end: int
+    citation: Citation
+    replacement: str | None
+    span_start: int
+    is_comment: bool
+
+
+def _is_spark_file(relative: str) -> bool:
+    return relative.startswith(SPARK_FILES)
+
+
+def _map_numbers(numbers: str, mapping: dict[str, str] | None) -> tuple[str, tuple[str, ...], bool]:
+    """``numbers`` with each section replaced through ``mapping``; also the new sections and "all mapped"."""
+    if mapping is None:
+        return numbers, _sections(numbers), True
+    complete = True
+
+    def one(match: re.Match[str]) -> str:
+        nonlocal complete
+        if match.group(0) not in mapping:
+            complete = False
+            return match.group(0)
+        return mapping[match.group(0)]
+
+    mapped = _NUMBER_RE.sub(one, numbers)
+    return mapped, _sections(mapped), complete
 
 
 def comment_spans(source: str) -> Iterator[tuple[int, int, bool]]:
@@ -121,35 +213,117 @@ def _sections(numbers: str) -> tuple[str, ...]:
     return tuple(_NUMBER_RE.findall(numbers))
 
 
-def find_citations(source: str, path: Path = Path("<string>")) -> list[Citation]:
-    """Every citation (old or new label) inside the comments and docstrings of ``source``."""
-    found = []
-    for start, end, _ in comment_spans(source):
-        for match in CITATION_RE.finditer(source, start, end):
+def _resolve(label: str, numbers: str, relative: str) -> tuple[str | None, str]:
+    """The docs/design/ label that ``label`` stands for in ``relative`` and ``numbers`` in that document.
+
+    Returns (None, numbers) when the label is not a citation there, or when a seed section has no counterpart.
+    """
+    label = " ".join(label.split())
+    first = _sections(numbers)[0]
+    override = OVERRIDES.get((relative, label, first))
+    if override:
+        return override, numbers
+    if label in SPARK_ONLY_LABELS and not _is_spark_file(relative):
+        return None, numbers
+    if label in SEED_LABELS or (not label and first[0] in _HAN_NUMERALS):
+        mapped, _, complete = _map_numbers(numbers, SEED_SECTIONS)
+        return (REPLICATION if complete else None), mapped
+    if label in OLD_LABELS:
+        return OLD_LABELS[label], numbers
+    return label.removeprefix("docs/"), numbers
+
+
+def _scan(source: str, path: Path, relative: str) -> list[_Found]:
+    """Every citation inside the comments and docstrings of ``source``, labelled or bare, in source order.
+
+    A bare section sign (one with no label before it) belongs to: the replication seed when its number is a
+    Chinese numeral; the Spark connector's design in a Spark file (SPARK_FILES); else the document of the
+    nearest citation before it in the file. OVERRIDES correct the few places where these rules are wrong.
+    """
+    found: list[_Found] = []
+    previous: tuple[str, str | None] | None = None  # (label as written, its target) of the last citation
+    for start, end, is_comment in comment_spans(source):
+        labelled = list(CITATION_RE.finditer(source, start, end))
+        taken = [(m.start(), m.end()) for m in labelled]
+        bare = [m for m in _BARE_RE.finditer(source, start, end) if not any(a <= m.start() < b for a, b in taken)]
+        for match in sorted(labelled + bare, key=lambda m: m.start()):
             line = source.count("\n", 0, match.start()) + 1
-            found.append(Citation(path, line, match.group("label"), _sections(match.group("numbers")), match.group(0)))
+            if "label" in match.groupdict():
+                written = match.group("label")
+                label = " ".join(written.split())
+                numbers = match.group("numbers")
+                target, mapped = _resolve(label, numbers, relative)
+                if target is None and label in SPARK_ONLY_LABELS:
+                    continue  # "reference §" outside the Spark files is not one of ours
+                old = not label.startswith(("design/", "docs/design/"))
+                replacement = None
+                if old and target is not None:
+                    gap = source[match.end("label") : match.start("numbers")]
+                    inner = re.search(r"\s*\n\s*", written)
+                    replacement = target + (inner.group(0) if inner else gap) + mapped
+                citation = Citation(path, line, label, _sections(mapped), match.group(0), target, old)
+                found.append(_Found(match.start("label"), match.end(), citation, replacement, start, is_comment))
+                previous = (label, target)
+                continue
+            numbers = match.group(0)
+            key = (relative, "", match.group("number"))
+            if key in OVERRIDES:
+                target, mapped = OVERRIDES[key], numbers
+            elif match.group("number")[0] in _HAN_NUMERALS:
+                target, mapped = _resolve("", numbers, relative)
+            elif _is_spark_file(relative):
+                target, mapped = SPARK, numbers
+            elif previous is not None and previous[1] is not None:
+                # a seed label before it: its numbers are the seed's too
+                if previous[0] in SEED_LABELS:
+                    target, mapped = _resolve(previous[0], numbers, relative)
+                else:
+                    target, mapped = previous[1], numbers
+            else:
+                target, mapped = None, numbers
+            replacement = None if target is None else f"{target} {mapped}"
+            citation = Citation(path, line, "", _sections(mapped), numbers, target, True)
+            found.append(_Found(match.start(), match.end(), citation, replacement, start, is_comment))
     return found
 
 
-def rewrite_source(source: str, line_length: int = LINE_LENGTH) -> str:
-    """``source`` with every old label inside comments and docstrings replaced by its docs/design/ file.
+def _relative_to(path: Path, root: Path | None) -> str:
+    """``path`` relative to ``root`` in POSIX form (the key of SPARK_FILES and OVERRIDES)."""
+    if root is not None:
+        try:
+            return path.resolve().relative_to(root.resolve()).as_posix()
+        except ValueError:
+            pass
+    return path.as_posix()
 
+
+def find_citations(source: str, path: Path = Path("<string>"), root: Path | None = None) -> list[Citation]:
+    """Every citation (old or new label, or a bare section sign) in the comments and docstrings of ``source``.
+
+    ``path`` relative to ``root`` (or as given) decides which rules apply (SPARK_FILES, OVERRIDES).
+    """
+    return [found.citation for found in _scan(source, path, _relative_to(path, root))]
+
+
+def rewrite_source(source: str, line_length: int = LINE_LENGTH, relative: str = "") -> str:
+    """``source`` with every old citation inside comments and docstrings naming its docs/design/ file.
+
+    ``relative`` is the file's path from the repository root (it decides SPARK_FILES and OVERRIDES).
     A longer label can push a line past ``line_length``; such a line (and only such a line) is broken at a space
     before the limit, never inside a citation, and continued with the same comment prefix or indentation.
     """
     pieces = []
     done = 0
     comment_lines: dict[int, int] = {}  # line index -> column of the comment that got a new label
-    for start, end, is_comment in comment_spans(source):
-        for match in CITATION_RE.finditer(source, start, end):
-            label = match.group("label")
-            if label in OLD_LABELS:
-                pieces.append(source[done : match.start("label")])
-                pieces.append(OLD_LABELS[label])
-                done = match.end("label")
-                if is_comment:
-                    line_start = source.rfind("\n", 0, start) + 1
-                    comment_lines[source.count("\n", 0, start)] = start - line_start
+    for found in _scan(source, Path(relative or "<string>"), relative):
+        if found.replacement is None:
+            continue
+        pieces.append(source[done : found.start])
+        pieces.append(found.replacement)
+        done = found.end
+        if found.is_comment:
+            line_start = source.rfind("\n", 0, found.span_start) + 1
+            comment_lines[source.count("\n", 0, found.span_start)] = found.span_start - line_start
     if not pieces:
         return source
     pieces.append(source[done:])
@@ -244,7 +418,17 @@ def problems(citations: Iterable[Citation], sections: dict[str, set[str]], root:
     for citation in citations:
         where = f"{_display(citation.path, root)}:{citation.line}"
         if citation.is_old_style:
-            found.append(f"{where}: old label {citation.text!r} (run scripts/rewrite_design_citations.py)")
+            if citation.target is None and not citation.label:
+                found.append(f"{where}: {citation.text!r} names no document; write design/<file>.md before it")
+            elif citation.target is None:
+                found.append(f"{where}: {citation.text!r}: no section of docs/design/ is mapped for it (SEED_SECTIONS)")
+            elif not citation.label:
+                found.append(
+                    f"{where}: {citation.text!r} names no document; it continues {citation.target} "
+                    "(run scripts/rewrite_design_citations.py)"
+                )
+            else:
+                found.append(f"{where}: old label {citation.text!r} (run scripts/rewrite_design_citations.py)")
             continue
         known = sections.get(citation.document)
         if known is None:
@@ -269,16 +453,16 @@ def check(root: Path, paths: Iterable[Path] = ()) -> list[str]:
     sections = load_sections(root / DESIGN_DIR)
     citations = []
     for path in python_files(root, paths):
-        citations.extend(find_citations(path.read_text(encoding="utf-8"), path))
+        citations.extend(find_citations(path.read_text(encoding="utf-8"), path, root))
     return problems(citations, sections, root)
 
 
 def rewrite(root: Path, paths: Iterable[Path] = ()) -> list[Path]:
-    """Rewrite old labels in place; returns the files that changed."""
+    """Rewrite old citations in place; returns the files that changed."""
     changed = []
     for path in python_files(root, paths):
         source = path.read_text(encoding="utf-8")
-        updated = rewrite_source(source)
+        updated = rewrite_source(source, relative=_relative_to(path, root))
         if updated != source:
             path.write_text(updated, encoding="utf-8")
             changed.append(path)

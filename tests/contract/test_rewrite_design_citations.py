@@ -176,3 +176,148 @@ def test_long_lines_are_wrapped_within_the_limit(tool) -> None:
     assert f"design/architecture.md {S}1.7, {S}4" in out
     assert "\n    #   " in out, "a bullet's continuation is indented under its text"
     assert tool.rewrite_source(out, line_length=limit) == out
+
+
+SPARK_DESIGN = """# Spark connector
+
+## 3. What Spark does
+
+### 3.1 Where each piece runs
+
+### 3.2 Checkpoint and replay
+
+### 3.4 Task retries
+
+## 4. Exactly-once sink
+"""
+
+REPLICATION = """# Partition replication
+
+## 1. Catalog model
+
+## 4. HW and LEO
+
+## 5. Leader epochs and truncation
+
+## 7. ISR shrink and expand
+
+## 10. Transactions over replicas
+"""
+
+SEVEN, EIGHT = "\u4e03", "\u516b"  # the replication seed numbers some chapters in Chinese numerals
+
+SPARK_MODULE = f'''"""Planning runs on the driver (reference pyspark-connector {S}3.1): a range is read with
+the consumer's filter (ref {S}4.2), so a replay reads the same rows ({S}3.2). Readers pickle (reference
+pyspark-connector {S}3.1).
+"""
+
+
+def f():
+    return 1  # retries need local[N,F] (reference {S}3.4); sink design (pyspark-connector {S}4 (a))
+'''
+
+SPARK_TEST = f'''"""Fencing twins (ref {S}3.4); sequences restart after the bump (ref {S}4.2)."""
+'''
+
+OTHER_MODULE = f'''"""Not Spark: a "reference {S}3.1" here is nobody's label (DESIGN {S}1.1).
+
+Errors stay definite ({S}1.7).
+"""
+'''
+
+REPLICA_MODULE = f'''"""Rules (seed 002 {S}2.6.3.1, {S}2.6.4); truncation (Seed 002 {S}{SEVEN} case 2, KIP-279).
+
+Leader epochs ({S}{EIGHT}); a chapter nobody mapped (seed 002 {S}2.6.9).
+"""
+'''
+
+ORPHAN_MODULE = f'''"""A section sign with nothing before it to name its document ({S}2)."""
+'''
+
+
+def write_spark_tree(root: Path) -> dict[str, Path]:
+    write_tree(root)
+    design = root / "docs" / "design"
+    (design / "spark-connector.md").write_text(SPARK_DESIGN, encoding="utf-8")
+    (design / "replication.md").write_text(REPLICATION, encoding="utf-8")
+    files = {
+        "libs/oncelog/spark/reader.py": SPARK_MODULE,
+        "tests/unit/spark/test_writer.py": SPARK_TEST,
+        "libs/pkg/other.py": OTHER_MODULE,
+        "services/pkg/replica_state.py": REPLICA_MODULE,
+        "libs/pkg/orphan.py": ORPHAN_MODULE,
+    }
+    paths = {}
+    for relative, text in files.items():
+        path = root / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+        paths[relative] = path
+    return paths
+
+
+def test_spark_seed_and_bare_citations_are_rewritten(tool, tmp_path: Path) -> None:
+    paths = write_spark_tree(tmp_path)
+
+    tool.rewrite(tmp_path)
+
+    spark = paths["libs/oncelog/spark/reader.py"].read_text(encoding="utf-8")
+    assert f"(design/spark-connector.md {S}3.1): a range" in spark
+    assert f"(design/kafka-semantics.md {S}4.2)" in spark, "ref keeps meaning Kafka's semantics in Spark files"
+    assert f"(design/spark-connector.md {S}3.2)" in spark, "a bare continuation in a Spark file"
+    assert f"(design/spark-connector.md\n{S}3.1)" in spark, "a label broken over two lines keeps the line count"
+    assert f"(design/spark-connector.md {S}3.4)" in spark and f"(design/spark-connector.md {S}4 (a))" in spark
+    spark_test = paths["tests/unit/spark/test_writer.py"].read_text(encoding="utf-8")
+    assert f"(design/spark-connector.md {S}3.4)" in spark_test, "OVERRIDES: this ref means the connector"
+    assert f"(design/kafka-semantics.md {S}4.2)" in spark_test
+    other = paths["libs/pkg/other.py"].read_text(encoding="utf-8")
+    assert f'a "reference {S}3.1" here' in other, "reference alone is a label in Spark files only"
+    assert f"(design/architecture.md {S}1.7)" in other, "a bare continuation takes the nearest citation's document"
+    replica = paths["services/pkg/replica_state.py"].read_text(encoding="utf-8")
+    assert f"Rules (design/replication.md {S}7, {S}4)" in replica
+    assert f"(design/replication.md {S}5 case 2, KIP-279)" in replica
+    assert f"Leader epochs (design/replication.md {S}5)" in replica
+    assert f"(seed 002 {S}2.6.9)" in replica, "an unmapped seed section is left for a person"
+    assert paths["libs/pkg/orphan.py"].read_text(encoding="utf-8") == ORPHAN_MODULE
+    for path in paths.values():
+        compile(path.read_text(encoding="utf-8"), str(path), "exec")
+    assert tool.rewrite(tmp_path) == [], "running it twice changes nothing"
+
+
+def test_check_reports_spark_seed_and_bare_citations(tool, tmp_path: Path) -> None:
+    write_spark_tree(tmp_path)
+
+    before = tool.check(tmp_path)
+    by_file = {
+        name: [line for line in before if line.startswith(name)]
+        for name in (
+            "libs/oncelog/spark/reader.py",
+            "tests/unit/spark/test_writer.py",
+            "libs/pkg/other.py",
+            "services/pkg/replica_state.py",
+            "libs/pkg/orphan.py",
+        )
+    }
+    assert len(by_file["libs/oncelog/spark/reader.py"]) == 6, before
+    assert len(by_file["tests/unit/spark/test_writer.py"]) == 2, before
+    assert len(by_file["libs/pkg/other.py"]) == 2, before
+    assert len(by_file["services/pkg/replica_state.py"]) == 4, before
+    assert len(by_file["libs/pkg/orphan.py"]) == 1 and "names no document" in by_file["libs/pkg/orphan.py"][0]
+
+    tool.rewrite(tmp_path)
+    after = tool.check(tmp_path)
+
+    assert len(after) == 2, after
+    assert any("replica_state.py:3:" in line and "no section of docs/design/ is mapped" in line for line in after)
+    assert any("orphan.py:1:" in line and "names no document" in line for line in after)
+
+
+def test_check_catches_a_design_section_that_is_missing(tool, tmp_path: Path) -> None:
+    write_spark_tree(tmp_path)
+    design = tmp_path / "docs" / "design" / "spark-connector.md"
+    design.write_text(SPARK_DESIGN.replace("### 3.4 Task retries\n", ""), encoding="utf-8")
+    tool.rewrite(tmp_path)
+
+    missing = [line for line in tool.check(tmp_path) if f"no heading {S}3.4 " in line]
+
+    assert len(missing) == 2, missing  # the Spark comment and the overridden ref in the Spark test
