@@ -237,6 +237,32 @@ def test_headers_partition_offset_and_timestamp(local: LocalCluster) -> None:
     assert (late.returncode, late.stdout) == (0, ""), late.stderr
 
 
+def test_producer_properties_and_base64_input(local: LocalCluster) -> None:
+    topic = new_topic(local)
+    b = ["-b", local.bootstrap]
+    props = ["-X", "compression.type=zstd", "-X", "acks=all", "-X", "max.request.size=2097152"]
+    done = oncelog("produce", topic, *props, "--base64", *b, input=b"aGVsbG8=\nAP8=\n")
+    assert done.returncode == 0, done.stderr
+    assert values_of_committed(local, topic) == [b"hello", b"\x00\xff"]
+    bad = oncelog("produce", topic, "--base64", *b, input=b"aGVsbG8=\nnot base64!\n")
+    assert bad.returncode == 1
+    assert bad.stderr == "error: line 2 is not base64 (b'not base64!'); nothing after it was sent\n"
+
+
+@pytest.mark.parametrize(
+    ("option", "fragment", "code"),
+    [
+        ("nope=1", "unknown producer property 'nope'; use one of acks, compression.type,", 2),
+        ("linger.ms=soon", "linger.ms='soon' does not parse", 2),
+        ("compression.type=snappy", "compression='snappy' is not supported by oncelog", 2),
+    ],
+)
+def test_bad_producer_properties_are_refused(local: LocalCluster, option: str, fragment: str, code: int) -> None:
+    done = oncelog("produce", "orders", "-X", option, "-b", local.bootstrap, input=b"x\n")
+    assert done.returncode == code
+    assert fragment in " ".join(done.stderr.replace("│", " ").split())
+
+
 @pytest.mark.parametrize(
     ("options", "fragment"),
     [

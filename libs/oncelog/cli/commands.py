@@ -8,6 +8,8 @@ output pipes; progress, tables and errors go to stderr (tables of the describe/l
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import sys
 import threading
@@ -367,6 +369,47 @@ def _lines(file: Path | None) -> Iterator[bytes]:
             yield line.rstrip(b"\r\n")
 
 
+# --producer-property: Kafka's names (and the library's) -> Producer keyword and value parser
+PRODUCER_PROPERTIES: dict[str, tuple[str, Callable[[str], Any]]] = {
+    "acks": ("acks", str),
+    "compression.type": ("compression", lambda v: None if v == "none" else v),
+    "max.request.size": ("max_request_size", int),
+    "linger.ms": ("linger_ms", int),
+    "batch.size": ("batch_size", int),
+    "enable.idempotence": ("enable_idempotence", lambda v: {"true": True, "false": False}[v.lower()]),
+    "transaction.timeout.ms": ("transaction_timeout_ms", int),
+    "max.in.flight.requests.per.connection": ("max_in_flight", int),
+}
+
+
+def _producer_properties(items: list[str]) -> dict[str, Any]:
+    """``--producer-property`` values as Producer keywords; an unknown name or a bad value is a usage error."""
+    by_keyword = {keyword: (keyword, parse) for keyword, parse in PRODUCER_PROPERTIES.values()}
+    known = {**PRODUCER_PROPERTIES, **by_keyword}
+    properties = {}
+    for name, raw in _pairs(items, "--producer-property"):
+        if name not in known:
+            raise typer.BadParameter(
+                f"unknown producer property {name!r}; use one of {', '.join(PRODUCER_PROPERTIES)}",
+                param_hint="--producer-property",
+            )
+        keyword, parse = known[name]
+        try:
+            properties[keyword] = parse(raw)
+        except (ValueError, KeyError):
+            raise typer.BadParameter(f"{name}={raw!r} does not parse", param_hint="--producer-property") from None
+    return properties
+
+
+def _b64(data: bytes | None, line: int) -> bytes | None:
+    if data is None:
+        return None
+    try:
+        return base64.b64decode(data, validate=True)
+    except binascii.Error:
+        raise CommandFailed(f"line {line} is not base64 ({data[:40]!r}); nothing after it was sent") from None
+
+
 def _fenced_message(transactional_id: str | None, committed: int) -> str:
     return (
         f"producer fenced: another producer started with transactional id {transactional_id!r}, or an operator "
@@ -390,6 +433,12 @@ def produce(
     partition: int | None = typer.Option(None, "--partition", "-p", min=0, help="write every record to this partition"),
     linger_ms: int = typer.Option(5, "--linger-ms", min=0, help="batching delay"),
     header: list[str] = typer.Option([], "--header", "-H", help="NAME=VALUE header on every record (repeatable)"),
+    producer_property: list[str] = typer.Option(
+        [], "--producer-property", "-X", help="Kafka producer setting NAME=VALUE (acks, compression.type, ...)"
+    ),
+    base64_input: bool = typer.Option(
+        False, "--base64", help="each line (and key) is base64: send the decoded bytes (binary records)"
+    ),
     bootstrap: str | None = Bootstrap,
 ) -> None:
     """Write each line of stdin (or --file) as one record, then print the rate.
@@ -413,19 +462,24 @@ def produce(
     first_failure: list[BaseException] = []
     separator = None if key_separator is None else key_separator.encode()
     headers = [(name, value.encode()) for name, value in _pairs(header, "--header")]
+    properties = {"linger_ms": linger_ms, **_producer_properties(producer_property)}
     started = time.monotonic()
     with _errors():
         addresses = _bootstrap(bootstrap)
-        with _admin(addresses) as admin:
-            _require_online(admin, topic, None if partition is None else [partition])
-        producer = Producer(
+        producer = Producer(  # a bad setting is refused before anything is asked of the cluster
             addresses,
             transactional_id=transactional_id,
-            linger_ms=linger_ms,
+            **properties,
             max_block_ms=SETTINGS.timeout_ms,
             request_timeout_ms=SETTINGS.request_timeout_ms,
             delivery_timeout_ms=SETTINGS.timeout_ms,
         )
+        try:
+            with _admin(addresses) as admin:
+                _require_online(admin, topic, None if partition is None else [partition])
+        except BaseException:
+            producer.close()
+            raise
     in_transaction = 0
     try:
         with _errors(), producer:
@@ -456,6 +510,8 @@ def produce(
                         value = line
                         if separator is not None and separator in line:
                             key, _, value = line.partition(separator)
+                        if base64_input:
+                            key, value = _b64(key, sent + 1), _b64(value, sent + 1)
                         sent_future = producer.send(topic, value, key=key, partition=partition, headers=headers or None)
                         sent_future.add_done_callback(acknowledged)
                         sent += 1
