@@ -9,7 +9,13 @@ import pytest
 import sqlalchemy as sa
 
 from oncelog.catalog import CatalogStore, PartitionRecord
-from oncelog.errors import InvalidReplicationFactor, InvalidRequest, StorageUnavailable, TopicAlreadyExists
+from oncelog.errors import (
+    InvalidConfig,
+    InvalidReplicationFactor,
+    InvalidRequest,
+    StorageUnavailable,
+    TopicAlreadyExists,
+)
 from oncelog.storage.sql import create_engine
 
 
@@ -349,3 +355,12 @@ def test_takeover_never_overwrites_a_renewal_that_committed_first(postgres_url: 
     assert lease is not None and (lease.owner_node_id, lease.coordinator_epoch) == ("owner", 1)
     engine.dispose()
     admin.dispose()
+
+
+def test_min_insync_replicas_above_the_replication_factor_is_refused(store: CatalogStore) -> None:
+    _storage_nodes(store, 3)
+    with pytest.raises(InvalidConfig) as info:
+        store.create_topics([("strict", 1, {"min_insync_replicas": "3"}, 2)], now_ms=1)
+    assert "min_insync_replicas=3 is above its replication factor 2" in info.value.message
+    [topic] = store.create_topics([("strict", 1, {"min_insync_replicas": "2"}, 2)], now_ms=1)
+    assert topic.config.min_insync_replicas == 2

@@ -51,15 +51,21 @@ def batch(seq: int, *, pid: int = 4242, n: int = 5) -> bytes:
 
 def produce(cluster: LocalCluster, leader: str, seq: int, *, pid: int = 4242, topic: str = TOPIC) -> int:
     """Produce with acks=all to the leader; returns the acknowledged base offset."""
-    stub = pb.PartitionStorageServiceStub(sync_channel(cluster.node(leader).address))
-    tp = common.TopicPartition(topic=topic, partition=0)
-    request = pb.ProduceRequest(
-        acks=pb.ACKS_ALL,
-        partitions=[pb.PartitionBatches(topic_partition=tp, leader_epoch=-1, records=batch(seq, pid=pid))],
-    )
-    [result] = stub.Produce(request, timeout=60).results
+    result = produce_result(cluster, leader, seq, pid=pid, topic=topic)
     assert not result.HasField("error"), from_error_info(result.error)
     return result.base_offset
+
+
+def produce_result(
+    cluster: LocalCluster, leader: str, seq: int, *, pid: int = 4242, topic: str = TOPIC
+) -> pb.PartitionProduceResult:
+    """Produce with acks=all to the leader; the partition's result, error or not."""
+    stub = pb.PartitionStorageServiceStub(sync_channel(cluster.node(leader).address))
+    tp = common.TopicPartition(topic=topic, partition=0)
+    batches = pb.PartitionBatches(topic_partition=tp, leader_epoch=-1, records=batch(seq, pid=pid))
+    request = pb.ProduceRequest(acks=pb.ACKS_ALL, partitions=[batches])
+    [result] = stub.Produce(request, timeout=60).results
+    return result
 
 
 def logged_batches(cluster: LocalCluster, node_id: str, topic: str = TOPIC) -> dict[int, bytes]:
@@ -212,3 +218,30 @@ def test_acked_record_survives_leader_kill_when_follower_restarts_first(cluster:
     wait_for_isr(cluster, {leader, follower}, topic="case1")
     produce(cluster, follower, 0, pid=99, topic="case1")
     assert logged_batches(cluster, leader, "case1") == logged_batches(cluster, follower, "case1")
+
+
+def test_below_min_insync_replicas_nothing_is_acknowledged_and_producing_resumes(cluster: LocalCluster) -> None:
+    """min_insync_replicas=2 with two of three replicas killed: NOT_ENOUGH_REPLICAS (retriable), nothing
+    acknowledged is lost, and the same batch is acknowledged once one replica is back."""
+    admin = cluster_pb.ClusterServiceStub(sync_channel(cluster.bootstrap))
+    configs = {"min_insync_replicas": "2"}
+    spec = cluster_pb.TopicSpec(name="guarded", partitions=1, replication_factor=3, configs=configs)
+    admin.CreateTopics(cluster_pb.CreateTopicsRequest(topics=[spec]), timeout=30)
+    meta = partition(cluster, "guarded")
+    leader = meta.leader_node_id
+    back, gone = [n for n in meta.replica_node_ids if n != leader]
+    first = produce(cluster, leader, 0, topic="guarded")
+    cluster.kill(back)
+    cluster.kill(gone)
+    # written, then refused once the ISR shrank below 2 (or refused outright if it had already shrunk)
+    refused = from_error_info(produce_result(cluster, leader, 1, topic="guarded").error)
+    assert refused.reason.name == "NOT_ENOUGH_REPLICAS" and refused.retriable, refused
+    assert list(partition(cluster, "guarded").isr_node_ids) == [leader]
+    again = from_error_info(produce_result(cluster, leader, 1, topic="guarded").error)
+    assert again.reason.name == "NOT_ENOUGH_REPLICAS" and again.definite, "refused before writing"
+    cluster.restart(back)
+    wait_for_isr(cluster, {leader, back}, topic="guarded")
+    retried = produce(cluster, leader, 1, topic="guarded")  # the same batch: written once, now acknowledged
+    original = logged_batches(cluster, leader, "guarded")
+    assert first in original and retried in original and len(original) == 2
+    assert logged_batches(cluster, back, "guarded") == original

@@ -26,6 +26,7 @@ from oncelog.catalog.topics import (
     validate_topic_name,
 )
 from oncelog.errors import (
+    InvalidConfig,
     InvalidReplicationFactor,
     InvalidRequest,
     StaleRequesterEpoch,
@@ -277,11 +278,16 @@ class CatalogStore:
                     sa.select(t.deleted_topics).where(t.deleted_topics.c.name.in_([p[0] for p in parsed]))
                 )
             }
-            for name, _, _, factor in parsed:
+            for name, _, config, factor in parsed:
                 try:
                     validate_replication_factor(factor, len(storage))
                 except InvalidReplicationFactor as err:
                     raise InvalidReplicationFactor(f"topic {name!r}: {err.message}") from None
+                if config.min_insync_replicas > factor:
+                    raise InvalidConfig(
+                        f"topic {name!r}: min_insync_replicas={config.min_insync_replicas} is above its replication "
+                        f"factor {factor}, so no write could ever be acknowledged; lower it or add replicas"
+                    )
             created = []
             for name, count, config, factor in parsed:
                 topic_id = str(uuid.uuid4())

@@ -61,8 +61,17 @@ class TopicConfig:
     retention_bytes: int = -1
     segment_bytes: int = 128 * 1024 * 1024
     segment_ms: int = 7 * 24 * 3600 * 1000
+    min_insync_replicas: int = 1  # Kafka's min.insync.replicas: an acks=all write needs this many in-sync copies
 
-    KEYS = ("flush", "max_message_bytes", "retention_ms", "retention_bytes", "segment_bytes", "segment_ms")
+    KEYS = (
+        "flush",
+        "max_message_bytes",
+        "retention_ms",
+        "retention_bytes",
+        "segment_bytes",
+        "segment_ms",
+        "min_insync_replicas",
+    )
 
     @classmethod
     def parse(cls, raw: Mapping[str, str]) -> TopicConfig:
@@ -91,6 +100,8 @@ class TopicConfig:
                 problems.append("retention_ms and retention_bytes must be -1 (unlimited) or positive")
             if config.segment_ms < 1:
                 problems.append("segment_ms must be positive")
+            if config.min_insync_replicas < 1:
+                problems.append("min_insync_replicas must be at least 1")
         if problems:
             raise InvalidConfig("; ".join(problems))
         return config

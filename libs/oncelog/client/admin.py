@@ -55,7 +55,8 @@ class NewTopic:
         name: ``[a-zA-Z0-9._-]{1,249}``.
         num_partitions: at least 1.
         configs: topic settings: ``flush`` (``sync``/``async``), ``max_message_bytes``, ``retention_ms``,
-            ``retention_bytes``, ``segment_bytes``, ``segment_ms``.
+            ``retention_bytes``, ``segment_bytes``, ``segment_ms``, ``min_insync_replicas`` (in-sync copies an
+            acks=all write needs; at most the replication factor).
         replication_factor: copies of each partition, 1 to the number of live storage nodes; None uses the
             cluster's ``default_replication_factor``.
     """

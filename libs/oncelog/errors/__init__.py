@@ -62,6 +62,7 @@ class Reason(enum.Enum):
     STORAGE_UNAVAILABLE = "STORAGE_UNAVAILABLE"
     NETWORK_EXCEPTION = "NETWORK_EXCEPTION"
     INVALID_REPLICATION_FACTOR = "INVALID_REPLICATION_FACTOR"
+    NOT_ENOUGH_REPLICAS = "NOT_ENOUGH_REPLICAS"
 
 
 @dataclass(frozen=True)
@@ -113,6 +114,7 @@ REASONS: dict[Reason, ReasonInfo] = {
     Reason.STORAGE_UNAVAILABLE: ReasonInfo("UNAVAILABLE", retriable=True, definite=False),
     Reason.NETWORK_EXCEPTION: ReasonInfo("UNAVAILABLE", retriable=True, definite=False),
     Reason.INVALID_REPLICATION_FACTOR: ReasonInfo("INVALID_ARGUMENT", retriable=False, definite=True),
+    Reason.NOT_ENOUGH_REPLICAS: ReasonInfo("UNAVAILABLE", retriable=True, definite=True),
 }
 
 
@@ -229,6 +231,11 @@ InvalidReplicationFactor = _error(
     "InvalidReplicationFactor",
     Reason.INVALID_REPLICATION_FACTOR,
     "The replication factor is below 1 or above the number of live storage nodes.",
+)
+NotEnoughReplicas = _error(
+    "NotEnoughReplicas",
+    Reason.NOT_ENOUGH_REPLICAS,
+    "Fewer in-sync replicas than the topic's min_insync_replicas; retry once replicas are back.",
 )
 
 _BY_REASON: dict[Reason, type[OncelogError]] = {

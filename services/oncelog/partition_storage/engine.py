@@ -217,6 +217,8 @@ class PendingAppend:
                 ``definite=False``, since the batches are in the log and may survive.
         """
         await self._engine._await_high_watermark(self._durable_offset)
+        if self._engine.acknowledge_check is not None:
+            self._engine.acknowledge_check()
         return self.result
 
 
@@ -261,6 +263,8 @@ class PartitionEngine:
         # replication (docs/design/replication.md §4): maps the local HW candidate (durable end for flush=sync,
         # log end otherwise) to the HW the replicas allow; None for a partition with one replica
         self.high_watermark_limit: Callable[[int], int] | None = None
+        # replication: raises instead of acknowledging a write the HW passed while the ISR was too small
+        self.acknowledge_check: Callable[[], None] | None = None
         self._snapshot_tasks: set[asyncio.Task[None]] = set()
         self._snapshot_lock = asyncio.Lock()
         self._failure: BaseException | None = None

@@ -47,6 +47,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import logging
 import shutil
 from collections.abc import Awaitable, Callable, Sequence
@@ -60,6 +61,7 @@ from oncelog.errors import (
     FencedLeaderEpoch,
     InvalidConfig,
     InvalidRequest,
+    NotEnoughReplicas,
     NotLeader,
     OncelogError,
     StorageUnavailable,
@@ -431,6 +433,7 @@ class PartitionManager:
             OncelogError: leadership (see :meth:`leader_engine`) or :meth:`PartitionEngine.write` errors.
         """
         engine = await self.leader_engine(topic, partition, leader_epoch)
+        self._check_min_insync((topic, partition), definite=True)
         pending = await engine.write(records)
         if pending.result.appended_records:
             self._metrics.record_produce(
@@ -661,6 +664,7 @@ class PartitionManager:
                 )
                 self._leaders[key] = state
                 engine.high_watermark_limit = state.update_high_watermark
+                engine.acknowledge_check = functools.partial(self._check_min_insync, key, definite=False)
                 log.info("%s-%d: leading at epoch %d with ISR %s", *key, assignment.leader_epoch, list(assignment.isr))
             else:
                 state.set_isr(assignment.isr)
@@ -698,6 +702,21 @@ class PartitionManager:
                 await self._engine(assignment)  # reopening recovers the cut log and follows the leader again
 
         self._spawn(truncate(), f"truncation of {followed.topic}-{followed.partition}")
+
+    def _check_min_insync(self, key: _Key, *, definite: bool) -> None:
+        """Refuse (before writing) or fail to acknowledge (after) while the ISR is below min_insync_replicas (§8)."""
+        state = self._leaders.get(key)
+        assignment = self._assignments.get(key)
+        if state is None or assignment is None:
+            return
+        required = assignment.config.min_insync_replicas
+        if len(state.isr) < required:
+            what = "nothing was written" if definite else "the batch was written but is not acknowledged"
+            raise NotEnoughReplicas(
+                f"{key[0]}-{key[1]} has {len(state.isr)} in-sync replica(s) ({', '.join(sorted(state.isr))}), "
+                f"min_insync_replicas is {required}: {what}; retry once replicas are back",
+                definite=definite,
+            )
 
     def request_refresh(self) -> None:
         """Re-read the catalog soon, without waiting for it (a fetcher met a leadership error, the controller

@@ -86,7 +86,7 @@ def test_topics_create_replication_factor(local: LocalCluster) -> None:
     code, stdout, _ = invoke("topics", "create", topic, "-r", "1", "-p", "2", "-b", local.bootstrap)
     assert code == 0 and "replication factor 1" in stdout
     code, stdout, _ = invoke("topics", "describe", topic, "-b", local.bootstrap)
-    assert code == 0 and "partition-storage-0" in stdout and "replicas" not in stdout, "factor 1 adds no table"
+    assert code == 0 and "partition-storage-0" in stdout and "preferred leader" not in stdout, "factor 1: no table"
 
 
 def test_replica_table_highlights_partitions_missing_in_sync_replicas() -> None:

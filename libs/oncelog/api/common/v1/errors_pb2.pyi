@@ -103,6 +103,8 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     """ERROR_REASON_NETWORK_EXCEPTION means the server could not be reached or the connection broke mid-call."""
     ERROR_REASON_INVALID_REPLICATION_FACTOR: _ErrorReason.ValueType  # 38
     """ERROR_REASON_INVALID_REPLICATION_FACTOR means the replication factor is below 1 or above the live storage nodes."""
+    ERROR_REASON_NOT_ENOUGH_REPLICAS: _ErrorReason.ValueType  # 39
+    """ERROR_REASON_NOT_ENOUGH_REPLICAS means fewer in-sync replicas than min_insync_replicas; definite=false if written."""
 
 class ErrorReason(_ErrorReason, metaclass=_ErrorReasonEnumTypeWrapper):
     """ErrorReason names why a request failed; values follow Kafka's error codes where Kafka has one."""
@@ -185,6 +187,8 @@ ERROR_REASON_NETWORK_EXCEPTION: ErrorReason.ValueType  # 37
 """ERROR_REASON_NETWORK_EXCEPTION means the server could not be reached or the connection broke mid-call."""
 ERROR_REASON_INVALID_REPLICATION_FACTOR: ErrorReason.ValueType  # 38
 """ERROR_REASON_INVALID_REPLICATION_FACTOR means the replication factor is below 1 or above the live storage nodes."""
+ERROR_REASON_NOT_ENOUGH_REPLICAS: ErrorReason.ValueType  # 39
+"""ERROR_REASON_NOT_ENOUGH_REPLICAS means fewer in-sync replicas than min_insync_replicas; definite=false if written."""
 Global___ErrorReason: _TypeAlias = ErrorReason  # noqa: Y015
 
 @_typing.final

@@ -105,6 +105,8 @@ const (
 	ErrorReason_ERROR_REASON_NETWORK_EXCEPTION ErrorReason = 37
 	// ERROR_REASON_INVALID_REPLICATION_FACTOR means the replication factor is below 1 or above the live storage nodes.
 	ErrorReason_ERROR_REASON_INVALID_REPLICATION_FACTOR ErrorReason = 38
+	// ERROR_REASON_NOT_ENOUGH_REPLICAS means fewer in-sync replicas than min_insync_replicas; definite=false if written.
+	ErrorReason_ERROR_REASON_NOT_ENOUGH_REPLICAS ErrorReason = 39
 )
 
 // Enum value maps for ErrorReason.
@@ -149,6 +151,7 @@ var (
 		36: "ERROR_REASON_STORAGE_UNAVAILABLE",
 		37: "ERROR_REASON_NETWORK_EXCEPTION",
 		38: "ERROR_REASON_INVALID_REPLICATION_FACTOR",
+		39: "ERROR_REASON_NOT_ENOUGH_REPLICAS",
 	}
 	ErrorReason_value = map[string]int32{
 		"ERROR_REASON_UNSPECIFIED":                    0,
@@ -190,6 +193,7 @@ var (
 		"ERROR_REASON_STORAGE_UNAVAILABLE":            36,
 		"ERROR_REASON_NETWORK_EXCEPTION":              37,
 		"ERROR_REASON_INVALID_REPLICATION_FACTOR":     38,
+		"ERROR_REASON_NOT_ENOUGH_REPLICAS":            39,
 	}
 )
 
@@ -315,7 +319,7 @@ const file_oncelog_api_common_v1_errors_proto_rawDesc = "" +
 	"\bmetadata\x18\x05 \x03(\v2..oncelog.api.common.v1.ErrorInfo.MetadataEntryR\bmetadata\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01*\xf3\v\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01*\x99\f\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12%\n" +
 	"!ERROR_REASON_UNKNOWN_SERVER_ERROR\x10\x01\x12 \n" +
@@ -356,7 +360,8 @@ const file_oncelog_api_common_v1_errors_proto_rawDesc = "" +
 	"\x1eERROR_REASON_REQUEST_TIMED_OUT\x10#\x12$\n" +
 	" ERROR_REASON_STORAGE_UNAVAILABLE\x10$\x12\"\n" +
 	"\x1eERROR_REASON_NETWORK_EXCEPTION\x10%\x12+\n" +
-	"'ERROR_REASON_INVALID_REPLICATION_FACTOR\x10&b\x06proto3"
+	"'ERROR_REASON_INVALID_REPLICATION_FACTOR\x10&\x12$\n" +
+	" ERROR_REASON_NOT_ENOUGH_REPLICAS\x10'b\x06proto3"
 
 var (
 	file_oncelog_api_common_v1_errors_proto_rawDescOnce sync.Once
