@@ -405,7 +405,8 @@ class CatalogStore:
 
         ``controller`` = ``(node_id, controller_epoch, now_ms)`` makes the change also conditional, in the same
         transaction, on that node still holding the controller lease at that epoch (a deposed controller's late
-        election never lands; seed 002 §2.6.2).
+        election never lands; seed 002 §2.6.2) and, when it replaces the leader, on the old leader's node lease
+        having lapsed (a leader that renewed between the controller's look and its write keeps leading).
 
         Raises:
             InvalidRequest: the ISR is not a subset of the replicas, or is empty while a leader is named, or the
@@ -429,6 +430,9 @@ class CatalogStore:
         with self._begin() as conn:
             if controller is not None and not _holds_controller_lease(conn, *controller):
                 return None
+            replaces_leader = controller is not None and bool(seen.leader_node_id) and leader != seen.leader_node_id
+            if replaces_leader and _node_lease_holds(conn, seen.leader_node_id, controller[2]):  # type: ignore[index]
+                return None  # the leader renewed its lease after the controller looked: no election
             result = conn.execute(
                 sa.update(t.partitions)
                 .where(
@@ -578,6 +582,13 @@ def _holds_controller_lease(conn: Connection, node_id: str, controller_epoch: in
         and row.coordinator_epoch == controller_epoch
         and row.lease_expires_at_ms > now_ms
     )
+
+
+def _node_lease_holds(conn: Connection, node_id: str, now_ms: int) -> bool:
+    row = conn.execute(
+        sa.select(t.nodes.c.lease_expires_at_ms).where(t.nodes.c.node_id == node_id).with_for_update()
+    ).first()
+    return row is not None and row.lease_expires_at_ms > now_ms
 
 
 def _partition(row: sa.Row) -> PartitionRecord:  # type: ignore[type-arg]

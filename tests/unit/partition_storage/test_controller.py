@@ -96,3 +96,22 @@ def test_a_deposed_controller_cannot_elect(catalog: CatalogStore) -> None:
     assert catalog.alter_partition("r", seen, leader_node_id=seen.isr[1], controller=stale) is None
     assert catalog.partition("r", 0) == seen
     assert not first.run_once() and first.controller_epoch is None
+
+
+def test_an_election_does_not_land_if_the_leader_renewed_its_lease_meanwhile(catalog: CatalogStore) -> None:
+    """The controller saw the leader's lease lapsed, but the leader heartbeat before the election's write: the
+    conditional update refuses, so two leaders never serve one epoch-old partition side by side."""
+    clock = Clock()
+    register(catalog, clock, *NODES)
+    catalog.create_topics([("r", 1, {}, 3)], now_ms=clock.now)
+    controller = controllers(catalog, clock)[0]
+    controller.run_once()
+    seen = catalog.partition("r", 0)
+    clock.now += LEASE_MS + 1
+    register(catalog, clock, *NODES)  # everyone, the leader included, renewed
+    epoch = controller.controller_epoch
+    assert epoch is not None
+    fence = (NODES[0], epoch, clock.now)
+    catalog.acquire_shard("controller", 0, NODES[0], LEASE_MS, clock.now)
+    assert catalog.alter_partition("r", seen, leader_node_id=seen.isr[1], controller=fence) is None
+    assert catalog.partition("r", 0) == seen
