@@ -63,8 +63,10 @@ check-protos: $(STAMP)
 	$(PY) scripts/gen_go_protos.py --check
 	$(PY) scripts/gen_record_batch_vectors.py --check
 
+## lint: ruff, then buf lint and buf breaking on proto/ (buf is built from the Go module proxy; see scripts/check_proto_contract.py)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check libs services tests scripts
+	$(PY) scripts/check_proto_contract.py
 
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy libs/oncelog services/oncelog
