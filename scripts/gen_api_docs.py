@@ -28,6 +28,8 @@ from google.protobuf import descriptor_pb2
 ROOT = Path(__file__).resolve().parent.parent
 PROTO_ROOT = ROOT / "proto"
 OUTPUT = ROOT / "docs" / "api.md"
+# hand-written grpcurl recipes, included after the contents so that regeneration keeps them
+RECIPES = ROOT / "docs" / "grpcurl-recipes.md"
 
 # Field numbers of descriptor.proto, the path elements of SourceCodeInfo.Location.
 _FILE_PACKAGE, _FILE_MESSAGE, _FILE_ENUM, _FILE_SERVICE = 2, 4, 5, 6
@@ -261,15 +263,21 @@ def _render_package(package: Package, comments: dict[str, Comments], types: Type
         yield ""
 
 
-def render(fds: descriptor_pb2.FileDescriptorSet) -> str:
-    """The whole reference as Markdown; depends only on the descriptors, so it is deterministic."""
+def render(fds: descriptor_pb2.FileDescriptorSet, recipes: Path | None = RECIPES) -> str:
+    """The whole reference as Markdown; depends only on the descriptors and the recipes file, so it is deterministic."""
     packages = _packages(fds)
     types = Types(fds)
     lines = [HEADER, "## Contents\n"]
     for package, _ in packages:
         services = ", ".join(f"`{s.name}`" for s, _, _ in package.services)
         lines.append(f"- [`{package.name}`](#{package.name})" + (f": {services}" if services else ""))
-    lines.append("")
+    if recipes is not None and recipes.exists():
+        lines.append("- [Calling the API with grpcurl](#grpcurl)")
+        lines.append("")
+        lines.append(f"<!-- The grpcurl section is copied from docs/{recipes.name}; edit it there. -->\n")
+        lines.append(recipes.read_text(encoding="utf-8").rstrip("\n") + "\n")
+    else:
+        lines.append("")
     for package, comments in packages:
         lines.extend(_render_package(package, comments, types))
     return "\n".join(lines).rstrip("\n") + "\n"
