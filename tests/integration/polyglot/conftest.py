@@ -56,7 +56,9 @@ def run(
     return done
 
 
-GO_ENV = {"GOFLAGS": "-p=1 -mod=readonly", "GOTOOLCHAIN": "local"}
+# one compile at a time unless GOFLAGS says otherwise (.ci/run, alone on its machine, allows two)
+GO_PARALLELISM = os.environ.get("GOFLAGS", "-p=1")
+GO_ENV = {"GOFLAGS": f"{GO_PARALLELISM} -mod=readonly", "GOTOOLCHAIN": "local"}
 
 
 @pytest.fixture(scope="session")
@@ -78,7 +80,7 @@ def go_tool_bin(go: str) -> Callable[[str], str]:
         name = package.rsplit("/", 1)[1]
         bin_dir = tools / f"{name}-{version}"
         if not (bin_dir / name).exists():
-            run(go, "install", spec, cwd=ROOT, timeout=1500, env={"GOBIN": str(bin_dir), "GOFLAGS": "-p=1"})
+            run(go, "install", spec, cwd=ROOT, timeout=1500, env={"GOBIN": str(bin_dir), "GOFLAGS": GO_PARALLELISM})
         return str(bin_dir / name)
 
     return install
