@@ -229,3 +229,27 @@ def test_assigned_topic_deleted_and_created_again_is_reported_then_read_from_its
                 producer.send(topic, f"new-{i}".encode()).result(timeout=30)
         records = poll_until(consumer, 5)
     assert [(r.offset, r.value) for r in records] == [(i, f"new-{i}".encode()) for i in range(5)]
+
+
+def test_topic_created_again_before_the_consumer_noticed_is_read_from_its_beginning(cluster: LocalCluster) -> None:
+    """Deleted and created again between two polls: the consumer's old leader epoch is fenced by the new topic's
+    partition, the metadata shows a new topic id, and the consumer starts the new topic at its beginning."""
+    topic = new_topic(cluster.bootstrap)
+    tp = TopicPartition(topic, 0)
+    produce(cluster.bootstrap, topic, 3)
+    with Consumer(cluster.bootstrap, isolation_level="read_uncommitted") as consumer:
+        consumer.assign([tp])
+        assert [r.offset for r in poll_until(consumer, 3)] == [0, 1, 2]
+        with AdminClient(cluster.bootstrap) as admin:
+            admin.delete_topics([topic])
+            admin.create_topics([NewTopic(topic, num_partitions=1)])
+        produce(cluster.bootstrap, topic, 5)
+        records: list[ConsumerRecord] = []
+        deadline = time.monotonic() + 30
+        while len(records) < 5:
+            assert time.monotonic() < deadline, f"{len(records)} of 5 records of the new topic arrived"
+            try:
+                records.extend(consumer.poll(timeout_ms=200))
+            except UnknownTopicOrPartition:
+                pass  # a fetch answered between the deletion and the creation: reported once, then followed
+    assert [(r.offset, r.value) for r in records] == [(i, f"v{i}".encode()) for i in range(5)]
