@@ -237,6 +237,45 @@ def test_headers_partition_offset_and_timestamp(local: LocalCluster) -> None:
     assert (late.returncode, late.stdout) == (0, ""), late.stderr
 
 
+def test_consume_reads_several_topics(local: LocalCluster) -> None:
+    first, second = new_topic(local), new_topic(local)
+    with Producer(local.bootstrap) as producer:
+        producer.send(first, b"from-first")
+        producer.send(second, b"from-second")
+    done = oncelog("consume", first, second, "--from-beginning", "-n", "2", "--print-offset", "-b", local.bootstrap)
+    assert done.returncode == 0, done.stderr
+    assert sorted(done.stdout.splitlines()) == sorted([f"{first}:0:0\tfrom-first", f"{second}:0:0\tfrom-second"])
+    assert done.stderr == f"consumed 2 record(s) from {first}, {second}\n"
+
+
+def test_a_group_consume_commits_while_it_runs(local: LocalCluster) -> None:
+    topic = new_topic(local)
+    group = unique("periodic")
+    with Producer(local.bootstrap) as producer:
+        for value in (b"a", b"b", b"c"):
+            producer.send(topic, value)
+    env = {k: v for k, v in os.environ.items() if k != "ONCELOG_BOOTSTRAP"}
+    command = ["consume", topic, "-g", group, "--from-beginning", "--commit-interval-ms", "0"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "oncelog", *command, "-b", local.bootstrap],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        env=env,
+    )
+    try:
+        assert proc.stdout is not None
+        assert [proc.stdout.readline() for _ in range(3)] == [b"a\n", b"b\n", b"c\n"]
+        tp = TopicPartition(topic, 0)
+        with AdminClient(local.bootstrap) as admin:  # committed while running: a SIGKILL loses nothing printed
+            committed = admin.list_group_offsets(group).get(tp)
+            while committed is None or committed.offset < 3:
+                assert proc.poll() is None
+                committed = admin.list_group_offsets(group, timeout=30).get(tp)
+    finally:
+        proc.kill()
+        proc.wait(30)
+
+
 def test_producer_properties_and_base64_input(local: LocalCluster) -> None:
     topic = new_topic(local)
     b = ["-b", local.bootstrap]

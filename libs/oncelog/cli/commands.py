@@ -582,7 +582,7 @@ def _interrupted(producer: Producer, transactional_id: str | None, sent: int, co
 
 
 def consume(
-    topic: str = typer.Argument(..., help="topic to read"),
+    topics: list[str] = typer.Argument(..., help="topics to read (one or more)"),
     isolation: str = typer.Option(
         "read_committed", "--isolation", "-i", help="read_committed (committed data only) or read_uncommitted"
     ),
@@ -597,6 +597,9 @@ def consume(
     print_key: bool = typer.Option(False, "--print-key", help="print key<TAB>value"),
     print_offset: bool = typer.Option(False, "--print-offset", help="prefix each line with partition:offset"),
     print_headers: bool = typer.Option(False, "--print-headers", help="print name=value,... of each record first"),
+    commit_interval_ms: int = typer.Option(
+        5_000, "--commit-interval-ms", min=0, help="with --group: commit the positions this often (and at the end)"
+    ),
     partition: list[int] = typer.Option([], "--partition", "-p", min=0, help="read only this partition (repeatable)"),
     offset: int | None = typer.Option(None, "--offset", min=0, help="start at this offset (needs --partition)"),
     from_timestamp: int | None = typer.Option(
@@ -604,10 +607,10 @@ def consume(
     ),
     bootstrap: str | None = Bootstrap,
 ) -> None:
-    """Print records of a topic, one value per line.
+    """Print records of one or more topics, one value per line.
 
-    Fails at once, naming them, when partitions of the topic are offline (and later, if one goes offline
-    while waiting for records).
+    Fails at once, naming them, when partitions of a topic are offline (and later, if one goes offline
+    while waiting for records). With --group, positions are committed every --commit-interval-ms and at the end.
 
     Example: oncelog consume orders --from-beginning --isolation read_committed --max-messages 10
     """
@@ -620,6 +623,8 @@ def consume(
             "--group reads from the group's committed offsets; drop --partition/--offset/--from-timestamp",
             param_hint="--group",
         )
+    if partition and len(topics) > 1:
+        raise typer.BadParameter("--partition needs a single topic", param_hint="--partition")
     starts = sum(x for x in (offset is not None, from_timestamp is not None, from_beginning))
     if starts > 1:
         raise typer.BadParameter("choose one of --offset, --from-timestamp and --from-beginning", param_hint="--offset")
@@ -639,19 +644,20 @@ def consume(
             default_api_timeout_ms=SETTINGS.timeout_ms,
         ) as consumer,
     ):
-        info = _require_online(admin, topic, partition or None)
+        infos = [_require_online(admin, topic, partition or None) for topic in topics]
         if group:
-            consumer.subscribe([topic])
+            consumer.subscribe(topics)
         else:
-            _position(admin, consumer, info, partition, offset, from_timestamp, from_beginning)
-        last_record = last_check = time.monotonic()
+            _position(admin, consumer, infos, partition, offset, from_timestamp, from_beginning)
+        last_record = last_check = last_commit = time.monotonic()
         try:
             while max_messages is None or count < max_messages:
                 left = None if max_messages is None else max_messages - count
                 records = consumer.poll(timeout_ms=200, max_records=left)
                 for record in records:
                     value = "" if record.value is None else record.value.decode("utf-8", errors="replace")
-                    prefix = f"{record.partition}:{record.offset}\t" if print_offset else ""
+                    where = f"{record.topic}:" if len(topics) > 1 else ""
+                    prefix = f"{where}{record.partition}:{record.offset}\t" if print_offset else ""
                     if print_key:
                         key = "" if record.key is None else record.key.decode("utf-8", errors="replace")
                         value = f"{key}\t{value}"
@@ -660,18 +666,22 @@ def consume(
                     typer.echo(f"{prefix}{value}")  # plain text, tabs kept: the output is meant for pipes
                 count += len(records)
                 now = time.monotonic()
+                if group and records and now - last_commit >= commit_interval_ms / 1000:
+                    consumer.commit()  # what was printed is committed, so a killed run resumes near here
+                    last_commit = now
                 if records:
                     last_record = last_check = now
                 elif timeout is not None and now - last_record >= timeout:
                     break
                 elif now - last_check >= CONNECT_TIMEOUT_S:  # idle: make sure it is not a partition gone offline
                     last_check = now
-                    _require_online(admin, topic)
+                    for topic in topics:
+                        _require_online(admin, topic)
         except KeyboardInterrupt:
             pass
         if group:
             consumer.commit()
-    err().print(Text(f"consumed {count} record(s) from {topic}"))
+    err().print(Text(f"consumed {count} record(s) from {', '.join(topics)}"))
 
 
 def _headers_text(headers: tuple[tuple[str, bytes | None], ...]) -> str:
@@ -682,18 +692,20 @@ def _headers_text(headers: tuple[tuple[str, bytes | None], ...]) -> str:
 def _position(
     admin: AdminClient,
     consumer: Consumer,
-    topic: TopicInfo,
+    topics: list[TopicInfo],
     partitions: list[int],
     offset: int | None,
     from_timestamp: int | None,
     from_beginning: bool,
 ) -> None:
-    """Assign the chosen partitions (default all) and seek where the options say (default: the end)."""
-    known = {p.partition for p in topic.partitions}
-    unknown = sorted(set(partitions) - known)
-    if unknown:
-        raise CommandFailed(f"{topic.name} has no partition {unknown[0]}; it has partitions 0-{max(known)}")
-    tps = [TopicPartition(topic.name, p) for p in (partitions or sorted(known))]
+    """Assign the chosen partitions (default all of every topic) and seek where the options say (default: the end)."""
+    tps = []
+    for topic in topics:
+        known = {p.partition for p in topic.partitions}
+        unknown = sorted(set(partitions) - known)
+        if unknown:
+            raise CommandFailed(f"{topic.name} has no partition {unknown[0]}; it has partitions 0-{max(known)}")
+        tps += [TopicPartition(topic.name, p) for p in (partitions or sorted(known))]
     consumer.assign(tps)
     if offset is not None:
         for tp in tps:
