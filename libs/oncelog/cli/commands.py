@@ -507,7 +507,7 @@ def produce(
                 try:
                     for line in _lines(file):
                         key: bytes | None = None
-                        value = line
+                        value: bytes | None = line
                         if separator is not None and separator in line:
                             key, _, value = line.partition(separator)
                         if base64_input:
