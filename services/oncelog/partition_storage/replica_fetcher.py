@@ -9,9 +9,10 @@ watermark on to the local engine (a follower's HW is ``min(own log end, leader H
 Domain code: the network comes in through the :class:`ReplicaTransport` protocol and the clock through asyncio;
 nothing here imports grpc (``replica_transport.py`` is the gRPC implementation).
 
-Errors: a failed call backs off (``retry_backoff_ms``) and retries; a partition answering a leadership error
-(NOT_LEADER, FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH) asks the owner to refresh the catalog
-(``on_leadership_error``) and is skipped until the owner re-assigns it.
+Errors: a failed call backs off (``retry_backoff_ms``) and retries, and so does a round in which any partition
+answered an error. A leadership error (NOT_LEADER, FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH) also asks the owner
+to refresh the catalog (``on_leadership_error``): if leadership moved, the owner re-assigns the partition to the
+new leader's fetcher; if the leader's own view was stale, the partition is simply fetched again after the backoff.
 
 Truncation by leader epoch (§5, KIP-279): every fetch carries the epoch of the follower's last batch. When the
 leader answers that this epoch ends earlier in its log (``diverging_epoch = (epoch, end)``), the follower's log
@@ -94,7 +95,7 @@ class FollowedPartition:
     engine: PartitionEngine
     leader_epoch: int
     leader_high_watermark: int = 0
-    paused: str = ""  # why copying stopped until the owner re-assigns the partition; empty while copying
+    paused: str = ""  # why copying stopped until the owner re-opens the partition (truncation); empty while copying
 
     def limit(self, candidate: int) -> int:
         """The engine's HW limit: never above the leader's HW (nor, by the caller, the local log end)."""
@@ -173,7 +174,8 @@ class ReplicaFetcher:
                 await self._changed.wait()
                 continue
             try:
-                await self.fetch_once(active)
+                if await self.fetch_once(active):
+                    await asyncio.sleep(self._settings.retry_backoff_ms / 1000)
             except OncelogError as err:
                 log.warning("replica fetch from %s (%s) failed: %s; retrying", self.leader_id, self.address, err)
                 await asyncio.sleep(self._settings.retry_backoff_ms / 1000)
@@ -181,8 +183,8 @@ class ReplicaFetcher:
                 log.exception("replica fetch from %s failed; retrying", self.leader_id)
                 await asyncio.sleep(self._settings.retry_backoff_ms / 1000)
 
-    async def fetch_once(self, active: Sequence[FollowedPartition]) -> None:
-        """One round: send the positions, apply every answer."""
+    async def fetch_once(self, active: Sequence[FollowedPartition]) -> bool:
+        """One round: send the positions, apply every answer; True if any partition answered an error."""
         positions = [
             CopyPosition(
                 f.topic,
@@ -203,10 +205,13 @@ class ReplicaFetcher:
             max_wait_ms=settings.max_wait_ms,
             max_bytes=settings.max_bytes,
         )
+        failed = False
         for followed, position, result in zip(active, positions, results, strict=True):
             if self._partitions.get((followed.topic, followed.partition)) is not followed:
                 continue  # re-assigned while the fetch was in flight
+            failed |= isinstance(result, OncelogError)
             await self._apply(followed, position, result)
+        return failed
 
     async def _apply(
         self, followed: FollowedPartition, position: CopyPosition, result: CopyResult | OncelogError
@@ -214,7 +219,6 @@ class ReplicaFetcher:
         name = f"{followed.topic}-{followed.partition}"
         if isinstance(result, OncelogError):
             if result.reason in _LEADERSHIP_ERRORS:
-                followed.paused = f"leader answered {result.reason.name}"
                 log.info("%s: %s; refreshing the catalog", name, result.message)
                 self._settings.on_leadership_error()
             else:
