@@ -10,6 +10,8 @@ package oncelog
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"os"
@@ -111,12 +113,29 @@ type Conns struct {
 	conns map[string]*grpc.ClientConn
 }
 
+// transportCredentials is plaintext, or TLS with ONCELOG_TLS_CA (and ONCELOG_TLS_CERT/ONCELOG_TLS_KEY for mTLS).
 func transportCredentials() (credentials.TransportCredentials, error) {
 	ca := os.Getenv("ONCELOG_TLS_CA")
 	if ca == "" {
 		return insecure.NewCredentials(), nil
 	}
-	return credentials.NewClientTLSFromFile(ca, "")
+	pem, err := os.ReadFile(ca)
+	if err != nil {
+		return nil, err
+	}
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("%s holds no PEM certificate", ca)
+	}
+	config := &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}
+	if cert, key := os.Getenv("ONCELOG_TLS_CERT"), os.Getenv("ONCELOG_TLS_KEY"); cert != "" && key != "" {
+		pair, err := tls.LoadX509KeyPair(cert, key)
+		if err != nil {
+			return nil, err
+		}
+		config.Certificates = []tls.Certificate{pair}
+	}
+	return credentials.NewTLS(config), nil
 }
 
 // Get returns the connection to address, dialling it on first use.

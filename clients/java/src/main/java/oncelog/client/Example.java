@@ -1,7 +1,6 @@
 package oncelog.client;
 
 import io.grpc.ManagedChannel;
-import io.grpc.ManagedChannelBuilder;
 import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
 import java.util.HashMap;
@@ -66,7 +65,24 @@ public final class Example implements AutoCloseable {
   }
 
   private ManagedChannel channel(String address) {
-    return channels.computeIfAbsent(address, a -> ManagedChannelBuilder.forTarget(a).usePlaintext().build());
+    return channels.computeIfAbsent(address, a -> io.grpc.Grpc.newChannelBuilder(a, credentials()).build());
+  }
+
+  /** Plaintext, or TLS with ONCELOG_TLS_CA (and ONCELOG_TLS_CERT/ONCELOG_TLS_KEY for mTLS). */
+  static io.grpc.ChannelCredentials credentials() {
+    String ca = System.getenv("ONCELOG_TLS_CA");
+    if (ca == null || ca.isEmpty()) return io.grpc.InsecureChannelCredentials.create();
+    try {
+      var tls = io.grpc.TlsChannelCredentials.newBuilder().trustManager(new java.io.File(ca));
+      String cert = System.getenv("ONCELOG_TLS_CERT");
+      String key = System.getenv("ONCELOG_TLS_KEY");
+      if (cert != null && !cert.isEmpty() && key != null && !key.isEmpty()) {
+        tls.keyManager(new java.io.File(cert), new java.io.File(key));
+      }
+      return tls.build();
+    } catch (java.io.IOException e) {
+      throw new java.io.UncheckedIOException(e);
+    }
   }
 
   private ClusterServiceGrpc.ClusterServiceBlockingStub cluster() {
