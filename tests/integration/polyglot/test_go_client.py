@@ -3,7 +3,7 @@
 ``go test ./...`` runs with ONCELOG_BOOTSTRAP pointing at the session's LocalCluster (the Go tests skip
 without it, so this module insists they passed, not skipped). The example program's --json report is then
 checked from Python: the partitions read back with the Python codec and fetch filter hold exactly the
-idempotent and committed records, and the aborted ones were written but filtered (DESIGN §1.2, §1.4).
+idempotent and committed records, and the aborted ones were written but filtered (design/architecture.md §1.2, §1.4).
 """
 
 from __future__ import annotations
