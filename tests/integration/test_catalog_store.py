@@ -139,6 +139,55 @@ def test_racing_acquirers_get_one_owner(store: CatalogStore) -> None:
     assert len(winners) == 1
 
 
+def test_one_round_renews_held_shards_and_takes_free_ones_in_one_transaction(store: CatalogStore) -> None:
+    role = "txn-coordinator"
+    first = store.acquire_shards(role, [0, 1, 2], "c-a", 1000, now_ms=0)
+    assert {s: (lease.coordinator_epoch, lease.lease_expires_at_ms) for s, lease in first.held.items()} == {
+        0: (1, 1000),
+        1: (1, 1000),
+        2: (1, 1000),
+    }
+    written: list[list[int]] = []
+    held = store.acquire_shards(role, [0, 1, 2, 3], "c-b", 1000, now_ms=500, before_write=written.append)
+    assert set(held.held) == {3} and written == [[3]], "only the never-leased shard is free"
+    assert {s: lease.owner_node_id for s, lease in held.elsewhere.items()} == {0: "c-a", 1: "c-a", 2: "c-a"}
+    renewed = store.acquire_shards(role, [0, 1, 2, 3], "c-a", 1000, now_ms=600)
+    assert {s: (lease.coordinator_epoch, lease.lease_expires_at_ms) for s, lease in renewed.held.items()} == {
+        0: (1, 1600),
+        1: (1, 1600),
+        2: (1, 1600),
+    }, "renewing keeps the epoch; c-b's live lease stays c-b's"
+    store.release_shard(role, 1, "c-a", 1)
+    taken = store.acquire_shards(role, [0, 1, 2, 3], "c-b", 1000, now_ms=700)
+    assert {s: lease.coordinator_epoch for s, lease in taken.held.items()} == {1: 2, 3: 1}, "a takeover bumps the epoch"
+    lapsed = store.acquire_shards(role, [0, 1, 2, 3], "c-b", 1000, now_ms=1600)
+    assert {s: lease.coordinator_epoch for s, lease in lapsed.held.items()} == {0: 2, 1: 2, 2: 2, 3: 1}
+    assert store.acquire_shards(role, [0, 1, 2, 3], "c-a", 1000, now_ms=1700).held == {}
+    assert store.shard_lease(role, 0).owner_node_id == "c-b"
+
+
+def test_racing_rounds_get_one_owner_per_shard(store: CatalogStore) -> None:
+    owners: dict[int, list[str]] = {}
+    errors: list[BaseException] = []
+
+    def grab(node: str) -> None:
+        try:
+            for shard in store.acquire_shards("group-offsets", range(4), node, 60_000, now_ms=0).held:
+                owners.setdefault(shard, []).append(node)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=grab, args=(f"g-{i}",)) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert all(isinstance(e, StorageUnavailable) for e in errors), errors  # SQLite may refuse a concurrent writer
+    assert all(len(nodes) == 1 for nodes in owners.values()), owners
+    for shard, [node] in owners.items():
+        assert store.shard_lease("group-offsets", shard).owner_node_id == node
+
+
 def test_topics_need_a_live_storage_node_and_unique_names(store: CatalogStore) -> None:
     with pytest.raises(StorageUnavailable):
         store.create_topics([("t", 1, {})], now_ms=0)
@@ -307,7 +356,8 @@ def test_catalog_from_before_replication_is_upgraded(tmp_path: Path) -> None:
     assert store.list_nodes(now_ms=1)[0].rack == "r1"
 
 
-def test_takeover_never_overwrites_a_renewal_that_committed_first(postgres_url: str) -> None:
+@pytest.mark.parametrize("whole_round", [False, True], ids=["one-shard", "whole-round"])
+def test_takeover_never_overwrites_a_renewal_that_committed_first(postgres_url: str, whole_round: bool) -> None:
     """Issue 25 item 5: a takeover that read the lease as lapsed must not overwrite the owner's concurrent renewal.
 
     The owner's renewal holds the row lock while the taker has read the old, lapsed expiry; when the renewal
@@ -333,9 +383,14 @@ def test_takeover_never_overwrites_a_renewal_that_committed_first(postgres_url: 
     )
     renewal_pid = renewal.execute(sa.text("SELECT pg_backend_pid()")).scalar_one()
     taken: list[object] = []
-    taker = threading.Thread(
-        target=lambda: taken.append(store.acquire_shard("group-offsets", 0, "taker", 1_000, now_ms=1_100))
-    )
+
+    def take() -> None:
+        if whole_round:
+            taken.append(store.acquire_shards("group-offsets", [0], "taker", 1_000, now_ms=1_100).held.get(0))
+        else:
+            taken.append(store.acquire_shard("group-offsets", 0, "taker", 1_000, now_ms=1_100))
+
+    taker = threading.Thread(target=take)
     taker.start()
     with engine.connect() as watch:  # wait until the taker's UPDATE waits for the renewal's row lock
         for _ in range(2_000):

@@ -3,10 +3,11 @@
 Both coordinator roles split their keys into a fixed number of shards (``shard_for(key, n)``): Kafka's
 ``__transaction_state`` and ``__consumer_offsets`` partitions. Kafka serves such a partition on the broker that
 leads it, at the partition's leader epoch; here each shard is leased from the catalog instead
-(``CatalogStore.acquire_shard``), and the lease's coordinator epoch plays the leader epoch. Taking a shard from
-another owner bumps the epoch with a conditional update; renewing keeps it. Every third of a lease a replica renews
-the shards it holds and takes every shard whose lease is free or lapsed, so replicas are hot standbys. The third
-is counted from when the oldest held lease was written, so a slow round does not delay the next one.
+(``CatalogStore.acquire_shards``: one transaction a round for all shards), and the lease's coordinator epoch plays
+the leader epoch. Taking a shard from another owner bumps the epoch with a conditional update; renewing keeps it.
+Every third of a lease a replica renews the shards it holds and takes every shard whose lease is free or lapsed,
+so replicas are hot standbys. The third is counted from when the oldest held lease was written, so a slow round
+does not delay the next one.
 
 Per shard, this manager runs Kafka's ``onElection`` / ``onResignation`` pair through two callbacks:
 
@@ -48,7 +49,7 @@ import threading
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from oncelog.catalog.store import CatalogStore, ShardLease
+from oncelog.catalog.store import CatalogStore, ShardLease, ShardRound
 from oncelog.errors import OncelogError
 
 log = logging.getLogger(__name__)
@@ -88,7 +89,8 @@ class _Held:
 
 @dataclass(frozen=True)
 class _Renewal:
-    """Outcome of one ``acquire_shard`` call: the lease, None if another owner holds it, or the error."""
+    """One shard's outcome of a round's ``acquire_shards`` call: the lease, None if another owner holds it, or the
+    error."""
 
     shard: int
     now_ms: int
@@ -329,47 +331,55 @@ class ShardLeaseManager:
     # ------------------------------------------------------------------------------ rounds
 
     def _catalog_round(self) -> tuple[list[_Renewal], dict[int, ShardOwner | None]]:
-        """The round's catalog round trips, in a worker thread."""
-        renewals = []
-        for shard in range(self._shard_count):
-            now = self._deadline_clock()
-            lease_now = None if self._database_clock else self._clock()
+        """The round's catalog round trips, in a worker thread: one transaction renews and takes every shard.
+
+        One transaction a round, not one a shard: on a busy machine a round of a transaction per shard took longer
+        than a short lease, and the leases lapsed right after start-up.
+        """
+        shards = list(range(self._shard_count))
+        now = self._deadline_clock()
+        lease_now = None if self._database_clock else self._clock()
+
+        def taking(candidates: list[int]) -> None:
             # Held from before the write that can name this process the owner: FindCoordinator may route a request
             # here as soon as it commits, well before the round applies it.
             with self._lock:
-                self._taking.add(shard)
-            lease: ShardLease | None = None
-            error: Exception | None = None
-            try:
-                lease = self._catalog.acquire_shard(self._role, shard, self._node_id, self._lease_ms, lease_now)
-            except Exception as exc:  # an unreachable catalog must not end the round for the other shards
-                error = exc
-            if lease is None:
-                with self._lock:
-                    self._taking.discard(shard)
-            renewals.append(_Renewal(shard, now, lease, error))
+                self._taking.update(candidates)
+
+        try:
+            result = self._catalog.acquire_shards(
+                self._role, shards, self._node_id, self._lease_ms, lease_now, before_write=taking
+            )
+        except Exception as exc:  # an unreachable catalog: every held shard counts a failed renewal
+            with self._lock:
+                self._taking.clear()
+            return [_Renewal(shard, now, None, exc) for shard in shards], {}
+        with self._lock:
+            self._taking.intersection_update(result.held)
+        renewals = [_Renewal(shard, now, result.held.get(shard)) for shard in shards]
         owners: dict[int, ShardOwner | None] = {}
         if self._track_owners:
-            owners = self._read_owners([r.shard for r in renewals if r.lease is None and r.error is None])
+            owners = self._read_owners(result)
         return renewals, owners
 
-    def _read_owners(self, shards: list[int]) -> dict[int, ShardOwner | None]:
-        """The live owner of each shard held elsewhere (None: no live owner); empty if the catalog failed."""
-        if not shards:
+    def _read_owners(self, result: ShardRound) -> dict[int, ShardOwner | None]:
+        """The live owner of each shard held elsewhere (None: no live owner), from the round's own read of the
+        leases; empty if the node addresses could not be read."""
+        others = {s: lease for s, lease in result.elsewhere.items() if s not in result.held}
+        if not others:
             return {}
         try:
-            now = self._clock()
-            addresses = {n.node_id: n.address for n in self._catalog.list_nodes(now, role=self._role)}
-            owners: dict[int, ShardOwner | None] = {}
-            for shard in shards:
-                lease = self._catalog.shard_lease(self._role, shard)
-                owners[shard] = None
-                if lease is not None and lease.owner_node_id and lease.lease_expires_at_ms > now:
-                    owners[shard] = ShardOwner(lease.owner_node_id, addresses.get(lease.owner_node_id, ""))
-            return owners
+            addresses = {n.node_id: n.address for n in self._catalog.list_nodes(self._clock(), role=self._role)}
         except Exception as exc:  # keep what the last round learned
-            log.warning("could not read the owners of %s shards %s: %s", self._role, shards, exc)
+            log.warning("could not read the owners of %s shards %s: %s", self._role, sorted(others), exc)
             return {}
+        owners: dict[int, ShardOwner | None] = {}
+        for shard, lease in others.items():
+            owners[shard] = None
+            # judged by the clock the round's expiries were judged by
+            if lease.owner_node_id and lease.lease_expires_at_ms > result.now_ms:
+                owners[shard] = ShardOwner(lease.owner_node_id, addresses.get(lease.owner_node_id, ""))
+        return owners
 
     def _apply(self, renewal: _Renewal) -> _Held | None:
         """Update one shard from its renewal; returns the held entry when the renewal succeeded."""

@@ -9,7 +9,7 @@ ownership and coordinator epochs, the producer-id counter, requester epochs) cha
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from types import TracebackType
 
@@ -100,6 +100,18 @@ class ShardLease:
     owner_node_id: str | None
     coordinator_epoch: int
     lease_expires_at_ms: int
+
+
+@dataclass(frozen=True)
+class ShardRound:
+    """Outcome of :meth:`CatalogStore.acquire_shards`: one node's renewals and takeovers in one transaction."""
+
+    now_ms: int
+    """The time expiry was judged at and the new expiries were written from (the database's clock if asked)."""
+    held: dict[int, ShardLease]
+    """The leases the node holds after the write, renewed or taken, by shard."""
+    elsewhere: dict[int, ShardLease]
+    """The other shards' leases as read before the write (their owners' leases may have lapsed), by shard."""
 
 
 class CatalogStore:
@@ -537,6 +549,89 @@ class CatalogStore:
                 return None
             return ShardLease(role, shard, node_id, epoch, expires)
 
+    def acquire_shards(
+        self,
+        role: str,
+        shards: Iterable[int],
+        node_id: str,
+        lease_ms: int,
+        now_ms: int | None,
+        *,
+        before_write: Callable[[list[int]], None] | None = None,
+    ) -> ShardRound:
+        """Renew every shard of ``shards`` that ``node_id`` holds and take every free or lapsed one, in one transaction.
+
+        The same rules as :meth:`acquire_shard`, for a whole round at the cost of one: a renewal keeps the
+        coordinator epoch, a takeover bumps it and is conditional on expiry inside its own update (re-checked by
+        PostgreSQL against the row as it is when the update runs, so an owner's renewal that commits first wins),
+        and a shard never leased before is inserted at epoch 1 unless a racing replica inserted it first.
+        ``before_write`` is called inside the transaction with the shards the write may name ``node_id`` the
+        owner of, before that write (so the caller can know it holds them before anyone can route to it).
+        """
+        wanted = sorted(set(shards))
+        with self._begin() as conn:
+            if now_ms is None:
+                now_ms = _database_now_ms(conn)
+            cs = t.coordinator_shards
+            rows = {
+                row.shard: row for row in conn.execute(sa.select(cs).where(cs.c.role == role, cs.c.shard.in_(wanted)))
+            }
+            mine = [s for s in wanted if s in rows and rows[s].owner_node_id == node_id]
+            free = [
+                s
+                for s in wanted
+                if s in rows and rows[s].owner_node_id != node_id and rows[s].lease_expires_at_ms <= now_ms
+            ]
+            missing = [s for s in wanted if s not in rows]
+            elsewhere = {
+                s: ShardLease(role, s, r.owner_node_id, r.coordinator_epoch, r.lease_expires_at_ms)
+                for s, r in rows.items()
+                if r.owner_node_id != node_id
+            }
+            if not (mine or free or missing):
+                return ShardRound(now_ms, {}, elsewhere)
+            if before_write is not None:
+                before_write(mine + free + missing)
+            expires = now_ms + lease_ms
+            epochs: dict[int, int] = {}
+            if mine:
+                renewed = conn.execute(
+                    sa.update(cs)
+                    .where(cs.c.role == role, cs.c.shard.in_(mine), cs.c.owner_node_id == node_id)
+                    .values(lease_expires_at_ms=expires)
+                    .returning(cs.c.shard, cs.c.coordinator_epoch)
+                )
+                epochs.update((row.shard, row.coordinator_epoch) for row in renewed)
+            if free:
+                taken = conn.execute(
+                    sa.update(cs)
+                    .where(cs.c.role == role, cs.c.shard.in_(free), cs.c.lease_expires_at_ms <= now_ms)
+                    .values(
+                        owner_node_id=node_id, coordinator_epoch=cs.c.coordinator_epoch + 1, lease_expires_at_ms=expires
+                    )
+                    .returning(cs.c.shard, cs.c.coordinator_epoch)
+                )
+                epochs.update((row.shard, row.coordinator_epoch) for row in taken)
+            if missing:
+                insert = _insert_ignoring_conflicts(conn, cs)
+                inserted = conn.execute(
+                    insert.values(
+                        [
+                            {
+                                "role": role,
+                                "shard": s,
+                                "owner_node_id": node_id,
+                                "coordinator_epoch": 1,
+                                "lease_expires_at_ms": expires,
+                            }
+                            for s in missing
+                        ]
+                    ).returning(cs.c.shard, cs.c.coordinator_epoch)
+                )
+                epochs.update((row.shard, row.coordinator_epoch) for row in inserted)
+        held = {s: ShardLease(role, s, node_id, epoch, expires) for s, epoch in sorted(epochs.items())}
+        return ShardRound(now_ms, held, {s: lease for s, lease in elsewhere.items() if s not in held})
+
     def release_shard(self, role: str, shard: int, node_id: str, coordinator_epoch: int) -> None:
         """Give a shard up early (clean shutdown) so another replica need not wait for the lease to lapse."""
         with self._begin() as conn:
@@ -564,6 +659,17 @@ def _database_now_ms(conn: Connection) -> int:
     else:  # SQLite runs in this process: its clock is the host's
         query = "SELECT CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)"
     return int(conn.execute(sa.text(query)).scalar_one())
+
+
+def _insert_ignoring_conflicts(conn: Connection, table: sa.Table) -> sa.Insert:
+    """``INSERT … ON CONFLICT DO NOTHING``: a row a racing transaction inserted first is skipped, not an error."""
+    if conn.dialect.name == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert as pg_insert
+
+        return pg_insert(table).on_conflict_do_nothing()
+    from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+    return sqlite_insert(table).on_conflict_do_nothing()
 
 
 CONTROLLER_ROLE = "controller"

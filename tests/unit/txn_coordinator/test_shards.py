@@ -6,11 +6,12 @@ claim before load, unload plus dropped markers on loss.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import pytest
 
-from oncelog.catalog.store import CatalogStore, ShardLease
+from oncelog.catalog.store import CatalogStore, ShardRound
 from oncelog.errors import StorageUnavailable
 from oncelog.storage.sql import create_engine
 from oncelog.txn_coordinator.shards import ROLE, txn_shard_leases
@@ -34,10 +35,19 @@ class FlakyCatalog(CatalogStore):
 
     unavailable = False
 
-    def acquire_shard(self, role: str, shard: int, node_id: str, lease_ms: int, now_ms: int) -> ShardLease | None:
+    def acquire_shards(
+        self,
+        role: str,
+        shards: Iterable[int],
+        node_id: str,
+        lease_ms: int,
+        now_ms: int | None,
+        *,
+        before_write: Callable[[list[int]], None] | None = None,
+    ) -> ShardRound:
         if self.unavailable:
             raise StorageUnavailable("catalog unreachable")
-        return super().acquire_shard(role, shard, node_id, lease_ms, now_ms)
+        return super().acquire_shards(role, shards, node_id, lease_ms, now_ms, before_write=before_write)
 
 
 class FakeCoordinator:
