@@ -419,3 +419,52 @@ def test_min_insync_replicas_above_the_replication_factor_is_refused(store: Cata
     assert "min_insync_replicas=3 is above its replication factor 2" in info.value.message
     [topic] = store.create_topics([("strict", 1, {"min_insync_replicas": "2"}, 2)], now_ms=1)
     assert topic.config.min_insync_replicas == 2
+
+
+def test_a_round_that_loses_a_first_insert_race_learns_the_winner(postgres_url: str) -> None:
+    """Two replicas starting at once both find no lease row and insert one: the loser must still learn who won,
+    or it answers NOT_COORDINATOR without naming the coordinator until its next round."""
+    import uuid
+
+    name = "t_" + uuid.uuid4().hex[:12]
+    admin = sa.create_engine(postgres_url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
+    url = postgres_url.rsplit("/", 1)[0] + "/" + name
+    store = CatalogStore(create_engine(url))
+    store.migrate()
+    store.ensure_cluster(8, 4, now_ms=0)
+
+    engine = sa.create_engine(url)
+    winner = engine.connect()
+    winner_tx = winner.begin()
+    winner.execute(
+        sa.text(
+            "INSERT INTO coordinator_shards (role, shard, owner_node_id, coordinator_epoch, lease_expires_at_ms) "
+            "VALUES ('group-offsets', 0, 'winner', 1, 1000)"
+        )
+    )
+    winner_pid = winner.execute(sa.text("SELECT pg_backend_pid()")).scalar_one()
+    rounds: list[object] = []
+    loser = threading.Thread(
+        target=lambda: rounds.append(store.acquire_shards("group-offsets", [0, 1], "loser", 1_000, 0))
+    )
+    loser.start()
+    with engine.connect() as watch:  # wait until the loser's INSERT waits for the winner's uncommitted row
+        for _ in range(2_000):
+            blocked = watch.execute(
+                sa.text("SELECT count(*) FROM pg_stat_activity WHERE :pid = ANY(pg_blocking_pids(pid))"),
+                {"pid": winner_pid},
+            ).scalar_one()
+            if blocked:
+                break
+            threading.Event().wait(0.01)
+        assert blocked, "the loser's insert never waited for the winner's"
+    winner_tx.commit()
+    winner.close()
+    loser.join(timeout=30)
+    [result] = rounds
+    assert set(result.held) == {1}
+    assert result.elsewhere[0].owner_node_id == "winner"
+    engine.dispose()
+    admin.dispose()

@@ -111,7 +111,8 @@ class ShardRound:
     held: dict[int, ShardLease]
     """The leases the node holds after the write, renewed or taken, by shard."""
     elsewhere: dict[int, ShardLease]
-    """The other shards' leases as read before the write (their owners' leases may have lapsed), by shard."""
+    """The other shards' leases as read in the transaction (their owners' leases may have lapsed), by shard; a
+    shard whose first lease a racing replica inserted first is read after that insert committed."""
 
 
 class CatalogStore:
@@ -629,6 +630,12 @@ class CatalogStore:
                     ).returning(cs.c.shard, cs.c.coordinator_epoch)
                 )
                 epochs.update((row.shard, row.coordinator_epoch) for row in inserted)
+                raced = [s for s in missing if s not in epochs]
+                if raced:  # a racing replica inserted these first: read who holds them, for redirects
+                    for row in conn.execute(sa.select(cs).where(cs.c.role == role, cs.c.shard.in_(raced))):
+                        elsewhere[row.shard] = ShardLease(
+                            role, row.shard, row.owner_node_id, row.coordinator_epoch, row.lease_expires_at_ms
+                        )
         held = {s: ShardLease(role, s, node_id, epoch, expires) for s, epoch in sorted(epochs.items())}
         return ShardRound(now_ms, held, {s: lease for s, lease in elsewhere.items() if s not in held})
 
