@@ -8,6 +8,7 @@ skip without ONCELOG_BOOTSTRAP, so this module reads Surefire's reports and insi
 
 from __future__ import annotations
 
+import shutil
 import xml.etree.ElementTree as ET
 from collections.abc import Callable
 from pathlib import Path
@@ -22,10 +23,13 @@ pytestmark = pytest.mark.timeout(1800)
 JAVA_CLIENT = Path(__file__).resolve().parents[3] / "clients" / "java"
 
 
+REPORTS = JAVA_CLIENT / "target" / "surefire-reports"
+
+
 def _results() -> dict[str, str]:
     """``Class.test`` -> passed / failed / skipped, from target/surefire-reports."""
     out: dict[str, str] = {}
-    for report in sorted((JAVA_CLIENT / "target" / "surefire-reports").glob("TEST-*.xml")):
+    for report in sorted(REPORTS.glob("TEST-*.xml")):
         for case in ET.parse(report).getroot().iter("testcase"):
             name = f"{case.get('classname', '').rsplit('.', 1)[-1]}.{case.get('name')}"
             outcome = "passed"
@@ -37,6 +41,7 @@ def _results() -> dict[str, str]:
 
 
 def test_java_tests_pass_against_the_cluster(mvn: str, cluster: LocalCluster, run_command: Callable[..., Any]) -> None:
+    shutil.rmtree(REPORTS, ignore_errors=True)  # only this run's reports count
     run_command(
         mvn,
         "-B",
