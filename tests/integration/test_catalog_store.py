@@ -356,13 +356,8 @@ def test_catalog_from_before_replication_is_upgraded(tmp_path: Path) -> None:
     assert store.list_nodes(now_ms=1)[0].rack == "r1"
 
 
-@pytest.mark.parametrize("whole_round", [False, True], ids=["one-shard", "whole-round"])
-def test_takeover_never_overwrites_a_renewal_that_committed_first(postgres_url: str, whole_round: bool) -> None:
-    """Issue 25 item 5: a takeover that read the lease as lapsed must not overwrite the owner's concurrent renewal.
-
-    The owner's renewal holds the row lock while the taker has read the old, lapsed expiry; when the renewal
-    commits, PostgreSQL re-checks the taker's conditional UPDATE against the renewed row.
-    """
+def _fresh_postgres_catalog(postgres_url: str) -> tuple[sa.Engine, str, CatalogStore]:
+    """A catalog in a new PostgreSQL database: the admin engine, the database's URL and the store."""
     import uuid
 
     name = "t_" + uuid.uuid4().hex[:12]
@@ -373,6 +368,31 @@ def test_takeover_never_overwrites_a_renewal_that_committed_first(postgres_url: 
     store = CatalogStore(create_engine(url))
     store.migrate()
     store.ensure_cluster(8, 4, now_ms=0)
+    return admin, url, store
+
+
+def _wait_until_blocked_by(engine: sa.Engine, pid: int, failure: str) -> None:
+    """Wait until some session waits for a lock held by the backend ``pid`` (polled from pg_stat_activity)."""
+    with engine.connect() as watch:
+        for _ in range(2_000):
+            blocked = watch.execute(
+                sa.text("SELECT count(*) FROM pg_stat_activity WHERE :pid = ANY(pg_blocking_pids(pid))"),
+                {"pid": pid},
+            ).scalar_one()
+            if blocked:
+                return
+            threading.Event().wait(0.01)
+    raise AssertionError(failure)
+
+
+@pytest.mark.parametrize("whole_round", [False, True], ids=["one-shard", "whole-round"])
+def test_takeover_never_overwrites_a_renewal_that_committed_first(postgres_url: str, whole_round: bool) -> None:
+    """Issue 25 item 5: a takeover that read the lease as lapsed must not overwrite the owner's concurrent renewal.
+
+    The owner's renewal holds the row lock while the taker has read the old, lapsed expiry; when the renewal
+    commits, PostgreSQL re-checks the taker's conditional UPDATE against the renewed row.
+    """
+    admin, url, store = _fresh_postgres_catalog(postgres_url)
     assert store.acquire_shard("group-offsets", 0, "owner", 1_000, now_ms=0) is not None  # expires at 1_000
 
     engine = sa.create_engine(url)
@@ -392,16 +412,8 @@ def test_takeover_never_overwrites_a_renewal_that_committed_first(postgres_url: 
 
     taker = threading.Thread(target=take)
     taker.start()
-    with engine.connect() as watch:  # wait until the taker's UPDATE waits for the renewal's row lock
-        for _ in range(2_000):
-            blocked = watch.execute(
-                sa.text("SELECT count(*) FROM pg_stat_activity WHERE :pid = ANY(pg_blocking_pids(pid))"),
-                {"pid": renewal_pid},
-            ).scalar_one()
-            if blocked:
-                break
-            threading.Event().wait(0.01)
-        assert blocked, "the takeover never reached its conditional UPDATE"
+    # wait until the taker's UPDATE waits for the renewal's row lock
+    _wait_until_blocked_by(engine, renewal_pid, "the takeover never reached its conditional UPDATE")
     renewal_tx.commit()
     renewal.close()
     taker.join(timeout=30)
@@ -424,16 +436,7 @@ def test_min_insync_replicas_above_the_replication_factor_is_refused(store: Cata
 def test_a_round_that_loses_a_first_insert_race_learns_the_winner(postgres_url: str) -> None:
     """Two replicas starting at once both find no lease row and insert one: the loser must still learn who won,
     or it answers NOT_COORDINATOR without naming the coordinator until its next round."""
-    import uuid
-
-    name = "t_" + uuid.uuid4().hex[:12]
-    admin = sa.create_engine(postgres_url, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
-    url = postgres_url.rsplit("/", 1)[0] + "/" + name
-    store = CatalogStore(create_engine(url))
-    store.migrate()
-    store.ensure_cluster(8, 4, now_ms=0)
+    admin, url, store = _fresh_postgres_catalog(postgres_url)
 
     engine = sa.create_engine(url)
     winner = engine.connect()
@@ -450,16 +453,8 @@ def test_a_round_that_loses_a_first_insert_race_learns_the_winner(postgres_url: 
         target=lambda: rounds.append(store.acquire_shards("group-offsets", [0, 1], "loser", 1_000, 0))
     )
     loser.start()
-    with engine.connect() as watch:  # wait until the loser's INSERT waits for the winner's uncommitted row
-        for _ in range(2_000):
-            blocked = watch.execute(
-                sa.text("SELECT count(*) FROM pg_stat_activity WHERE :pid = ANY(pg_blocking_pids(pid))"),
-                {"pid": winner_pid},
-            ).scalar_one()
-            if blocked:
-                break
-            threading.Event().wait(0.01)
-        assert blocked, "the loser's insert never waited for the winner's"
+    # wait until the loser's INSERT waits for the winner's uncommitted row
+    _wait_until_blocked_by(engine, winner_pid, "the loser's insert never waited for the winner's")
     winner_tx.commit()
     winner.close()
     loser.join(timeout=30)
