@@ -87,7 +87,12 @@ def _session(master: str | None, local_dir: str) -> Any:
             .config("spark.sql.shuffle.partitions", "2")
             .config("spark.driver.extraJavaOptions", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
         )
-    return builder.config("spark.sql.streaming.noDataMicroBatches.enabled", "false").getOrCreate()
+    return (
+        builder.config("spark.sql.streaming.noDataMicroBatches.enabled", "false")
+        # the exactly-once sink needs a micro-batch's Spark partitions to stay the same across restarts
+        .config("spark.sql.adaptive.streaming.stateless.enabled", "false")
+        .getOrCreate()
+    )
 
 
 def build_query(spark: Any, args: argparse.Namespace) -> Any:

@@ -140,19 +140,8 @@ def test_driver_killed_mid_stream_restarts_without_loss_or_duplicates(
     source, sink = Topic(cluster), Topic(cluster)
     expected = fill(source, 60)
     checkpoint = tmp_path / "checkpoint"
-    log_file = tmp_path / "driver.log"
-    driver = Path(__file__).with_name("pipeline_driver.py")
-    command = [sys.executable, str(driver), cluster.bootstrap, source.name, sink.name, str(checkpoint)]
     started = time.monotonic()
-    with log_file.open("wb") as log:
-        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        try:
-            killed_in = _wait_for_batch_in_flight(checkpoint, process, at_least=1, timeout=120)
-        finally:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait(30)
-    assert killed_in is not None, f"the driver never reached batch 1:\n{log_file.read_text()[-3000:]}"
-    assert not (checkpoint / "commits" / str(killed_in)).exists()
+    killed_in = _kill_driver_in_a_batch(cluster, source, sink, checkpoint, tmp_path / "driver.log")
     killed_at = time.monotonic()
     restart = run_to_end(pipeline(spark, cluster, source, maxRecordsPerTrigger=30), cluster, sink, checkpoint)
     assert restart.recentProgress[0]["batchId"] == killed_in, "the restart replayed the batch in flight"
@@ -160,6 +149,87 @@ def test_driver_killed_mid_stream_restarts_without_loss_or_duplicates(
     print(
         f"killed in batch {killed_in} after {killed_at - started:.1f}s; "
         f"restart drained in {time.monotonic() - killed_at:.1f}s"
+    )
+
+
+def _kill_driver_in_a_batch(
+    cluster: LocalCluster, source: Topic, sink: Topic, checkpoint: Path, log_file: Path, *driver_args: str
+) -> int:
+    """Run ``pipeline_driver.py`` until a batch from 1 on is in flight, SIGKILL it there; returns that batch."""
+    driver = Path(__file__).with_name("pipeline_driver.py")
+    command = [sys.executable, str(driver), cluster.bootstrap, source.name, sink.name, str(checkpoint), *driver_args]
+    with log_file.open("wb") as log:
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            killed_in = _wait_for_batch_in_flight(checkpoint, process, at_least=1, timeout=180)
+        finally:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(30)
+    assert killed_in is not None, f"the driver never reached batch 1:\n{log_file.read_text()[-3000:]}"
+    assert not (checkpoint / "commits" / str(killed_in)).exists()
+    return killed_in
+
+
+@pytest.mark.timeout(900)
+def test_restart_on_another_core_count_keeps_every_row_once(spark: Any, cluster: LocalCluster, tmp_path: Path) -> None:
+    """A ``repartition(key)`` pipeline run on 4 cores, its last batch replayed on 2.
+
+    Under Spark's defaults adaptive execution merges the shuffle's partitions by core count, so the replayed
+    batch would give rows to other Spark partitions than the ones whose markers recorded them (duplicates
+    and losses, or NonDeterministicBatchError on every run): the sink refuses to start that way, before
+    writing anything, and says how to turn it off. Turned off, the checkpoint's shuffle partitions hold.
+    """
+    from oncelog.spark.writer import STATELESS_AQE
+
+    source, sink = Topic(cluster), Topic(cluster)
+    expected = fill(source, 60)
+    started = time.monotonic()
+    spark.conf.set(STATELESS_AQE, "true")  # Spark 4.3's default
+    try:
+        refused = (
+            pipeline(spark, cluster, source)
+            .repartition("key")
+            .writeStream.format("oncelog")
+            .option("bootstrap", cluster.bootstrap)
+            .option("topic", sink.name)
+            .option("checkpointLocation", str(tmp_path / "refused"))
+            .trigger(availableNow=True)
+            .start()
+        )
+        with pytest.raises(Exception, match=f'spark.conf.set\\("{STATELESS_AQE}", "false"\\)'):
+            refused.awaitTermination(180)
+    finally:
+        spark.conf.set(STATELESS_AQE, "false")
+    assert sink.values(cluster, "read_uncommitted") == [], "refused before any task wrote"
+    refused_at = time.monotonic()
+    checkpoint = tmp_path / "checkpoint"
+    driver = Path(__file__).with_name("pipeline_driver.py")
+    command = [sys.executable, str(driver), cluster.bootstrap, source.name, sink.name, str(checkpoint)]
+    log_file = tmp_path / "driver.log"
+    with log_file.open("wb") as log:
+        # 4 cores, 8 shuffle partitions (pinned in the checkpoint), to the end of the input, then exit
+        finished = subprocess.run([*command, "local[4,2]", "8", "once"], stdout=log, stderr=subprocess.STDOUT)
+    assert finished.returncode == 0, log_file.read_text()[-3000:]
+    last = max(_batch_ids(checkpoint / "commits"))
+    assert last >= 2 and sink.values(cluster) == expected
+    # the driver died after the sink committed the last batch, before Spark logged its commit
+    (checkpoint / "commits" / str(last)).unlink()
+    (checkpoint / "commits" / f".{last}.crc").unlink(missing_ok=True)
+    replayed_at = time.monotonic()
+    # repartition(col) takes its partition count from the session when the DataFrame is defined; the user keeps
+    # spark.sql.shuffle.partitions, only the cores change
+    spark.conf.set("spark.sql.shuffle.partitions", "8")
+    try:
+        frame = pipeline(spark, cluster, source).repartition("key")
+    finally:
+        spark.conf.set("spark.sql.shuffle.partitions", "2")
+    restart = run_to_end(frame, cluster, sink, checkpoint)
+    assert [p["batchId"] for p in restart.recentProgress] == [last], "the restart replayed the last batch"
+    assert sink.values(cluster) == expected, "every input row is in the output exactly once"
+    assert sink.values(cluster, "read_uncommitted") == expected, "every task of the replay found its marker"
+    print(
+        f"refused in {refused_at - started:.1f}s; 4-core run of {last + 1} batches {replayed_at - refused_at:.1f}s; "
+        f"2-core replay {time.monotonic() - replayed_at:.1f}s"
     )
 
 

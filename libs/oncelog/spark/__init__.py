@@ -9,14 +9,21 @@
 from oncelog.spark.atomic import BatchTooLargeError
 from oncelog.spark.options import OptionError, SinkOptions, SourceOptions
 from oncelog.spark.source import OncelogDataSource
-from oncelog.spark.writer import NonDeterministicBatchError, SinkSchemaError
+from oncelog.spark.writer import (
+    NonDeterministicBatchError,
+    RewoundCheckpointError,
+    SinkSchemaError,
+    UnstablePartitioningError,
+)
 
 __all__ = [
     "BatchTooLargeError",
     "NonDeterministicBatchError",
     "OncelogDataSource",
     "OptionError",
+    "RewoundCheckpointError",
     "SinkOptions",
     "SinkSchemaError",
     "SourceOptions",
+    "UnstablePartitioningError",
 ]

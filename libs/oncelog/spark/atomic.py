@@ -12,7 +12,8 @@ makes the whole micro-batch appear at once (reference pyspark-connector §4 (c1)
 2. **The driver commits.** Spark calls ``commit(messages, batchId)`` on the driver once every task
    succeeded. :class:`DriverCommitter` runs ``InitProducerId`` for the query's driver id
    ``<prefix>-<query id>-batch``, which fences a driver of an earlier run and aborts (or completes) its
-   open transaction; it then reads the **batch marker of every Spark partition** — the same markers
+   open transaction, and for every Spark partition's task id, which does the same to a straggling task of an
+   earlier ``atomicity=task`` run; it then reads the **batch marker of every Spark partition** — the same markers
    design (a) keeps, in groups ``<prefix>-<query id>-<partition id>``, read with ``require_stable``.
 3. A partition whose marker is at this batch or later is already committed, by an earlier run of this
    driver or by tasks under ``atomicity=task``: its rows are skipped, after the digest check that fails
@@ -22,9 +23,11 @@ makes the whole micro-batch appear at once (reference pyspark-connector §4 (c1)
    its markers become visible together or not at all.
 
 Replays after a driver crash before the commit write the batch; after the commit they find every marker
-at the batch and skip. Because both modes share the per-partition markers, a query may switch between
-``atomicity=task`` and ``atomicity=batch`` across restarts without duplicating a replayed batch; switch
-after the previous run has stopped, so that no task of it still holds a transaction open.
+at the batch and skip (a partition that now has no row must have had none). A marker at a later batch means a
+rewound checkpoint and raises :class:`~oncelog.spark.writer.RewoundCheckpointError`. Because both modes share
+the per-partition markers, a query may switch between ``atomicity=task`` and ``atomicity=batch`` across
+restarts without duplicating a replayed batch. The markers are per Spark partition here too, so streaming
+tasks refuse adaptive query execution (:func:`~oncelog.spark.writer.check_stable_partitioning`).
 
 Trade-off against ``atomicity=task``, and when to use it:
 
@@ -67,6 +70,7 @@ from oncelog.spark.writer import (
     SinkWriter,
     TaskIdentity,
     batch_transactional_id,
+    check_not_rewound,
     closing,
     commit_until_known,
     in_background,
@@ -178,12 +182,10 @@ class OutputStager:
                 continue
             size += chunk.payload_size() + _RECORD_OVERHEAD * len(chunk)
             if size > limit:
-                raise BatchTooLargeError(
-                    [
-                        f"maxBatchBytes: Spark partition {task.partition_id} of batch {task.batch_id} alone stages "
-                        f"more than {limit} bytes; raise maxBatchBytes (within spark.driver.maxResultSize), lower "
-                        "the source's maxRecordsPerTrigger, or use atomicity=task for high-volume outputs"
-                    ]
+                raise _too_large(
+                    f"Spark partition {task.partition_id} of batch {task.batch_id} alone stages more than {limit} "
+                    "bytes",
+                    task.batch_id,
                 )
             digest.add_columns(chunk)
             staged.append(chunk)
@@ -228,23 +230,25 @@ class DriverCommitter:
             ProducerFencedError: a newer driver of the same query took over.
             OncelogError: the cluster failed the transaction; Spark fails the batch and the replay settles it.
         """
-        staged = [m for m in _check_staged(messages, batch_id) if m.rows]
-        if not staged:
-            return BatchCommitOutcome(batch_id, None, 0, (), ())
+        staged = _check_staged(messages, batch_id)
+        if not any(m.rows for m in staged):
+            # nothing to write, so no transaction; a replay must still have no row where one was committed
+            _, skipped = self._unwritten(staged, batch_id)
+            return BatchCommitOutcome(batch_id, None, 0, (), skipped)
         size = sum(m.size for m in staged)
         if size > self.options.max_batch_bytes:
-            raise BatchTooLargeError(
-                [
-                    f"maxBatchBytes: batch {batch_id} stages {size} bytes in {len(staged)} Spark partitions, more than "
-                    f"{self.options.max_batch_bytes}; raise maxBatchBytes (within spark.driver.maxResultSize), lower "
-                    "the source's maxRecordsPerTrigger, or use atomicity=task for high-volume outputs"
-                ]
+            raise _too_large(
+                f"batch {batch_id} stages {size} bytes in {len(staged)} Spark partitions, more than "
+                f"{self.options.max_batch_bytes}",
+                batch_id,
             )
         query_id = staged[0].query_id
         tid = self.transactional_id(query_id)
         with closing(open_producer(self.options, tid, f"{tid}-b{batch_id}", self.producer_factory)) as producer:
-            # fence first: a previous driver's open transaction may hold marker commits still pending
+            # fence first: a previous driver's open transaction may hold marker commits still pending, and so
+            # may a straggling task of a previous run under atomicity=task, which holds its partition's own id
             producer.init_transactions()
+            self._fence_tasks(staged)
             to_write, skipped = self._unwritten(staged, batch_id)
             if not to_write:
                 log.info("%s: batch %d already committed; skipped", tid, batch_id)
@@ -275,8 +279,29 @@ class DriverCommitter:
             metadata = marker_metadata(batch_id, message.rows, message.digest)
             producer.send_offsets_to_transaction({marker: OffsetAndMetadata(batch_id, metadata=metadata)}, group)
 
+    def _fence_tasks(self, staged: list[StagedOutput]) -> None:
+        """InitProducerId of every Spark partition's task id ``<prefix>-<query id>-<partition id>``.
+
+        Under ``atomicity=task`` these ids write the batch and its marker; after a switch to ``atomicity=batch``
+        a task of the old run may still be about to commit the same batch. Bumping the epoch of its id aborts
+        its open transaction, or completes one it was already committing, before the markers are read.
+        """
+
+        def fence(message: StagedOutput) -> None:
+            tid = task_transactional_id(self.options, message.query_id, message.partition_id)
+            task = open_producer(self.options, tid, f"{tid}-fence", self.producer_factory)
+            try:
+                task.init_transactions()
+            finally:
+                task.close()
+
+        with ThreadPoolExecutor(min(len(staged), _PARALLEL_MARKER_READS), "oncelog-task-fence") as pool:
+            list(pool.map(fence, staged))
+
     def _unwritten(self, staged: list[StagedOutput], batch_id: int) -> tuple[list[StagedOutput], tuple[int, ...]]:
         """Split the messages into partitions still to write and partitions an earlier run committed."""
+        if not staged:
+            return [], ()
         groups = [task_transactional_id(self.options, m.query_id, m.partition_id) for m in staged]
         # independent reads, each a round trip to its group's coordinator: in parallel, not one after another
         with ThreadPoolExecutor(min(len(groups), _PARALLEL_MARKER_READS), "oncelog-marker-read") as pool:
@@ -284,13 +309,24 @@ class DriverCommitter:
         to_write: list[StagedOutput] = []
         skipped: list[int] = []
         for message, group, marker in zip(staged, groups, markers, strict=True):
-            if marker.batch_id < batch_id:
-                to_write.append(message)
-                continue
+            check_not_rewound(marker, batch_id, f"{group} (Spark partition {message.partition_id})")
             if marker.batch_id == batch_id:
-                _check_replay(group, marker, message)
-            skipped.append(message.partition_id)
+                _check_replay(group, marker, message)  # also when the replay gives the partition no row
+                skipped.append(message.partition_id)
+            elif message.rows:
+                to_write.append(message)
         return to_write, tuple(skipped)
+
+
+def _too_large(what: str, batch_id: int) -> BatchTooLargeError:
+    return BatchTooLargeError(
+        [
+            f"maxBatchBytes: {what}. Nothing was written. Batch {batch_id}'s offsets are in the checkpoint already, "
+            "so its replay reads the same rows and a lower maxRecordsPerTrigger only bounds later batches. To get "
+            "past it, raise maxBatchBytes (and spark.driver.maxResultSize if needed), or restart with atomicity=task, "
+            "which writes the batch from the tasks (both modes keep the same markers, so it is written once)"
+        ]
+    )
 
 
 def _check_replay(group: str, marker: Marker, message: StagedOutput) -> None:

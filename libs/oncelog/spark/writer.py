@@ -15,10 +15,10 @@ cleanup hook. The sink turns that into exactly-once output with the platform's t
    only once the upstream stages have finished the partition).
 3. **Read the batch marker**: the offset committed for ``(marker topic, 0)`` in group ``tid``, read with
    ``require_stable``. Its offset is the last batch this task committed; its metadata holds that batch's
-   row count and digest. If the marker is at this batch or later, the task's output is already
-   committed: skip. When it is at this very batch, the rows of this attempt are hashed and compared
-   first, and a mismatch raises :class:`NonDeterministicBatchError` rather than silently losing or
-   duplicating output.
+   row count and digest. If the marker is at this batch, the task's output is already committed: the
+   rows of this attempt are hashed and compared, a mismatch raises :class:`NonDeterministicBatchError`
+   rather than silently losing or duplicating output, and a match skips. A marker at a later batch
+   raises :class:`RewoundCheckpointError`.
 4. Otherwise **produce** every row in one transaction, **commit the marker** (batch id, rows, digest)
    as transactional offset metadata in the same transaction, and **commit**: data and marker become
    visible together or not at all. Rows are encoded column by column from Spark's Arrow batches and sent
@@ -27,17 +27,27 @@ cleanup hook. The sink turns that into exactly-once output with the platform's t
    The commit waits for every record's acknowledgement and is not attempted when one failed.
 
 Atomicity is per task, not per micro-batch, as in Kafka Streams: a read_committed consumer may see task
-0's part of a batch before task 1's. The pipeline must be deterministic per Spark partition (no
-``rand()``, ``current_timestamp()``, or changed partitioning between a crash and its restart); the digest
-check turns a violation into an error. A task with no rows opens no transaction and commits no marker
-(having registered its id in step 2 before it knew).
+0's part of a batch before task 1's. The markers are keyed by Spark partition id, so a replay must give every
+row to the same Spark partition as the run that crashed. Spark keeps the partitioning of a replayed batch
+only without adaptive query execution, which Spark 4.3 applies to stateless streaming queries by default and
+which merges shuffle partitions by core count (not recorded in the checkpoint): a streaming task therefore
+refuses to write unless it is turned off (:func:`check_stable_partitioning`). The pipeline must also be
+deterministic per Spark partition (no ``rand()``, ``current_timestamp()``, or changed partitioning between a
+crash and its restart); the digest check turns a violation into an error, also for a replayed task that has
+no rows. A marker at a later batch than the one being written means a rewound checkpoint:
+:class:`RewoundCheckpointError`, nothing written. A task with no rows opens no transaction and commits no
+marker (having registered its id in step 2 before it knew).
 
 Batch writes (``df.write``) use the same protocol with a job id drawn on the driver and batch 0: task
 retries are fenced and never duplicate, but a failed job keeps the output of the tasks that committed.
 
 ``atomicity=batch`` (:mod:`oncelog.spark.atomic`, design (c1)) commits a whole micro-batch in one driver
 transaction instead, and advances the same per-partition markers (groups ``<prefix>-<query id>-<partition
-id>``), so either mode finds what the other committed and a query may change mode between restarts.
+id>``), so either mode finds what the other committed and a query may change mode between restarts (the
+batch driver fences the task ids first).
+
+``foreachBatch`` with ``df.write.format("oncelog")`` is a batch write with a new job id per call, so a
+replayed micro-batch is written again: only ``writeStream.format("oncelog")`` is exactly-once.
 """
 
 from __future__ import annotations
@@ -83,11 +93,16 @@ __all__ = [
     "OncelogBatchWriter",
     "OncelogStreamWriter",
     "OutputRecord",
+    "RewoundCheckpointError",
     "RowEncoder",
+    "check_not_rewound",
     "SinkCommitMessage",
     "SinkSchemaError",
     "TaskIdentity",
     "TaskWriter",
+    "UnstablePartitioningError",
+    "STATELESS_AQE",
+    "check_stable_partitioning",
     "JobSinkWriter",
     "SinkWriter",
     "arrow_rows",
@@ -118,12 +133,76 @@ class SinkSchemaError(OptionError):
     header = "the DataFrame written to format('oncelog') does not fit"
 
 
+class UnstablePartitioningError(OptionError):
+    """Spark may number a streaming query's output partitions differently on its next run (adaptive execution)."""
+
+    header = "the oncelog sink needs the same Spark partitions on every run of a micro-batch"
+
+
+STATELESS_AQE = "spark.sql.adaptive.streaming.stateless.enabled"
+"""Spark's switch for adaptive query execution in stateless streaming queries (on by default in Spark 4.3)."""
+_AQE = "spark.sql.adaptive.enabled"
+
+
+def check_stable_partitioning(conf: Callable[[str], str | None]) -> None:
+    """Refuse a streaming write whose Spark partitions a restart may number differently.
+
+    With adaptive query execution on, a stateless streaming query merges shuffle partitions by the cores it
+    has, which the checkpoint does not record: a batch replayed after a restart on another machine size
+    gives its rows to other Spark partitions. The sink keeps its batch markers per Spark partition, so that
+    replay would duplicate the rows that moved to a partition without a marker and drop the ones that moved
+    to a partition with one. Without adaptive execution the shuffle partitions are
+    ``spark.sql.shuffle.partitions``, which the checkpoint pins at the first run.
+
+    Args:
+        conf: the value of a Spark SQL setting in the running task, None when it was not set (Spark sends
+            the settings a session set explicitly to its tasks as local properties).
+
+    Raises:
+        UnstablePartitioningError: adaptive execution may apply; the message says how to turn it off.
+    """
+    if conf(_AQE) == "false" or conf(STATELESS_AQE) == "false":
+        return
+    raise UnstablePartitioningError(
+        [
+            f"{STATELESS_AQE}: adaptive query execution is on for stateless streaming queries, so a restart with "
+            "another number of cores may give a micro-batch's rows to other Spark partitions than the run that "
+            "wrote part of it, and the sink's exactly-once markers are kept per Spark partition. Turn it off "
+            f'before starting the query: spark.conf.set("{STATELESS_AQE}", "false") (or --conf '
+            f"{STATELESS_AQE}=false); nothing was written"
+        ]
+    )
+
+
 class NonDeterministicBatchError(RuntimeError):
     """A replayed micro-batch gave a task other rows than the run that committed it.
 
     The committed output stays as it is; rewriting it would duplicate or lose records. Make the pipeline
     deterministic per Spark partition, or start over with a new checkpoint and output topic.
     """
+
+
+class RewoundCheckpointError(RuntimeError):
+    """The sink already committed a later micro-batch than the one Spark asks it to write.
+
+    Spark only ever replays its last batch, so this means the query's checkpoint lost batches it had
+    completed (entries of ``offsets/`` and ``commits/`` deleted, or an older copy restored). Skipping would
+    lose the rows of the re-planned batches, writing them could duplicate the ones already committed.
+    """
+
+
+def check_not_rewound(marker: Marker, batch_id: int, group: str) -> None:
+    """Raise :class:`RewoundCheckpointError` when ``marker`` is at a batch after ``batch_id``."""
+    if marker.batch_id <= batch_id:
+        return
+    raise RewoundCheckpointError(
+        f"{group}: the sink already committed batch {marker.batch_id}, but Spark is writing batch {batch_id}: "
+        f"the query's checkpoint was rewound (its offsets/ and commits/ entries from batch {batch_id} on were "
+        "deleted, or an older copy of it restored). Spark re-plans those batches, possibly with other offsets "
+        "(maxRecordsPerTrigger), so skipping them could lose rows and writing them could duplicate rows. Nothing "
+        "was written. Restore the checkpoint that wrote batch "
+        f"{marker.batch_id}, or start over with a new checkpointLocation and a new output topic."
+    )
 
 
 # ------------------------------------------------------------------------------------------ task identity
@@ -155,6 +234,7 @@ def task_identity(job_id: str | None = None) -> TaskIdentity:
 
     Raises:
         RuntimeError: not inside a Spark task, or a streaming task without the properties Spark 4.x sets.
+        UnstablePartitioningError: a streaming task whose query runs with stateless adaptive execution.
     """
     from pyspark import TaskContext
 
@@ -168,6 +248,8 @@ def task_identity(job_id: str | None = None) -> TaskIdentity:
             f"Spark did not set the task properties {_QUERY_ID!r} and {_BATCH_ID!r}; this Spark version is not "
             "supported by the oncelog sink"
         )
+    if job_id is None:
+        check_stable_partitioning(context.getLocalProperty)
     return TaskIdentity(
         query_id=job_id or str(query_id),
         batch_id=0 if job_id else int(str(batch_id)),
@@ -420,6 +502,10 @@ def _frame(part: bytes | None) -> bytes:
     return _NULL if part is None else len(part).to_bytes(4, "big") + part
 
 
+def _header_order(header: tuple[str, bytes | None]) -> tuple[str, bool, bytes]:
+    return header[0], header[1] is not None, header[1] or b""
+
+
 def _record_hash(prefix: bytes, key: bytes | None, value: bytes | None, headers: Headers) -> int:
     """One record's 128-bit hash; ``prefix`` frames its topic and partition."""
     encoded = (
@@ -427,7 +513,8 @@ def _record_hash(prefix: bytes, key: bytes | None, value: bytes | None, headers:
         + (_NULL if key is None else len(key).to_bytes(4, "big") + key)
         + (_NULL if value is None else len(value).to_bytes(4, "big") + value)
     )
-    for name, data in headers:
+    # sorted: a map column's entries (or a rebuilt header array) may come in another order on a replay
+    for name, data in sorted(headers, key=_header_order):
         encoded += _frame(name.encode()) + _frame(data)
     # reduced modulo 2**128 once, when read: the unreduced sum of a task's hashes stays a small int
     return int.from_bytes(hashlib.blake2b(encoded, digest_size=16).digest(), "big")
@@ -656,13 +743,15 @@ class TaskWriter:
             with waited_for_on_error(registered):
                 first = next(iterator, None)
             marker = registered.result()
+            check_not_rewound(marker, task.batch_id, f"{tid} (Spark partition {task.partition_id})")
+            records = itertools.chain([] if first is None else [first], iterator)
+            if marker.batch_id == task.batch_id:
+                # a replay, also of a task that now has no row: its digest must match what was committed
+                return self._skip(records, task, tid, marker)
             if first is None:
                 return SinkCommitMessage(
                     task.partition_id, task.attempt, task.batch_id, 0, False, BatchDigest().hexdigest, tid
                 )
-            records = itertools.chain([first], iterator)
-            if marker.batch_id >= task.batch_id:
-                return self._skip(records, task, tid, marker)
             producer.begin_transaction()
             # the marker's group joins the transaction (AddOffsetsToTxn) while the rows are encoded and sent;
             # the marker itself (TxnOffsetCommit) needs the digest of every row, so it waits for the last one
@@ -703,7 +792,7 @@ class TaskWriter:
         digest = BatchDigest()
         for chunk in chunks:
             digest.add_columns(chunk)
-        if marker.batch_id == task.batch_id and not marker.matches(digest.rows, digest.hexdigest):
+        if not marker.matches(digest.rows, digest.hexdigest):
             raise NonDeterministicBatchError(
                 f"{tid}: batch {task.batch_id} was committed with {marker.rows} rows (digest "
                 f"{marker.digest}), but its replay gives this task {digest.rows} rows (digest "
@@ -712,7 +801,7 @@ class TaskWriter:
                 "the restart. The committed output is kept; fix the pipeline, or restart with a new checkpoint "
                 "and output topic."
             )
-        log.info("%s: batch %d already committed (marker at batch %d); skipped", tid, task.batch_id, marker.batch_id)
+        log.info("%s: batch %d already committed; skipped", tid, task.batch_id)
         return SinkCommitMessage(
             task.partition_id, task.attempt, task.batch_id, digest.rows, True, digest.hexdigest, tid
         )

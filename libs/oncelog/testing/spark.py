@@ -72,6 +72,8 @@ def local_spark_session(
         .config("spark.local.dir", str(tmp))
         .config("spark.sql.warehouse.dir", str(tmp / "warehouse"))
         .config("spark.sql.streaming.noDataMicroBatches.enabled", "false")
+        # the oncelog sink refuses adaptive execution of stateless streams (partitions must not move on restart)
+        .config("spark.sql.adaptive.streaming.stateless.enabled", "false")
         .config("spark.driver.extraJavaOptions", f"{java_options} -Dlog4j2.configurationFile=file:{log4j}".strip())
         .getOrCreate()
     )

@@ -8,6 +8,7 @@ crash. What a read_committed consumer sees afterwards is the verdict.
 from __future__ import annotations
 
 import pickle
+import threading
 from typing import Any
 
 import pytest
@@ -31,6 +32,7 @@ from oncelog.spark.output import SEND_CHUNK_ROWS
 from oncelog.spark.writer import (
     NonDeterministicBatchError,
     OncelogStreamWriter,
+    RewoundCheckpointError,
     RowEncoder,
     TaskWriter,
     read_marker,
@@ -177,13 +179,13 @@ def test_batch_atomicity_nondeterministic_replay_fails_loudly(cluster: LocalClus
     assert visible(cluster, topic) == ["a", "b"], "the committed output is kept as it is"
 
 
-def test_batch_atomicity_next_batch_writes_and_stale_batch_skips(cluster: LocalCluster, topic: Topic) -> None:
+def test_batch_atomicity_next_batch_writes_and_stale_batch_is_refused(cluster: LocalCluster, topic: Topic) -> None:
     options = batch_options(cluster, topic)
     DriverCommitter(options).commit(batch_of(options, 0, p0=("a",)), 0)
     DriverCommitter(options).commit(batch_of(options, 1, p0=("b",)), 1)
-    late = DriverCommitter(options).commit(batch_of(options, 0, p0=("zombie",)), 0)
-    assert late.skipped == (0,), "a batch older than the marker is never written again"
-    assert visible(cluster, topic) == ["a", "b"]
+    with pytest.raises(RewoundCheckpointError):
+        DriverCommitter(options).commit(batch_of(options, 0, p0=("zombie",)), 0)
+    assert visible(cluster, topic) == ["a", "b"], "a batch older than the marker is never written again"
 
 
 def test_batch_atomicity_empty_batch_opens_no_transaction(cluster: LocalCluster, topic: Topic) -> None:
@@ -250,15 +252,18 @@ def test_staged_chunks_survive_pickling_and_keep_each_partitions_rows(cluster: L
 
 def test_task_over_max_batch_bytes_fails_naming_the_option(cluster: LocalCluster, topic: Topic) -> None:
     options = batch_options(cluster, topic, maxBatchBytes="100")
-    with pytest.raises(BatchTooLargeError, match="maxBatchBytes: Spark partition 0 of batch 0 alone stages"):
+    with pytest.raises(BatchTooLargeError, match="maxBatchBytes: Spark partition 0 of batch 0 alone stages") as err:
         stage(options, 0, 0, *(f"value-{i}" for i in range(20)))
+    # the batch's offsets are logged: a smaller maxRecordsPerTrigger cannot shrink its replay
+    assert "only bounds later batches" in str(err.value) and "restart with atomicity=task" in str(err.value)
 
 
 def test_batch_over_max_batch_bytes_fails_before_producing(cluster: LocalCluster, topic: Topic) -> None:
     options = batch_options(cluster, topic, maxBatchBytes="200")
     messages = batch_of(options, 0, p0=("a" * 30, "b" * 30), p1=("c" * 30, "d" * 30))  # 170 bytes each
-    with pytest.raises(BatchTooLargeError, match="maxBatchBytes: batch 0 stages"):
+    with pytest.raises(BatchTooLargeError, match="maxBatchBytes: batch 0 stages") as err:
         DriverCommitter(options).commit(messages, 0)
+    assert "raise maxBatchBytes (and spark.driver.maxResultSize if needed)" in str(err.value)
     assert visible(cluster, topic, "read_uncommitted") == []
 
 
@@ -278,3 +283,59 @@ def test_atomicity_option_selects_the_writer(cluster: LocalCluster, topic: Topic
     batch = {**base, "ATOMICITY": "Batch"}
     assert isinstance(OncelogDataSource(batch).streamWriter(KV, False), OncelogAtomicStreamWriter)
     assert isinstance(OncelogDataSource(batch).writer(KV, False), OncelogAtomicBatchWriter)
+
+
+# ----------------------------------------------------------------------------- rewinds, switches, empty replays
+
+
+def test_batch_atomicity_refuses_a_rewound_checkpoint(cluster: LocalCluster, topic: Topic) -> None:
+    options = batch_options(cluster, topic)
+    for batch in range(3):
+        DriverCommitter(options).commit(batch_of(options, batch, p0=(f"r{batch}",)), batch)
+    with pytest.raises(RewoundCheckpointError, match="already committed batch 2, but Spark is writing batch 1"):
+        DriverCommitter(options).commit(batch_of(options, 1, p0=("r1", "r2")), 1)
+    assert visible(cluster, topic, "read_uncommitted") == ["r0", "r1", "r2"]
+
+
+def test_batch_atomicity_replay_without_rows_of_a_committed_partition_fails(
+    cluster: LocalCluster, topic: Topic
+) -> None:
+    options = batch_options(cluster, topic)
+    DriverCommitter(options).commit(batch_of(options, 4, p0=("a",), p1=("b",)), 4)
+    with pytest.raises(NonDeterministicBatchError, match=r"Spark partition 0 with 1 rows .* replay gives 0 rows"):
+        DriverCommitter(options).commit(batch_of(options, 4, p0=(), p1=("b",)), 4)
+    assert visible(cluster, topic) == ["a", "b"]
+
+
+def test_switch_from_task_to_batch_fences_a_straggling_task(cluster: LocalCluster, topic: Topic) -> None:
+    """A task of the previous run (``atomicity=task``) sent batch 5's rows and is about to commit its marker
+    when the restarted query's driver (``atomicity=batch``) commits the same batch."""
+    options = sink_options(cluster, topic)
+    reached, resume = threading.Event(), threading.Event()
+
+    class Straggler(Producer):
+        def send_offsets_to_transaction(self, *args: Any, **kwargs: Any) -> None:
+            reached.set()
+            resume.wait(60)
+            super().send_offsets_to_transaction(*args, **kwargs)
+
+    outcome: list[BaseException | None] = []
+
+    def old_run_task() -> None:
+        writer = TaskWriter(options, RowEncoder(KV, options.topic), producer_factory=Straggler)
+        try:
+            writer.write(rows("a", "b"), task(5))
+            outcome.append(None)
+        except BaseException as exc:  # the verdict of the test
+            outcome.append(exc)
+
+    straggler = threading.Thread(target=old_run_task)
+    straggler.start()
+    assert reached.wait(60), "the old run's task never got to its marker"
+    batch = batch_options(cluster, topic)
+    committed = DriverCommitter(batch).commit(batch_of(batch, 5, p0=("a", "b")), 5)
+    resume.set()
+    straggler.join(60)
+    assert committed.written == (0,)
+    assert isinstance(outcome[0], ProducerFencedError | OncelogError), outcome
+    assert visible(cluster, topic) == ["a", "b"], "batch 5 once: the straggler's transaction was aborted"

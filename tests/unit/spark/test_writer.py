@@ -41,14 +41,18 @@ from oncelog.spark.channels import LogClient
 from oncelog.spark.options import OptionError, SinkOptions, parse_sink_options
 from oncelog.spark.output import SEND_CHUNK_ROWS
 from oncelog.spark.writer import (
+    STATELESS_AQE,
     BatchDigest,
     NonDeterministicBatchError,
     OncelogStreamWriter,
     OutputRecord,
+    RewoundCheckpointError,
     RowEncoder,
     SinkSchemaError,
     TaskIdentity,
     TaskWriter,
+    UnstablePartitioningError,
+    check_stable_partitioning,
 )
 from oncelog.testing import LocalCluster
 
@@ -144,14 +148,46 @@ def test_nondeterministic_replay_fails_loudly(cluster: LocalCluster, topic: Topi
     assert visible(cluster, topic) == ["a", "b"], "the committed output is kept as it is"
 
 
-def test_next_batch_writes_and_stale_batch_skips(cluster: LocalCluster, topic: Topic) -> None:
+def test_next_batch_writes_and_stale_batch_is_refused(cluster: LocalCluster, topic: Topic) -> None:
     writer = task_writer(cluster, topic)
     writer.write(rows("a"), task(0))
     writer.write(rows("b"), task(1))
-    late = writer.write(rows("zombie"), task(0, attempt=3))
-    assert late.skipped, "a batch older than the marker is never written again"
-    assert visible(cluster, topic) == ["a", "b"]
+    with pytest.raises(RewoundCheckpointError):
+        writer.write(rows("zombie"), task(0, attempt=3))
+    assert visible(cluster, topic) == ["a", "b"], "a batch older than the marker is never written again"
     assert marker(cluster, writer, task(1))[0] == 1
+
+
+def test_rewound_checkpoint_is_an_error_that_says_what_happened(cluster: LocalCluster, topic: Topic) -> None:
+    """An operator deleted the last two batches' checkpoint entries and reran with another maxRecordsPerTrigger:
+    Spark re-plans batch 2 with other offsets; skipping it (the marker is at 3) would lose those rows."""
+    writer = task_writer(cluster, topic)
+    for batch in range(4):
+        writer.write(rows(f"r{batch}"), task(batch))
+    with pytest.raises(RewoundCheckpointError, match="already committed batch 3, but Spark is writing batch 2") as err:
+        writer.write(rows("r2", "r3", "r4"), task(2))
+    assert "checkpoint was rewound" in str(err.value) and "Nothing was written" in str(err.value)
+    with pytest.raises(RewoundCheckpointError):
+        writer.write([], task(1))  # a task without rows is refused as well
+    assert visible(cluster, topic, "read_uncommitted") == ["r0", "r1", "r2", "r3"]
+
+
+def test_replay_without_rows_of_a_batch_committed_with_rows_fails(cluster: LocalCluster, topic: Topic) -> None:
+    writer = task_writer(cluster, topic)
+    writer.write(rows("a", "b"), task(4))
+    with pytest.raises(NonDeterministicBatchError, match=r"batch 4 was committed with 2 rows .* gives this task 0 row"):
+        writer.write([], task(4))
+    assert visible(cluster, topic) == ["a", "b"]
+    assert writer.write([], task(5)).rows == 0, "a new batch without rows is fine"
+
+
+def test_streaming_task_refuses_adaptive_execution_of_stateless_queries() -> None:
+    """Spark sends the settings a session set explicitly to its tasks; an unset switch is Spark 4.3's default, on."""
+    for conf in ({}, {STATELESS_AQE: "true"}, {"spark.sql.adaptive.enabled": "true"}):
+        with pytest.raises(UnstablePartitioningError, match=f'spark.conf.set\\("{STATELESS_AQE}", "false"\\)'):
+            check_stable_partitioning(conf.get)
+    check_stable_partitioning({STATELESS_AQE: "false"}.get)
+    check_stable_partitioning({"spark.sql.adaptive.enabled": "false"}.get)
 
 
 def test_task_retry_fences_earlier_attempt_and_its_data_never_shows(cluster: LocalCluster, topic: Topic) -> None:
@@ -323,6 +359,18 @@ def test_digest_ignores_order_but_not_duplicates_or_changes() -> None:
     assert _digest([a]) != _digest([OutputRecord("t", 0, b"k", b"a", ())]), "the partition counts"
     assert _digest([OutputRecord("t", None, None, b"ab", ())]) != _digest([OutputRecord("t", None, b"a", b"b", ())])
     assert _digest([OutputRecord("t", None, None, b"", ())]) != _digest([OutputRecord("t", None, None, None, ())])
+
+
+def test_digest_ignores_header_order_but_not_header_content() -> None:
+    """A map column's entries may come in another order when a replay rebuilds the map."""
+    both = (("a", b"1"), ("b", b"2"))
+    record = OutputRecord("t", None, b"k", b"v", both)
+    assert _digest([record]) == _digest([OutputRecord("t", None, b"k", b"v", both[::-1])])
+    assert _digest([record]) != _digest([OutputRecord("t", None, b"k", b"v", (("a", b"1"), ("b", b"3")))])
+    assert _digest([record]) != _digest([OutputRecord("t", None, b"k", b"v", (("a", b"1"),))])
+    assert _digest([OutputRecord("t", None, b"k", b"v", (("a", None),))]) != _digest(
+        [OutputRecord("t", None, b"k", b"v", (("a", b""),))]
+    )
 
 
 def test_arrow_batches_become_records_in_column_order() -> None:
