@@ -58,6 +58,7 @@ from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowW
 
 from oncelog.client.producer import Producer
 from oncelog.client.records import OffsetAndMetadata
+from oncelog.spark.checkpoint import record_sink_names
 from oncelog.spark.options import OptionError, SinkOptions
 from oncelog.spark.output import BatchedSender, RecordColumns
 from oncelog.spark.writer import (
@@ -371,6 +372,7 @@ class OncelogAtomicStreamWriter(SinkWriter, DataSourceStreamArrowWriter):
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Every task staged its rows: commit the micro-batch (:meth:`DriverCommitter.commit`)."""
         DriverCommitter(self.options).commit(messages, batchId)
+        record_sink_names(self.options)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """The batch failed; nothing to undo.

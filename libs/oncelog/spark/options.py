@@ -251,6 +251,8 @@ class SinkOptions:
             :data:`ATOMICITY_BATCH` (one transaction per micro-batch, committed by the driver).
         max_batch_bytes: with ``atomicity=batch``, the most bytes of keys, values and headers one micro-batch
             may carry through the driver; a larger batch fails instead of exhausting the driver's memory.
+        checkpoint_location: the streaming query's ``checkpointLocation`` option, as Spark passes it to the
+            sink (None for batch writes, or when the location comes from a session setting).
     """
 
     bootstrap: tuple[str, ...]
@@ -261,6 +263,7 @@ class SinkOptions:
     request_timeout_s: float = 30.0
     atomicity: str = ATOMICITY_TASK
     max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES
+    checkpoint_location: str | None = None
 
 
 def parse_sink_options(options: Mapping[str, str], *, environ: Mapping[str, str] | None = None) -> SinkOptions:
@@ -307,6 +310,7 @@ def parse_sink_options(options: Mapping[str, str], *, environ: Mapping[str, str]
         request_timeout_s=(_positive_int(opts, "requestTimeoutMs", problems) or 30_000) / 1000,
         atomicity=atomicity,
         max_batch_bytes=_positive_int(opts, "maxBatchBytes", problems) or DEFAULT_MAX_BATCH_BYTES,
+        checkpoint_location=str(opts["checkpointlocation"]).strip() or None if "checkpointlocation" in opts else None,
     )
     if problems:
         raise OptionError(problems)

@@ -34,6 +34,7 @@ from pyspark.sql.types import StructType
 from oncelog.errors import OncelogError, UnknownTopicOrPartition
 from oncelog.spark.atomic import OncelogAtomicBatchWriter, OncelogAtomicStreamWriter
 from oncelog.spark.channels import LogClient
+from oncelog.spark.checkpoint import check_sink_names
 from oncelog.spark.options import ATOMICITY_BATCH, OptionError, SinkOptions, parse_sink_options, parse_source_options
 from oncelog.spark.reader import SCHEMA, OncelogBatchReader, OncelogStreamReader
 from oncelog.spark.writer import OncelogBatchWriter, OncelogStreamWriter, RowEncoder
@@ -77,6 +78,7 @@ class OncelogDataSource(DataSource):
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         """The exactly-once micro-batch writer (``df.writeStream``): per task, or per batch with ``atomicity=batch``."""
         options, encoder = self._sink(schema, overwrite)
+        check_sink_names(options)
         if options.atomicity == ATOMICITY_BATCH:
             return OncelogAtomicStreamWriter(options, encoder)
         return OncelogStreamWriter(options, encoder)

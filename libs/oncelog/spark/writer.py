@@ -83,6 +83,7 @@ from oncelog.client.errors import RetriableError
 from oncelog.client.producer import Producer
 from oncelog.client.records import OffsetAndMetadata, TopicPartition
 from oncelog.spark.channels import LogClient
+from oncelog.spark.checkpoint import record_sink_names
 from oncelog.spark.options import OptionError, SinkOptions
 from oncelog.spark.output import SEND_CHUNK_ROWS, BatchedSender, Headers, RecordColumns
 
@@ -875,6 +876,7 @@ class OncelogStreamWriter(SinkWriter, DataSourceStreamArrowWriter):
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Every task has committed (or skipped) its part of ``batchId``; check their reports."""
         found = _check_messages(messages, batchId)
+        record_sink_names(self.options)
         written = sum(m.rows for m in found if not m.skipped)
         skipped = sum(1 for m in found if m.skipped)
         log.info("batch %d: %d rows committed by %d tasks, %d tasks skipped", batchId, written, len(found), skipped)
