@@ -177,7 +177,8 @@ def test_restart_on_another_core_count_keeps_every_row_once(spark: Any, cluster:
     Under Spark's defaults adaptive execution merges the shuffle's partitions by core count, so the replayed
     batch would give rows to other Spark partitions than the ones whose markers recorded them (duplicates
     and losses, or NonDeterministicBatchError on every run): the sink refuses to start that way, before
-    writing anything, and says how to turn it off. Turned off, the checkpoint's shuffle partitions hold.
+    writing anything, and says how to turn it off. Turned off, and with the session's shuffle partitions kept,
+    the replay gives every Spark partition the rows it had.
     """
     from oncelog.spark.writer import STATELESS_AQE
 
@@ -216,14 +217,13 @@ def test_restart_on_another_core_count_keeps_every_row_once(spark: Any, cluster:
     (checkpoint / "commits" / str(last)).unlink()
     (checkpoint / "commits" / f".{last}.crc").unlink(missing_ok=True)
     replayed_at = time.monotonic()
-    # repartition(col) takes its partition count from the session when the DataFrame is defined; the user keeps
-    # spark.sql.shuffle.partitions, only the cores change
+    # the session keeps its spark.sql.shuffle.partitions (repartition(col) takes it from the running session),
+    # only the cores change
     spark.conf.set("spark.sql.shuffle.partitions", "8")
     try:
-        frame = pipeline(spark, cluster, source).repartition("key")
+        restart = run_to_end(pipeline(spark, cluster, source).repartition("key"), cluster, sink, checkpoint)
     finally:
         spark.conf.set("spark.sql.shuffle.partitions", "2")
-    restart = run_to_end(frame, cluster, sink, checkpoint)
     assert [p["batchId"] for p in restart.recentProgress] == [last], "the restart replayed the last batch"
     assert sink.values(cluster) == expected, "every input row is in the output exactly once"
     assert sink.values(cluster, "read_uncommitted") == expected, "every task of the replay found its marker"

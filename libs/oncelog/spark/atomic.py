@@ -15,7 +15,7 @@ makes the whole micro-batch appear at once (reference pyspark-connector §4 (c1)
    open transaction, and for every Spark partition's task id, which does the same to a straggling task of an
    earlier ``atomicity=task`` run; it then reads the **batch marker of every Spark partition** — the same markers
    design (a) keeps, in groups ``<prefix>-<query id>-<partition id>``, read with ``require_stable``.
-3. A partition whose marker is at this batch or later is already committed, by an earlier run of this
+3. A partition whose marker is at this batch is already committed, by an earlier run of this
    driver or by tasks under ``atomicity=task``: its rows are skipped, after the digest check that fails
    loudly when the replay differs (:class:`~oncelog.spark.writer.NonDeterministicBatchError`). Every other
    partition's rows are produced in **one transaction**, together with the new markers of those

@@ -153,7 +153,7 @@ def check_stable_partitioning(conf: Callable[[str], str | None]) -> None:
     gives its rows to other Spark partitions. The sink keeps its batch markers per Spark partition, so that
     replay would duplicate the rows that moved to a partition without a marker and drop the ones that moved
     to a partition with one. Without adaptive execution the shuffle partitions are
-    ``spark.sql.shuffle.partitions``, which the checkpoint pins at the first run.
+    ``spark.sql.shuffle.partitions`` of the running session, which a restart must keep.
 
     Args:
         conf: the value of a Spark SQL setting in the running task, None when it was not set (Spark sends
