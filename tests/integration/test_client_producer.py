@@ -20,7 +20,8 @@ from oncelog.client import (
     TransactionState,
 )
 from oncelog.client.partitioner import partition_for_key
-from oncelog.errors import MessageTooLarge, Reason, UnknownTopicOrPartition
+from oncelog.errors import InvalidRecord, MessageTooLarge, Reason, UnknownTopicOrPartition
+from oncelog.records import RecordsBuilder
 from oncelog.testing import LocalCluster
 
 pytestmark = pytest.mark.timeout(120)
@@ -107,6 +108,53 @@ def test_failed_batch_makes_the_transaction_abortable(cluster: LocalCluster) -> 
         assert producer.transaction_state is TransactionState.ABORTABLE_ERROR
         with pytest.raises(AbortableError):
             producer.send(topic, b"refused")
+        producer.abort_transaction()
+        producer.begin_transaction()
+        producer.send(topic, b"committed")
+        producer.commit_transaction()
+    assert read_values(cluster.bootstrap, topic) == {0: [b"committed"]}
+
+
+def _fail_encoding_of(monkeypatch: pytest.MonkeyPatch, poisoned: bytes) -> None:
+    """Make the batch encoder raise for any batch holding ``poisoned`` (a codec that fails at drain time)."""
+    build = RecordsBuilder.build
+
+    def failing_build(self: RecordsBuilder, **kwargs: object) -> bytes:
+        payload = build(self, **kwargs)
+        if poisoned in payload:
+            raise RuntimeError("codec failed")
+        return payload
+
+    monkeypatch.setattr(RecordsBuilder, "build", failing_build)
+
+
+def test_batch_that_cannot_be_encoded_fails_its_records_instead_of_hanging(
+    cluster: LocalCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch whose encoding raises fails its records at once; the idempotent producer carries on after it."""
+    topic = new_topic(cluster.bootstrap, 1)
+    _fail_encoding_of(monkeypatch, b"poisoned")
+    with Producer(cluster.bootstrap, linger_ms=0, delivery_timeout_ms=60_000) as producer:
+        assert producer.send(topic, b"before").result(timeout=30).offset == 0
+        with pytest.raises(InvalidRecord, match="could not be encoded"):
+            producer.send(topic, b"poisoned").result(timeout=10)
+        assert producer.send(topic, b"after").result(timeout=30).offset == 1
+    assert read_values(cluster.bootstrap, topic) == {0: [b"before", b"after"]}
+
+
+def test_batch_that_cannot_be_encoded_makes_the_transaction_abortable(
+    cluster: LocalCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A commit never succeeds without a record that could not be encoded."""
+    topic = new_topic(cluster.bootstrap, 1)
+    _fail_encoding_of(monkeypatch, b"poisoned")
+    with Producer(cluster.bootstrap, transactional_id=f"unencodable-{uuid.uuid4().hex[:6]}") as producer:
+        producer.init_transactions()
+        producer.begin_transaction()
+        producer.send(topic, b"kept-out")
+        producer.send(topic, b"poisoned")
+        with pytest.raises(AbortableError):
+            producer.commit_transaction()
         producer.abort_transaction()
         producer.begin_transaction()
         producer.send(topic, b"committed")

@@ -26,6 +26,7 @@ delivery timeouts; only the optional wait for memory uses real time. The object 
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections import deque
@@ -40,6 +41,8 @@ from oncelog.client.sequences import NO_SEQUENCE, ProducerIdAndEpoch, ProducerSe
 from oncelog.errors import MessageTooLarge, OncelogError, RequestTimedOut
 from oncelog.records import BATCH_OVERHEAD, Compression, Record, RecordsBuilder
 from oncelog.records.varint import size_of_varint
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "DEFAULT_BATCH_SIZE",
@@ -552,6 +555,7 @@ class RecordAccumulator:
         self._flushes = 0
         self._closed = False
         self._drain_counter = 0
+        self._unencodable: list[tuple[ProducerBatch, Exception]] = []
 
     @property
     def delivery_timeout_ms(self) -> int:
@@ -876,9 +880,27 @@ class RecordAccumulator:
                     self._sequences.resending(first)
                 total += first.size_in_bytes
                 drained.append(first)
+        encoded: list[ProducerBatch] = []
         for batch in drained:
-            batch.payload  # noqa: B018 - encode outside the lock so appends to other batches proceed
-        return drained
+            try:
+                batch.payload  # noqa: B018 - encode outside the lock so appends to other batches proceed
+            except Exception as exc:  # a codec that fails must fail its batch, never strand its futures
+                log.error("encoding %r failed: %r", batch, exc)
+                with self._lock:
+                    self._unencodable.append((batch, exc))
+                continue
+            encoded.append(batch)
+        return encoded
+
+    def take_unencodable(self) -> list[tuple[ProducerBatch, Exception]]:
+        """Batches :meth:`drain` took but could not encode, with their error; the caller fails them.
+
+        Such a batch was stamped (it holds sequence numbers), so it must be failed through the same
+        path as a batch the partition refused, which settles its sequences and its transaction.
+        """
+        with self._lock:
+            taken, self._unencodable = self._unencodable, []
+        return taken
 
     def reenqueue(self, batch: ProducerBatch) -> None:
         """Put a sent batch back for a retry, unchanged, ahead of every batch never sent (``reenqueue``)."""

@@ -85,6 +85,7 @@ from oncelog.client.sequences import MAX_IN_FLIGHT, ProducerIdAndEpoch, Producer
 from oncelog.client.transport import Backoff, Channels, Deadline, IoThread, call, resolve_bootstrap
 from oncelog.errors import (
     CoordinatorNotAvailable,
+    InvalidRecord,
     NetworkException,
     OncelogError,
     Reason,
@@ -449,6 +450,15 @@ class _Sender:
             shift = self._drain_rotation % len(partitions)
             ordered = partitions[shift:] + partitions[:shift]
             batches = self._accumulator.drain(ordered, max_bytes=self._config.max_request_size)
+            for batch, exc in self._accumulator.take_unencodable():
+                self._on_batch_error(
+                    batch,
+                    InvalidRecord(
+                        f"{batch.record_count} record(s) for {batch.topic_partition} could not be encoded into a "
+                        f"batch ({type(exc).__name__}: {exc}); nothing was sent",
+                        definite=True,
+                    ),
+                )
             if not batches:
                 continue
             if address not in self._streams:
