@@ -5,7 +5,8 @@
 All three measurements run in one process against one LocalCluster (one storage node, topics ``flush=sync``):
 
 1. Throughput: one producer sends 1 KiB records to one partition back to back for ``--seconds``; the
-   idempotent producer flushes at the end, the transactional one commits every 100 ms (ref §1.1). The ratio
+   idempotent producer flushes at the end, the transactional one commits every 100 ms (design/kafka-semantics.md §1.1).
+   The ratio
    transactional ÷ idempotent is the cost of transactions on throughput (target >= 0.98).
 2. Latency of one record through a consume-transform-produce loop, from the moment the consumer can fetch
    it until a read_committed reader of the output sees the result: poll, produce, send the offsets to the

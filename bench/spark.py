@@ -3,7 +3,7 @@
     python -m bench.spark [--runs 5] [--rows 10000]
 
 Needs the ``spark`` extra and Java 17/21. Everything runs in one process: a LocalCluster (one storage node),
-one SparkSession ``local[2]`` (reference pyspark-connector §8 settings, default JVM flags), and these
+one SparkSession ``local[2]`` (design/spark-connector.md §8 settings, default JVM flags), and these
 measurements:
 
 1. **Sink ratio.** Four streaming queries run the same pipeline (``key = offset``, ``value = upper(value)``)
@@ -137,7 +137,8 @@ class SourceFeeder:
 
 @contextmanager
 def spark_session(tmp: Path) -> Iterator[Any]:
-    """``local[2]`` (one attempt per task) with the settings of reference §7 and Spark's default JVM flags."""
+    """``local[2]`` (one attempt per task) with the settings of design/spark-connector.md §7 and Spark's default JVM
+    flags."""
     with local_spark_session(tmp, master="local[2]", app_name="oncelog-bench", java_options="") as session:
         session.dataSource.register(DrainDataSource)
         yield session

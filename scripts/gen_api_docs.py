@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Render docs/api.md, the Markdown API reference of the oncelog wire contract, from the comments in proto/.
 
-The proto comments are the documentation (CONVENTIONS §3: every service, RPC, message, field and enum value
+The proto comments are the documentation (design/conventions.md §3: every service, RPC, message, field and enum value
 carries one). protoc compiles proto/ into a descriptor set with source info, and this script turns it into one
 section per package: its services with their RPCs (request, response, description), its messages with a field
 table (name, number, type, description) and its enums with their values. Types link to their definitions.

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Generate the Python code of the oncelog wire contract from proto/ into libs/oncelog/api/.
 
-The generated tree is committed (CONVENTIONS §3): Docker images, Spark executors and editable installs
+The generated tree is committed (design/conventions.md §3): Docker images, Spark executors and editable installs
 need no protoc, and API changes show up in review. Output is deterministic for the pinned grpcio-tools and
 mypy-protobuf, so ``--check`` can regenerate into a temporary directory and demand an identical tree.
 

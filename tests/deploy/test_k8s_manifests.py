@@ -1,5 +1,6 @@
 """Offline validation of deploy/k8s: kustomize renders every overlay, every object passes the Kubernetes OpenAPI
-schemas, and the deployment rules of DESIGN §9 and CONVENTIONS §3 hold for the rendered objects.
+schemas, and the deployment rules of design/architecture.md §9 and design/conventions.md §3 hold for the rendered
+objects.
 
 The environment each oncelog container would receive is rebuilt from the rendered ConfigMaps, Secrets, downward
 API fields and ``$(VAR)`` references, then loaded through the service's own settings dataclass, so a variable the

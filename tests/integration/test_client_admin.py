@@ -78,7 +78,8 @@ def test_list_offsets_by_isolation(cluster: LocalCluster) -> None:
 
 
 def test_hanging_transaction_is_found_and_aborted(cluster: LocalCluster) -> None:
-    """KIP-664 drill (ref §8 S8): find the open transaction pinning the LSO, abort it, the LSO moves on."""
+    """KIP-664 drill (design/kafka-semantics.md §8 S8): find the open transaction pinning the LSO, abort it, the LSO
+    moves on."""
     topic = unique("admin-hanging")
     tid = unique("hanging")
     tp = TopicPartition(topic, 0)

@@ -1,7 +1,7 @@
 """Client misuse against the local cluster: each mistake raises a clear exception naming the problem and the fix.
 
 Covers the "Bad input" list of the client: an unknown topic, a record above ``max_request_size``, the
-transactional API out of order (ref §1.1: InitProducerId before any transaction, BeginTxn before
+transactional API out of order (design/kafka-semantics.md §1.1: InitProducerId before any transaction, BeginTxn before
 EndTxn), a closed producer, and a bootstrap address that is malformed or where nothing listens.
 """
 

@@ -83,7 +83,8 @@ def test_idempotent_producer_gets_an_id_and_partitions_track_its_sequence(cluste
 
 
 def test_rejected_batch_fails_its_records_and_the_producer_carries_on(cluster: LocalCluster) -> None:
-    """The topic refuses a too-large batch: only its records fail; the epoch is bumped locally (ref §4.2)."""
+    """The topic refuses a too-large batch: only its records fail; the epoch is bumped locally
+    (design/kafka-semantics.md §4.2)."""
     topic = new_topic(cluster.bootstrap, 1, max_message_bytes="1024")
     with Producer(cluster.bootstrap, linger_ms=0) as producer:
         assert producer.send(topic, b"small-0").result(timeout=30).offset == 0

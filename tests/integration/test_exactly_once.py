@@ -1,9 +1,9 @@
-"""Exactly-once end to end through the client library, against real service processes (DESIGN §1).
+"""Exactly-once end to end through the client library, against real service processes (design/architecture.md §1).
 
 Each test names the guarantee it checks. Most run on the shared session cluster (two storage nodes);
 those that break things — a TCP proxy that swallows replies and cuts connections in front of a storage
 node, SIGKILL of a storage node, of a transaction coordinator or of a copier process — start their own
-cluster. Ports the client-side scenarios of ref §8 S1 and S3.
+cluster. Ports the client-side scenarios of design/kafka-semantics.md §8 S1 and S3.
 """
 
 from __future__ import annotations
@@ -219,7 +219,8 @@ def _more_acknowledged(sent: dict[int, list[tuple[bytes, Future]]], count: int, 
 
 
 def test_idempotent_producer_retries_do_not_duplicate(proxied: tuple[LocalCluster, FaultyProxy]) -> None:
-    """Replies lost after the write, then the connection cut: retries are written at most once (DESIGN §1.1)."""
+    """Replies lost after the write, then the connection cut: retries are written at most once
+    (design/architecture.md §1.1)."""
     cluster, proxy = proxied
     topic = new_topic(cluster.bootstrap, 3, "idem-proxy")
     sent: dict[int, list[tuple[bytes, Future]]] = defaultdict(list)
@@ -247,7 +248,8 @@ def test_idempotent_producer_retries_do_not_duplicate(proxied: tuple[LocalCluste
 
 
 def test_acked_records_survive_storage_kill_exactly_once(proxied: tuple[LocalCluster, FaultyProxy]) -> None:
-    """kill -9 of the storage node mid-send: every acked record survives, once, in order (DESIGN §1.1, §1.6)."""
+    """kill -9 of the storage node mid-send: every acked record survives, once, in order
+    (design/architecture.md §1.1, §1.6)."""
     cluster, _ = proxied
     topic = new_topic(cluster.bootstrap, 2, "idem-kill")
     sent: dict[int, list[tuple[bytes, Future]]] = defaultdict(list)
@@ -276,7 +278,8 @@ def test_acked_records_survive_storage_kill_exactly_once(proxied: tuple[LocalClu
 
 
 def test_transaction_commit_visible_atomically_across_partitions(cluster: LocalCluster) -> None:
-    """Nothing of an open transaction is readable; after the commit, all of it on every partition (DESIGN §1.2)."""
+    """Nothing of an open transaction is readable; after the commit, all of it on every partition
+    (design/architecture.md §1.2)."""
     topic = new_topic(cluster.bootstrap, 4, "atomic")
     with Producer(cluster.bootstrap, transactional_id=f"atomic-{uuid.uuid4().hex[:6]}") as producer:
         producer.init_transactions()
@@ -296,7 +299,8 @@ def test_transaction_commit_visible_atomically_across_partitions(cluster: LocalC
 
 
 def test_aborted_transaction_invisible_to_read_committed(cluster: LocalCluster) -> None:
-    """An aborted transaction's records never reach read_committed; plain records around it do (DESIGN §1.4)."""
+    """An aborted transaction's records never reach read_committed; plain records around it do
+    (design/architecture.md §1.4)."""
     topic = new_topic(cluster.bootstrap, 2, "abort")
     with Producer(cluster.bootstrap) as plain:
         plain.send(topic, b"before", partition=0).result()
@@ -320,7 +324,7 @@ def test_aborted_transaction_invisible_to_read_committed(cluster: LocalCluster) 
 
 
 def test_read_uncommitted_sees_open_transaction_but_no_control_records(cluster: LocalCluster) -> None:
-    """read_uncommitted returns open-transaction data but never a COMMIT/ABORT marker (DESIGN §1.4)."""
+    """read_uncommitted returns open-transaction data but never a COMMIT/ABORT marker (design/architecture.md §1.4)."""
     topic = new_topic(cluster.bootstrap, 1, "uncommitted")
     with Producer(cluster.bootstrap, transactional_id=f"uncommitted-{uuid.uuid4().hex[:6]}") as producer:
         producer.init_transactions()
@@ -349,7 +353,8 @@ def test_read_uncommitted_sees_open_transaction_but_no_control_records(cluster: 
 
 
 def test_zombie_producer_fenced_after_new_instance_inits(cluster: LocalCluster) -> None:
-    """A second instance with the same transactional id fences the first; only its data commits (DESIGN §1.3)."""
+    """A second instance with the same transactional id fences the first; only its data commits
+    (design/architecture.md §1.3)."""
     topic = new_topic(cluster.bootstrap, 2, "zombie")
     tid = f"zombie-{uuid.uuid4().hex[:6]}"
     zombie = Producer(cluster.bootstrap, transactional_id=tid)
@@ -437,7 +442,8 @@ def test_a_group_id_over_255_characters_is_refused_where_it_enters_and_wedges_no
 
 
 def test_offsets_committed_only_with_transaction(cluster: LocalCluster) -> None:
-    """Consume-transform-produce: an abort keeps offsets and output away; a commit makes both visible (§1.2)."""
+    """Consume-transform-produce: an abort keeps offsets and output away; a commit makes both visible
+    (design/architecture.md §1.2)."""
     with _copier(cluster, "ctp") as (consumer, producer, sink, tp):
         producer.begin_transaction()
         for record in _poll_at_least(consumer, 10):
@@ -495,7 +501,8 @@ def test_offsets_group_added_ahead_commits_and_aborts_with_the_transaction(clust
 
 
 def test_rewind_to_committed_after_abort(cluster: LocalCluster) -> None:
-    """After an abort, the consumer reads again from the first input offset of that transaction (DESIGN §1.8)."""
+    """After an abort, the consumer reads again from the first input offset of that transaction
+    (design/architecture.md §1.8)."""
     source = new_topic(cluster.bootstrap, 2, "rewind-in")
     sink = new_topic(cluster.bootstrap, 1, "rewind-out")
     group = f"rewind-{uuid.uuid4().hex[:6]}"
@@ -558,7 +565,8 @@ def proxied_coordinator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tu
 
 
 def test_indeterminate_commit_is_retried_never_aborted(proxied_coordinator: tuple[LocalCluster, FaultyProxy]) -> None:
-    """EndTxn reaches the coordinator but its answer is lost: the client retries the same commit (DESIGN §1.7)."""
+    """EndTxn reaches the coordinator but its answer is lost: the client retries the same commit
+    (design/architecture.md §1.7)."""
     cluster, proxy = proxied_coordinator
     topic = new_topic(cluster.bootstrap, 2, "indeterminate")
     tid = f"indeterminate-{uuid.uuid4().hex[:6]}"
@@ -624,7 +632,8 @@ def failover_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Local
 
 
 def test_coordinator_failover_commit_completes(failover_cluster: LocalCluster) -> None:
-    """SIGKILL of the coordinator owning the transaction before commit: the survivor completes it (ref §2.10)."""
+    """SIGKILL of the coordinator owning the transaction before commit: the survivor completes it
+    (design/kafka-semantics.md §2.10)."""
     cluster = failover_cluster
     topic = new_topic(cluster.bootstrap, 2, "failover")
     tid = f"failover-{uuid.uuid4().hex[:6]}"
@@ -719,7 +728,8 @@ def _committed_total(log: Path) -> int:
 
 
 def test_copier_killed_three_times_outputs_each_input_exactly_once(cluster: LocalCluster, tmp_path: Path) -> None:
-    """Ref §8 S1: a transactional copier SIGKILLed three times still yields output == input, once each."""
+    """design/kafka-semantics.md §8 S1: a transactional copier SIGKILLed three times still yields output == input, once
+    each."""
     source = new_topic(cluster.bootstrap, 2, "s1-in")
     sink = new_topic(cluster.bootstrap, 2, "s1-out")
     group = f"s1-{uuid.uuid4().hex[:6]}"

@@ -3,7 +3,7 @@
 The example loads proto/ with @grpc/proto-loader and speaks the wire protocol itself (RecordBatch v2 and CRC32C
 in JavaScript): an idempotent produce, a committed and an aborted transaction, and a read_committed fetch. This
 module reads the partitions back with the Python codec and the client library's fetch filter, so both languages
-must agree byte for byte on what was committed (DESIGN §1.2, §1.4).
+must agree byte for byte on what was committed (design/architecture.md §1.2, §1.4).
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 
 Clients here are what a producer or the coordinator would send: batches built with the records codec, markers
 through the generated stubs. What a consumer shows its user is computed with Kafka's read_committed filter
-(``CompletedFetch``, ref §4.5), so the tests check exactly what the server promises: the bytes, the LSO and the
+(``CompletedFetch``, design/kafka-semantics.md §4.5), so the tests check exactly what the server promises: the bytes,
+the LSO and the
 aborted-transaction list.
 """
 
@@ -109,7 +110,8 @@ def reason(result: pb.PartitionProduceResult | pb.FetchPartitionResult | common.
 
 
 def read_committed(result: pb.FetchPartitionResult) -> list[bytes]:
-    """What a read_committed consumer hands to its user (ref §4.5): aborted data and markers dropped."""
+    """What a read_committed consumer hands to its user (design/kafka-semantics.md §4.5): aborted data and markers
+    dropped."""
     pending = sorted(result.aborted_transactions, key=lambda t: t.first_offset)
     aborted: set[int] = set()
     values = []
@@ -280,12 +282,12 @@ def test_read_uncommitted_sees_open_data_but_never_control_records(part: Partiti
 
 
 def test_interleaved_transactional_and_plain_producers(part: Partition) -> None:
-    """Seed 002 §三.3 (交织): plain and transactional producers share a partition.
+    """design/replication.md §10 (交织): plain and transactional producers share a partition.
 
     Plain messages are decided when appended; a transaction's are decided at its marker. read_committed
     returns records in offset order, never past the first undecided transaction (the LSO), so a plain message
     that arrived after an open transaction's first batch waits for that transaction, and a transaction that
-    committed first waits behind an older open one (DESIGN §1.4, ref §4.3).
+    committed first waits behind an older open one (design/architecture.md §1.4, design/kafka-semantics.md §4.3).
     """
     part.produce(batch(1100, 0, 0, tag="n1"))  # 0: plain, before any transaction: visible at once
     part.produce(batch(1101, 0, 0, txn=True, tag="x1"))  # 1: X1

@@ -149,7 +149,8 @@ def test_follower_whose_disk_was_wiped_copies_everything_again(cluster: LocalClu
 
 
 def test_divergent_tail_is_cut_at_the_new_leaders_epoch_start_not_kept(cluster: LocalCluster) -> None:
-    """Seed 002 §七 case 2: the old leader's unacknowledged tail (epoch 0) is cut where the new leader's epoch 1
+    """design/replication.md §5 case 2: the old leader's unacknowledged tail (epoch 0) is cut where the new leader's
+    epoch 1
     starts, and the replicas end byte-identical. Leadership moves by the conditional catalog update an election
     makes (the controller's job, standing in here)."""
     meta = partition(cluster)
@@ -186,7 +187,8 @@ def test_divergent_tail_is_cut_at_the_new_leaders_epoch_start_not_kept(cluster: 
 
 
 def test_acked_record_survives_leader_kill_when_follower_restarts_first(cluster: LocalCluster) -> None:
-    """Seed 002 §七 case 1 (HW lag): with acks=all, the leader is killed right after the acknowledgements, the
+    """design/replication.md §5 case 1 (HW lag): with acks=all, the leader is killed right after the acknowledgements,
+    the
     follower too, and the follower restarts first. It must not cut its log to its (lagging) HW: it is elected and
     serves every acknowledged record."""
     admin = cluster_pb.ClusterServiceStub(sync_channel(cluster.bootstrap))

@@ -1,6 +1,7 @@
 """Crash recovery of a real storage process: kill -9 mid-stream, torn tails, replayed transaction state.
 
-DESIGN §1.6: an acknowledged write survives a kill -9; DESIGN §1.1: retries after the restart are written at
+design/architecture.md §1.6: an acknowledged write survives a kill -9; design/architecture.md §1.1: retries after the
+restart are written at
 most once. Each test runs its own single-node cluster so it may kill it.
 """
 

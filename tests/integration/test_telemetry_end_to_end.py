@@ -3,7 +3,7 @@
 The cluster (two storage nodes, group-offsets, coordinator, pid-allocator, each an OS process) exports over OTLP
 to an in-test receiver. Transactions are driven with raw stubs, as any gRPC client would: InitProducerId,
 AddPartitionsToTxn for a partition on each storage node, AddOffsetsToTxn, transactional Produce, TxnOffsetCommit
-and EndTxn (DESIGN §9, issue "tracing end to end").
+and EndTxn (design/architecture.md §9, issue "tracing end to end").
 """
 
 from __future__ import annotations
@@ -261,7 +261,8 @@ def _one(spans: list[ReceivedSpan], what: str, predicate: Callable[[ReceivedSpan
 
 
 def test_commit_transaction_is_one_trace_from_the_client_to_every_marker(telemetry: Telemetry) -> None:
-    """DESIGN §9: client span → EndTxn → Prepare write → one WriteTxnMarkers per destination → Complete write."""
+    """design/architecture.md §9: client span → EndTxn → Prepare write → one WriteTxnMarkers per destination → Complete
+    write."""
     receiver = telemetry.receiver
     client = RawClient(telemetry.cluster)
     tid = "traced-payments"

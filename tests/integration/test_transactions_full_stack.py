@@ -1,6 +1,7 @@
 """Transactions across real processes: pid-allocator, two coordinators, two storage nodes, group-offsets.
 
-Ports the coordinator and end-to-end scenarios of ref §8 S3, S6 and S7 onto the whole system: records are
+Ports the coordinator and end-to-end scenarios of design/kafka-semantics.md §8 S3, S6 and S7 onto the whole system:
+records are
 written by :class:`~oncelog.testing.txn_driver.TransactionalDriver` (raw stubs, Kafka RecordBatch v2 with
 producer id, epoch and sequence) and read back with Fetch plus the consumer's own read_committed filter, so
 every assertion is about what a consumer would see. Faults are real: ``kill -9`` of a coordinator or a
@@ -55,7 +56,7 @@ ENV = {
     "ONCELOG_TXN_COORDINATOR_LEASE_MS": "2000",
     "ONCELOG_TXN_COORDINATOR_NODE_LEASE_MS": "2000",
     "ONCELOG_PARTITION_STORAGE_NODE_LEASE_MS": "3000",
-    # ref §8: the timeout sweep runs often in tests
+    # design/kafka-semantics.md §8: the timeout sweep runs often in tests
     "ONCELOG_TXN_COORDINATOR_ABORT_CHECK_INTERVAL_MS": "100",
     "ONCELOG_TXN_COORDINATOR_MARKER_RETRY_BACKOFF_MS": "20",
     "ONCELOG_TXN_COORDINATOR_MARKER_RETRY_BACKOFF_MAX_MS": "200",
@@ -138,7 +139,7 @@ def markers_of(read: PartitionRead, producer_id: int) -> list[tuple[ControlType,
     """The decisions (type, producer epoch) ``producer_id``'s control records carry, in log order.
 
     A coordinator that takes a shard over resends every marker of a Prepare* transaction, and storage appends a
-    resend carrying a newer coordinator epoch once more (ref §2.10); such repeats count once here.
+    resend carrying a newer coordinator epoch once more (design/kafka-semantics.md §2.10); such repeats count once here.
     """
     decisions = [(m.control_type, m.producer_epoch) for m in read.markers if m.producer_id == producer_id]
     return list(dict.fromkeys(decisions))
@@ -360,7 +361,8 @@ async def test_transaction_timeout_aborts_and_lso_advances(view: ClusterView) ->
     for tp in parts:
         assert (await read_partition(view, tp)).last_stable_offset == 0
 
-    # The producer goes silent: the coordinator's sweep fences and aborts it, and the LSO catches up (DESIGN §1.5).
+    # The producer goes silent: the coordinator's sweep fences and aborts it, and the LSO catches up
+    # (design/architecture.md §1.5).
     for tp in parts:
         read = await eventually(functools.partial(stable, view, tp), f"the LSO of {tp} reached the high watermark")
         assert read.records == [] and markers_of(read, pid) == [(ABORT, epoch + 1)]
@@ -470,7 +472,8 @@ async def test_prepare_commit_rolled_forward_after_coordinator_kill_9(
     cluster.kill(owner)  # kill -9 with the commit decided and not completed
     await asyncio.to_thread(cluster.restart, owner)
 
-    # Whoever loads the shard now finds PrepareCommit: a new instance must wait, never abort it (ref §2.3).
+    # Whoever loads the shard now finds PrepareCommit: a new instance must wait, never abort it
+    # (design/kafka-semantics.md §2.3).
     successor = TransactionalDriver(view, tid)
     await expect_error(successor.init_producer_id(retry_concurrent=False), Reason.CONCURRENT_TRANSACTIONS)
     assert (await successor.describe()).state == PREPARE_COMMIT
@@ -520,7 +523,8 @@ async def test_markers_resumed_after_coordinator_failover(
     first = await read_partition(view, up)
     assert first.values == sent[up], "visible once"
     assert {(m.producer_id, m.producer_epoch, m.control_type) for m in first.markers} == {(pid, epoch + 1, COMMIT)}
-    # The new owner cannot know which participants acknowledged, so it resends to all of them (ref §2.10);
+    # The new owner cannot know which participants acknowledged, so it resends to all of them
+    # (design/kafka-semantics.md §2.10);
     # storage appends such a resend once more, to record the newer coordinator epoch (as Kafka does).
     epochs = [m.coordinator_epoch for m in first.markers]
     assert epochs[0] == before.coordinator_epoch and set(epochs) <= {before.coordinator_epoch, after.coordinator_epoch}

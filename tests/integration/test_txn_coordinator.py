@@ -5,7 +5,8 @@ are :class:`MarkerDestinationDouble`: a real gRPC server started by the test tha
 ``PartitionStorageService.WriteTxnMarkers`` and ``GroupOffsetsService.WriteTxnMarkers``, registers itself in
 the catalog as a partition-storage or group-offsets node (leading the test topic's partitions, owning the
 test group's shard) and records every request. It stands in for the separate storage and group-offsets
-services; nothing of the coordinator is mocked. Ports the coordinator scenarios of ref §8 S3 and S6.
+services; nothing of the coordinator is mocked. Ports the coordinator scenarios of design/kafka-semantics.md §8 S3 and
+S6.
 """
 
 from __future__ import annotations
@@ -866,7 +867,7 @@ def test_failover_resumes_prepare_commit_markers(tmp_path: Path, database_url: s
 
 
 def test_idle_transactional_id_expires_but_an_open_transaction_does_not(tmp_path: Path) -> None:
-    """Ref §2.8 / §8 S4: an expired id is forgotten; its old producer id no longer maps to it."""
+    """design/kafka-semantics.md §2.8 / §8 S4: an expired id is forgotten; its old producer id no longer maps to it."""
     env = {
         **COORDINATOR_ENV,
         "ONCELOG_TXN_COORDINATOR_TRANSACTIONAL_ID_EXPIRATION_MS": "500",
@@ -896,7 +897,8 @@ def test_idle_transactional_id_expires_but_an_open_transaction_does_not(tmp_path
 
 
 def test_marker_fan_out_joins_the_end_txn_trace(tmp_path: Path) -> None:
-    """DESIGN §9: one commit is one trace, from the client's EndTxn to each WriteTxnMarkers the coordinator sends."""
+    """design/architecture.md §9: one commit is one trace, from the client's EndTxn to each WriteTxnMarkers the
+    coordinator sends."""
     with OtlpReceiver() as receiver:
         env = {**COORDINATOR_ENV, "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint, "OTEL_BSP_SCHEDULE_DELAY": "50"}
         with LocalCluster(tmp_path, services=("pid-allocator", "txn-coordinator"), env=env) as cluster:

@@ -1,4 +1,4 @@
-"""Spark tier: one SparkSession for the whole test session (reference pyspark-connector §8) and a cluster.
+"""Spark tier: one SparkSession for the whole test session (design/spark-connector.md §8) and a cluster.
 
 Skipped with the reason when pyspark or Java is missing. Session start costs several seconds, so every
 Spark test shares it; each test gets its own topics and checkpoint directory.
@@ -37,7 +37,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.fixture(scope="session")
 def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    """``local[2,2]``: two task threads, two attempts per task (retries need the second number, §3.4)."""
+    """``local[2,2]``: two task threads, two attempts per task (retries need the second number,
+    design/spark-connector.md §3.4)."""
     java_options = os.environ.get("SPARK_TEST_JOPTS", QUICK_JVM)
     with local_spark_session(
         tmp_path_factory.mktemp("spark"), app_name="oncelog-tests", java_options=java_options
@@ -103,7 +104,7 @@ class Topic:
     def values(self, cluster: LocalCluster, isolation: str = "read_committed") -> list[str]:
         """Every value a consumer with ``isolation`` reads, once ended transactions have their markers.
 
-        Commits return when the decision is durable and markers follow asynchronously (DESIGN §5), so
+        Commits return when the decision is durable and markers follow asynchronously (design/architecture.md §5), so
         this waits until every partition's last stable offset reaches its high watermark.
         """
         from oncelog.client.fetch_filter import IsolationLevel

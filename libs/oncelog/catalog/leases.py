@@ -1,4 +1,5 @@
-"""ShardLeaseManager: which coordinator shards this process serves, and at which coordinator epoch (DESIGN §2).
+"""ShardLeaseManager: which coordinator shards this process serves, and at which coordinator epoch
+(design/architecture.md §2).
 
 Both coordinator roles split their keys into a fixed number of shards (``shard_for(key, n)``): Kafka's
 ``__transaction_state`` and ``__consumer_offsets`` partitions. Kafka serves such a partition on the broker that
@@ -14,7 +15,8 @@ Per shard, this manager runs Kafka's ``onElection`` / ``onResignation`` pair thr
 * the **load hook** ``on_acquired(shard, coordinator_epoch)`` runs after the lease was taken and before the shard
   is served: the service claims the epoch in its state database (so every write under an older epoch fails from
   then on) and loads what it caches. It returns False, or raises, to refuse; the lease is kept and the hook runs
-  again next round. A shard is never reported as served while its hook runs (ref §2.10, load before serving).
+  again next round. A shard is never reported as served while its hook runs (design/kafka-semantics.md §2.10, load
+  before serving).
 * the **drop hook** ``on_lost(shard, coordinator_epoch)`` runs when serving stops. It may run again for the same
   shard and epoch (a load that finished after its shard was lost is undone), so it must be idempotent.
 
@@ -244,7 +246,8 @@ class ShardLeaseManager:
             return self._owners.get(shard)
 
     def fenced(self, shard: int, coordinator_epoch: int) -> None:
-        """A write found ``shard`` claimed past ``coordinator_epoch``: stop serving it now (ref §2.10).
+        """A write found ``shard`` claimed past ``coordinator_epoch``: stop serving it now
+        (design/kafka-semantics.md §2.10).
 
         Reports about an epoch this process does not hold are ignored. The lease is kept, so the next round
         renews it and runs the load hook again, which refuses while the newer claim stands.

@@ -1,6 +1,6 @@
 """Pure replica rules: replication-factor checks and replica placement over storage nodes.
 
-Placement follows Kafka's ``AdminUtils.assignReplicasToBrokers`` (seed 002 §2.6.3): the first replica of each
+Placement follows Kafka's ``AdminUtils.assignReplicasToBrokers`` (design/replication.md §1): the first replica of each
 partition goes round-robin over the nodes from a per-topic starting point (so replication factor 1 places leaders
 exactly as before replication existed), and the other replicas follow at a shift that grows every full round, so
 the followers of one node's partitions spread over all other nodes instead of always landing on its neighbour.

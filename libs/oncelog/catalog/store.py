@@ -418,7 +418,7 @@ class CatalogStore:
 
         ``controller`` = ``(node_id, controller_epoch, now_ms)`` makes the change also conditional, in the same
         transaction, on that node still holding the controller lease at that epoch (a deposed controller's late
-        election never lands; seed 002 §2.6.2) and, when it replaces the leader, on the old leader's node lease
+        election never lands; design/replication.md §6) and, when it replaces the leader, on the old leader's node lease
         having lapsed (a leader that renewed between the controller's look and its write keeps leading).
 
         Raises:

@@ -845,7 +845,7 @@ class RecordAccumulator:
         """Take at most one batch from each of ``partitions``, ready to send (``RecordAccumulator.drain``).
 
         The caller passes the partitions it may write now: those with a known leader and, for a
-        transactional producer, already added to the transaction (ref §1.1 step 3).
+        transactional producer, already added to the transaction (design/kafka-semantics.md §1.1 step 3).
         A batch is skipped while it backs off, or while the sequence book does not let it go
         (in-flight limit, a pending epoch bump, or a retry waiting for an older batch). A
         batch drained for the first time is closed to new records and stamped; its
@@ -924,7 +924,7 @@ class RecordAccumulator:
         Args:
             batch: the acknowledged batch.
             base_offset: offset of its first record, or -1 when the partition did not say
-                (a duplicate older than its cache, ref §4.2).
+                (a duplicate older than its cache, design/kafka-semantics.md §4.2).
             log_append_time_ms: the partition's append time for LogAppendTime topics, else -1.
         """
         with self._lock:

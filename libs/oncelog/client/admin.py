@@ -3,7 +3,8 @@
 Every call is synchronous and bounded by ``timeout`` (default ``request_timeout_ms``); retriable errors
 (a moved coordinator, an unreachable node, a shard still loading) are retried within that bound, others
 are raised as the domain error the server returned. The hanging-transaction tooling of KIP-664
-(ref §5.4) is here: :meth:`AdminClient.describe_producers` shows each partition's open transactions,
+(design/kafka-semantics.md §5.4) is here: :meth:`AdminClient.describe_producers` shows each partition's open
+transactions,
 :meth:`AdminClient.list_transactions` finds old ones, :meth:`AdminClient.abort_transaction` ends one.
 """
 

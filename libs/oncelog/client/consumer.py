@@ -4,14 +4,15 @@
 buffered (Kafka's ``Fetcher``), returns as soon as one answers with records, and leaves the others running
 for the next poll. Each partition's answer goes through :class:`~oncelog.client.fetch_filter.CompletedFetch`,
 which drops control records and, at read_committed, the data of aborted transactions; the server already
-stops at the last stable offset, so open transactions stay invisible (DESIGN §1.4, ref §4.5).
+stops at the last stable offset, so open transactions stay invisible (design/architecture.md §1.4,
+design/kafka-semantics.md §4.5).
 
 Positions: a newly assigned partition starts at the group's committed offset (fetched with
 ``require_stable``, so it waits while a transactional commit for it is pending, KIP-447) or, without one,
 at ``auto_offset_reset``. ``commit()`` stores positions outside any transaction; inside a
 consume-transform-produce loop pass the positions to ``Producer.send_offsets_to_transaction`` instead and
 call :meth:`Consumer.rewind_to_committed` after an abort, which puts every position back to the first input
-offset of the aborted transaction (DESIGN §1.8).
+offset of the aborted transaction (design/architecture.md §1.8).
 
 A topic deleted while assigned is reported once by ``poll()`` (``UnknownTopicOrPartition``) and stays
 assigned; a topic created again under its name (a new topic id) is read from its beginning.
@@ -352,7 +353,8 @@ class Consumer:
     def rewind_to_committed(
         self, partitions: Iterable[TopicPartition] | None = None, timeout: float | None = None
     ) -> dict[TopicPartition, int]:
-        """Put positions back to the group's committed offsets (after an aborted transaction, DESIGN §1.8).
+        """Put positions back to the group's committed offsets (after an aborted transaction,
+        design/architecture.md §1.8).
 
         In a consume-transform-produce loop the committed offset of each input partition is the first
         input offset of the transaction that was aborted, so the records it read are read again. The

@@ -4,7 +4,7 @@ Servers answer with a domain error (:mod:`oncelog.errors`: a :class:`~oncelog.er
 the ``retriable`` and ``definite`` flags). :func:`classify` turns one into a :class:`Disposition`
 — retry (after refreshing metadata or the coordinator), abort the transaction, give up on the
 producer, or fail just this request — following the Java client's ``Sender`` and
-``TransactionManager`` handlers (ref §2.11, §4.2, §5.1 to §5.3). The table lives in this one
+``TransactionManager`` handlers (design/kafka-semantics.md §2.11, §4.2, §5.1 to §5.3). The table lives in this one
 function so the producer, the consumer and their tests agree on it.
 
 The exception classes extend :class:`~oncelog.errors.OncelogError` and keep the server's reason,
@@ -18,7 +18,7 @@ flags and metadata, so ``except OncelogError`` catches everything the library ra
 * :class:`RetriableError` — a retriable failure outlasted the client's retry budget; the
   operation may be called again. When ``definite`` is False the outcome is unknown (an
   indeterminate commit may have committed) and the call must be repeated, never replaced by
-  an abort (DESIGN §1.7).
+  an abort (design/architecture.md §1.7).
 
 Any other domain error reaches the caller unchanged (for example ``MessageTooLarge`` on one
 record of an idempotent producer, which keeps running).
@@ -74,7 +74,8 @@ class Action(enum.Enum):
     FAIL = "fail"
     """Fail only this call with the domain error; the client stays usable."""
     COMPLETE = "complete"
-    """Treat as success without an offset (a duplicate older than the server's cache, ref §4.2)."""
+    """Treat as success without an offset (a duplicate older than the server's cache,
+    design/kafka-semantics.md §4.2)."""
     RESET_POSITION = "reset_position"
     """The fetch position left the log: apply ``auto_offset_reset`` or raise the error."""
 
@@ -106,7 +107,7 @@ class FatalError(OncelogError):
 
 
 class ProducerFencedError(FatalError):
-    """A newer producer instance owns the transactional id (ref §2.3); this one is a zombie.
+    """A newer producer instance owns the transactional id (design/kafka-semantics.md §2.3); this one is a zombie.
 
     Raised for PRODUCER_FENCED from any call. Close the producer: anything it would still
     write is rejected, which is what keeps the newer instance's output exactly-once.
@@ -118,7 +119,7 @@ class ProducerFencedError(FatalError):
 class InvalidProducerEpochError(ProducerFencedError):
     """A coordinator or the group offsets service saw an epoch older than the current one.
 
-    Kafka treats INVALID_PRODUCER_EPOCH from these calls as fencing (ref §2.11, §5.2), so this is
+    Kafka treats INVALID_PRODUCER_EPOCH from these calls as fencing (design/kafka-semantics.md §2.11, §5.2), so this is
     a :class:`ProducerFencedError` that keeps the server's exact reason. On Produce the same
     reason is abortable instead (:func:`classify`).
     """
@@ -133,7 +134,7 @@ class AbortableError(OncelogError):
         message: what happened and what to do about it.
         cause: the server's error, whose reason, flags and metadata are kept.
         epoch_bump_required: the abort must obtain a new epoch through InitProducerId with the
-            current producer id and epoch (KIP-360, ref §5.1) because the partitions'
+            current producer id and epoch (KIP-360, design/kafka-semantics.md §5.1) because the partitions'
             sequence state for this producer is no longer trustworthy.
     """
 
@@ -212,7 +213,7 @@ class Disposition:
         epoch_bump: the producer's epoch must change before it writes to the partition again.
             With ``ABORTABLE`` the abort goes through InitProducerId with the current id and
             epoch (KIP-360); for an idempotent producer (``RETRY``/``FAIL`` on produce) the
-            epoch is bumped locally and in-flight sequences are rewritten from 0 (ref §4.2).
+            epoch is bumped locally and in-flight sequences are rewritten from 0 (design/kafka-semantics.md §4.2).
     """
 
     action: Action
@@ -275,7 +276,8 @@ def _refresh(reason: Reason, source: str) -> Refresh:
 
 
 def classify(err: OncelogError, *, source: Source, transactional: bool = False) -> Disposition:
-    """Decide what the client does with ``err`` (ref §2.11 table, §4.2 client-side reaction).
+    """Decide what the client does with ``err`` (design/kafka-semantics.md §2.11 table, design/kafka-semantics.md §4.2
+    client-side reaction).
 
     Args:
         err: the domain error returned by the server (its ``definite`` and ``retriable``
@@ -292,7 +294,7 @@ def classify(err: OncelogError, *, source: Source, transactional: bool = False) 
        epoch bump for an idempotent producer.
     2. An indeterminate error (``definite=False``) is retried with the same identity, never
        turned into an abort or a sequence reset: an indeterminate commit may have committed
-       (DESIGN §1.7).
+       (design/architecture.md §1.7).
     3. Per-call rules. Produce: DUPLICATE_SEQUENCE completes; OUT_OF_ORDER_SEQUENCE and
        UNKNOWN_PRODUCER_ID are retried after a local epoch bump (idempotent) or abortable with
        an epoch bump (transactional, KIP-360). The caller first asks

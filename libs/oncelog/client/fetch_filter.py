@@ -1,4 +1,5 @@
-"""Turn one partition's fetched batches into user records: the consumer's ``CompletedFetch`` (ref §4.5).
+"""Turn one partition's fetched batches into user records: the consumer's ``CompletedFetch``
+(design/kafka-semantics.md §4.5).
 
 A read_committed fetch returns data only below the last stable offset, but it still returns
 the batches of aborted transactions, plus the list of aborted transactions overlapping the
@@ -41,7 +42,7 @@ class IsolationLevel(enum.Enum):
     READ_UNCOMMITTED = "read_uncommitted"
     """Every data record up to the high watermark, including open and aborted transactions."""
     READ_COMMITTED = "read_committed"
-    """Only committed data, up to the last stable offset (DESIGN §1.4)."""
+    """Only committed data, up to the last stable offset (design/architecture.md §1.4)."""
 
 
 @dataclass(frozen=True, slots=True)

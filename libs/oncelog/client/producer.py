@@ -11,7 +11,7 @@ Shape (Kafka's split into ``KafkaProducer``, ``RecordAccumulator``, ``Sender`` a
   one ProduceStream per storage node. Up to ``max_in_flight`` (≤ 5) batches per partition are unacknowledged;
   the :class:`~oncelog.client.sequences.ProducerSequences` book stamps (producer id, epoch, sequence) and
   decides what may be retried. A retry resends the same bytes with the same sequence, so the partition
-  writes it at most once (DESIGN §1.1); a broken stream fails every request in flight on it as
+  writes it at most once (design/architecture.md §1.1); a broken stream fails every request in flight on it as
   indeterminate and puts the batches back in order. All sender state lives on that one thread.
 * :class:`_TransactionManager` holds the transactional state machine (Kafka's ``TransactionManager.State``,
   table :data:`_VALID_PREVIOUS_STATES`) and makes the coordinator calls: InitProducerId, AddPartitionsToTxn
@@ -21,7 +21,8 @@ Shape (Kafka's split into ``KafkaProducer``, ``RecordAccumulator``, ``Sender`` a
 
 An idempotent producer without ``transactional_id`` gets its producer id from any transaction coordinator
 through InitProducerId with an empty id (Kafka's null ``transactional.id``), epoch 0, lazily before its
-first batch. A sequence gap makes it bump its epoch locally (ref §4.2, §5.1); a batch that may already be
+first batch. A sequence gap makes it bump its epoch locally (design/kafka-semantics.md §4.2, §5.1); a batch that may
+already be
 written (its answer timed out) keeps its original stamp until the partition answers for it, so the bump never
 makes a retry write it twice.
 
@@ -31,7 +32,7 @@ stops the producer's network activity; only ``close()`` remains. An ``AbortableE
 transaction; the application calls ``abort_transaction()`` and runs it again. Retriable errors are
 retried inside the client within ``delivery_timeout_ms`` (batches) or ``max_block_ms`` (blocking calls).
 A commit whose outcome is unknown is retried with the same identity, and ``commit_transaction()`` may be
-called again; it is never turned into an abort (DESIGN §1.7).
+called again; it is never turned into an abort (design/architecture.md §1.7).
 
 Delivery callbacks (``future.add_done_callback``) run on the I/O thread: keep them short and do not call
 blocking producer methods from them.
@@ -709,7 +710,8 @@ class _TransactionManager:
                 self._pending_partitions.add(tp)
 
     def may_send_to(self, tp: TopicPartition) -> bool:
-        """Whether batches of ``tp`` may be sent: it is part of the transaction (ref §1.1 step 3)."""
+        """Whether batches of ``tp`` may be sent: it is part of the transaction (design/kafka-semantics.md §1.1 step
+        3)."""
         return tp in self._partitions
 
     def set_abortable(self, error: AbortableError, *, epoch_bump: bool) -> None:
@@ -879,7 +881,8 @@ class _TransactionManager:
     # -------------------------------------------------------------------------------- operations (on the loop)
 
     async def init_transactions(self, deadline: Deadline) -> None:
-        """InitProducerId: fence older instances and abort (or complete) their transaction (ref §2.3)."""
+        """InitProducerId: fence older instances and abort (or complete) their transaction
+        (design/kafka-semantics.md §2.3)."""
         with self._lock:
             if self.state not in (TransactionState.UNINITIALIZED, TransactionState.INITIALIZING):
                 self._raise_if_failed()
@@ -948,7 +951,7 @@ class _TransactionManager:
         self, offsets: Mapping[TopicPartition, OffsetAndMetadata], group: ConsumerGroupMetadata, deadline: Deadline
     ) -> None:
         """AddOffsetsToTxn (unless this transaction already added the group), then TxnOffsetCommit to the
-        group's owner (ref §1.1 step 4, KIP-447).
+        group's owner (design/kafka-semantics.md §1.1 step 4, KIP-447).
 
         Until the offsets are committed they stay pending, merged with earlier pending offsets of the group:
         when this call fails with a retriable error, ``commit_transaction()`` commits them before EndTxn.
@@ -1099,7 +1102,7 @@ class Producer:
         ...     producer.send("orders", b"hello", key=b"customer-7").result().offset
         0
 
-    Transactions (ref §1.1)::
+    Transactions (design/kafka-semantics.md §1.1)::
 
         producer = Producer(transactional_id="copier-0")
         producer.init_transactions()
@@ -1611,7 +1614,7 @@ class Producer:
         """Commit consumer offsets as part of the transaction (consume-transform-produce).
 
         The offsets become visible to the group exactly when the transaction commits, and vanish with
-        it on abort (DESIGN §1.2). Pass the consumer's positions (the next offset to read) and
+        it on abort (design/architecture.md §1.2). Pass the consumer's positions (the next offset to read) and
         ``consumer.group_metadata()``.
 
         Raises:

@@ -4,7 +4,7 @@ These are what a user handles: the partition a record goes to (:class:`TopicPart
 acknowledgement of a sent record (:class:`RecordMetadata`), a consumed record
 (:class:`ConsumerRecord`), an offset to commit (:class:`OffsetAndMetadata`) and the group
 identity a transactional producer commits offsets under (:class:`ConsumerGroupMetadata`,
-KIP-447, ref §5.3). All are immutable.
+KIP-447, design/kafka-semantics.md §5.3). All are immutable.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ class RecordMetadata:
         topic: topic written to.
         partition: partition written to.
         offset: the record's offset in the partition; -1 when the server acknowledged the
-            write without knowing the offset (a duplicate older than its cache, ref §4.2).
+            write without knowing the offset (a duplicate older than its cache, design/kafka-semantics.md §4.2).
         timestamp: the record's timestamp in Unix milliseconds: the broker's append time when
             the topic uses LogAppendTime, else the time the producer stamped.
     """
@@ -111,7 +111,8 @@ class OffsetAndMetadata:
 
 @dataclass(frozen=True, slots=True)
 class ConsumerGroupMetadata:
-    """The consumer's group identity, passed to ``send_offsets_to_transaction`` (KIP-447, ref §5.3).
+    """The consumer's group identity, passed to ``send_offsets_to_transaction`` (KIP-447,
+    design/kafka-semantics.md §5.3).
 
     The group offsets service rejects a transactional offset commit whose generation or member
     is stale, which fences a zombie consumer that lost its partitions.

@@ -1,7 +1,8 @@
-"""Sequence numbers of an idempotent or transactional producer, per partition (ref §1, §4.2, §5.1).
+"""Sequence numbers of an idempotent or transactional producer, per partition
+(design/kafka-semantics.md §1, §4.2, §5.1).
 
 A partition writes a batch stamped (producer id, epoch, base sequence) at most once and only in
-sequence order (DESIGN §1.1). This module is the client's half of that contract, a port of the
+sequence order (design/architecture.md §1.1). This module is the client's half of that contract, a port of the
 sequence bookkeeping in Kafka's ``TransactionManager``, ``TxnPartitionMap`` and
 ``TxnPartitionEntry``:
 
@@ -23,7 +24,7 @@ sequence bookkeeping in Kafka's ``TransactionManager``, ``TxnPartitionMap`` and
   record twice (Kafka's client re-stamps them at once and can duplicate);
 * a batch whose outcome is unknown (it timed out after being sent) leaves its partition
   *unresolved*: no new batch goes there until the in-flight ones settle, and if a gap remains
-  the epoch must change before the partition is written again (ref §7 problem 3).
+  the epoch must change before the partition is written again (design/kafka-semantics.md §7 problem 3).
 
 The object is not thread-safe: the producer's sender owns it (the accumulator calls it while
 draining, under its own lock, from the sender).
@@ -53,10 +54,12 @@ NO_SEQUENCE = -1
 """Sequence of a batch that has not been stamped yet (and of a non-idempotent batch)."""
 
 MAX_PRODUCER_EPOCH = 32766
-"""Highest epoch a producer may use; 32767 is reserved so the coordinator can always fence (ref §1)."""
+"""Highest epoch a producer may use; 32767 is reserved so the coordinator can always fence
+(design/kafka-semantics.md §1)."""
 
 MAX_IN_FLIGHT = 5
-"""Batches a partition remembers per producer for deduplication (ref §4.1), hence the in-flight cap."""
+"""Batches a partition remembers per producer for deduplication (design/kafka-semantics.md §4.1), hence the in-flight
+cap."""
 
 # Answers by which the partition says it does not hold the batch under its stamp at all (a copy written by an
 # earlier attempt would have been answered as a duplicate, or is impossible): they settle a doubtful batch. Any
@@ -267,7 +270,7 @@ class ProducerSequences:
 
         Returns False when the epoch space is exhausted: the identity is cleared and the
         producer must get a new producer id through InitProducerId and pass it to
-        :meth:`set_identity`, which then re-stamps the marked partitions (ref §4.2).
+        :meth:`set_identity`, which then re-stamps the marked partitions (design/kafka-semantics.md §4.2).
 
         Raises:
             IllegalStateError: the producer is transactional (its epoch only changes through

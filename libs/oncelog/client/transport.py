@@ -7,7 +7,7 @@ result. One loop per client multiplexes any number of ProduceStreams (one per st
 batches in flight per partition) and concurrent fetches without a thread per connection, and keeps every
 piece of sender state on one thread, so the producer's sequence book needs no lock.
 
-Bootstrap: any oncelog process serves ClusterService (DESIGN §2), so any address of the cluster will do.
+Bootstrap: any oncelog process serves ClusterService (design/architecture.md §2), so any address of the cluster will do.
 ``bootstrap=None`` reads ``$ONCELOG_BOOTSTRAP``, then the addresses in ``.oncelog/cluster.json``, the file
 ``oncelog dev`` writes.
 """

@@ -2,7 +2,7 @@
 
 Each error carries a :class:`Reason` whose name matches a value of the wire enum
 ``oncelog.api.common.v1.ErrorReason`` (``ERROR_REASON_<NAME>``). The reason decides the
-gRPC status code and the two flags every oncelog error reports (DESIGN §3, §1.7):
+gRPC status code and the two flags every oncelog error reports (design/architecture.md §3, §1.7):
 
 * ``retriable`` — the same request may succeed if sent again (after metadata refresh for
   leader/coordinator moves);

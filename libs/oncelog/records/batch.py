@@ -1,4 +1,4 @@
-"""Kafka RecordBatch v2 (magic 2), byte for byte: build, validate, iterate and decode (DESIGN §4).
+"""Kafka RecordBatch v2 (magic 2), byte for byte: build, validate, iterate and decode (design/architecture.md §4).
 
 Layout (big-endian; Kafka's ``DefaultRecordBatch``)::
 
@@ -21,7 +21,7 @@ Layout (big-endian; Kafka's ``DefaultRecordBatch``)::
 
 Each record (``DefaultRecord``) is framed by zigzag varints: length, attributes int8 (unused),
 timestamp_delta varlong, offset_delta varint, key, value, header count, headers. A control batch
-(ref §3.1) carries one record whose key is ``version int16 = 0, type int16`` (ABORT 0, COMMIT 1)
+(design/kafka-semantics.md §3.1) carries one record whose key is ``version int16 = 0, type int16`` (ABORT 0, COMMIT 1)
 and whose value is ``version int16 = 0, coordinator_epoch int32`` (``EndTransactionMarker``).
 
 Error classes follow the retry semantics of the wire reasons:
@@ -216,7 +216,7 @@ class BatchHeader:
     def last_sequence(self) -> int:
         """Sequence of the last record, wrapping past int32 max to 0; -1 without a sequence.
 
-        Same arithmetic as ``DefaultRecordBatch.incrementSequence`` (ref §4.2).
+        Same arithmetic as ``DefaultRecordBatch.incrementSequence`` (design/kafka-semantics.md §4.2).
         """
         if self.base_sequence == _NO_SEQUENCE:
             return _NO_SEQUENCE
@@ -887,7 +887,7 @@ def build_control_batch(
     """Encode a COMMIT or ABORT transaction marker (``MemoryRecords.withEndTransactionMarker``).
 
     The batch is transactional and control, uncompressed, without a sequence, and holds one
-    record with the control key and the ``EndTransactionMarker`` value (ref §3.1).
+    record with the control key and the ``EndTransactionMarker`` value (design/kafka-semantics.md §3.1).
 
     Raises:
         ValueError: ``producer_id`` or ``producer_epoch`` is negative, or a field is out of range.

@@ -3,7 +3,7 @@
 Under the default ``atomicity=task`` (:mod:`oncelog.spark.writer`) every Spark task commits its own part of a
 micro-batch, so a read_committed consumer can see task 0's rows of batch N before task 1's, and a query
 that dies mid-batch leaves the batch half visible until its restart completes it. ``atomicity=batch``
-makes the whole micro-batch appear at once (reference pyspark-connector §4 (c1)):
+makes the whole micro-batch appear at once (design/spark-connector.md §4 (c1)):
 
 1. **Tasks stage, they do not write.** ``write()`` encodes the task's rows and returns them, with their
    count and :class:`~oncelog.spark.writer.BatchDigest`, inside its commit message (:class:`StagedOutput`).
@@ -206,7 +206,7 @@ class DriverCommitter:
     """The driver side of ``atomicity=batch``: commit a micro-batch's staged output in one transaction.
 
     A fresh instance per ``commit`` call is fine: every decision is taken from the markers in the cluster,
-    never from driver memory (Spark builds a new writer for each call, reference §3.1).
+    never from driver memory (Spark builds a new writer for each call, design/spark-connector.md §3.1).
 
     Args:
         options: the sink options.
@@ -380,7 +380,7 @@ class OncelogAtomicStreamWriter(SinkWriter, DataSourceStreamArrowWriter):
         Tasks wrote nothing. If :meth:`commit` raised, its transaction either committed (the replay then
         skips the batch) or was aborted when its producer closed, or is aborted by the next driver's
         InitProducerId or the transaction timeout. Spark may call this after :meth:`commit` raised, so it
-        never touches the cluster (reference §3.5).
+        never touches the cluster (design/spark-connector.md §3.5).
         """
         staged = sum(1 for m in messages if isinstance(m, StagedOutput))
         log.warning("batch %d aborted with %d of %d tasks staged; the replay writes it", batchId, staged, len(messages))

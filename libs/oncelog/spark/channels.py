@@ -1,10 +1,11 @@
 """gRPC access from Spark processes: one channel per server per Python process, and a small log client.
 
-Spark pickles readers and ships them to executors, and a ``grpc.Channel`` cannot be pickled (reference
-pyspark-connector §3.1), so no reader or partition holds one. Channels live in a module-level cache keyed by
+Spark pickles readers and ships them to executors, and a ``grpc.Channel`` cannot be pickled (design/spark-connector.md
+§3.1), so no reader or partition holds one. Channels live in a module-level cache keyed by
 ``(process id, address)`` and are opened lazily on first use. Python workers are reused across tasks
 (``spark.python.worker.reuse``), so one executor process opens one channel per server and reuses it for
-every partition it reads (§5). The process id in the key keeps a forked child from using its parent's
+every partition it reads (design/spark-connector.md §5). The process id in the key keeps a forked child from using its
+parent's
 channel, which gRPC does not support.
 
 :class:`LogClient` is what the connector needs of the cluster, as blocking calls with retries: partition
@@ -309,7 +310,7 @@ class LogClient:
 
         Asks with ``require_stable``: while a transactional commit of the group is pending (its transaction's
         markers are still on their way) the group answers UNSTABLE_OFFSET_COMMIT and the call is retried, so
-        the answer never misses a commit that already happened (KIP-447, ref §6).
+        the answer never misses a commit that already happened (KIP-447, design/kafka-semantics.md §6).
 
         Raises:
             OncelogError: no stable answer within the request timeout.

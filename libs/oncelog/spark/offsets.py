@@ -4,7 +4,7 @@ A source offset is one offset per partition, written into Spark's checkpoint (``
 the shape Spark's Kafka source uses: ``{"orders": {"0": 120, "1": 97}}``. Each value is the *next* offset
 to read, so a micro-batch reads ``[start, end)`` per partition. Under read_committed every end lies at or
 below the partition's last stable offset, so the records in a range are settled (committed or aborted) and
-a replay of the batch reads exactly the same rows (reference pyspark-connector §3.2).
+a replay of the batch reads exactly the same rows (design/spark-connector.md §3.2).
 
 Offsets count log positions, not records: control markers and aborted data occupy offsets that no row
 comes from, so "records per trigger" and range sizes are upper bounds on rows, as in Spark's Kafka source.

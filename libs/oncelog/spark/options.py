@@ -1,7 +1,7 @@
 """Options of the ``oncelog`` Spark source and sink: parsing, defaults and errors that name the option.
 
 Spark hands a data source its ``.option(...)`` values as strings in a case-insensitive mapping; a plain
-``dict`` copy of it keeps only lower-cased keys (reference pyspark-connector §2). Every option is therefore
+``dict`` copy of it keeps only lower-cased keys (design/spark-connector.md §2). Every option is therefore
 looked up by its lower-cased name, and everything is parsed once, on the driver, into a frozen
 :class:`SourceOptions` that is pickled with the reader to the executors. Nothing here touches the network:
 options that need the cluster (does the topic exist, is the partition there) are checked when the query

@@ -17,7 +17,7 @@ does not matter.
 Errors. A batch the cluster refuses makes the producer's transaction abortable, and ``commit_transaction``
 then raises. The sender does not depend on that alone: :meth:`BatchedSender.finish` waits for every
 record's acknowledgement and raises the first failure, before the caller commits (Kafka's producer
-contract, ref §1.1: a transaction commits only after all its sends succeeded).
+contract, design/kafka-semantics.md §1.1: a transaction commits only after all its sends succeeded).
 """
 
 from __future__ import annotations

@@ -1,18 +1,20 @@
 """Batch and streaming readers of the ``oncelog`` Spark source: offsets bounded by the LSO, read_committed.
 
-Planning runs on the driver, reading on executors (reference pyspark-connector §3.1):
+Planning runs on the driver, reading on executors (design/spark-connector.md §3.1):
 
 * the driver resolves the partitions of the subscribed topics (ClusterService ``Metadata``) and their
   bounds (``ListOffsets``: LATEST is the last stable offset under read_committed), and cuts the offsets
   to read into :class:`RangePartition` tasks (:func:`~oncelog.spark.offsets.plan_ranges`);
 * an executor reads one range ``[start, end)`` with Fetch and Kafka's read_committed filter
-  (:class:`~oncelog.client.fetch_filter.CompletedFetch`, ref §4.5): aborted data and control markers
+  (:class:`~oncelog.client.fetch_filter.CompletedFetch`, design/kafka-semantics.md §4.5): aborted data and control
+  markers
   never become rows, so offsets inside a range may yield no row, and a range may start or end on a
   marker's offset. Reading stops at ``end`` whatever the gaps, and rows reach Spark as Arrow record
   batches, one per Fetch.
 
 Because every end offset lies at or below the LSO when it is planned, the records of a range are settled
-and a replayed micro-batch reads exactly the same rows (§3.2); that is what the exactly-once sink relies on.
+and a replayed micro-batch reads exactly the same rows (design/spark-connector.md §3.2); that is what the exactly-once
+sink relies on.
 The stream reader's offsets go into Spark's checkpoint as ``{"topic": {"partition": offset}}``
 (:mod:`oncelog.spark.offsets`).
 """
@@ -355,7 +357,7 @@ class OncelogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     offset (read_committed) and admits at most ``maxRecordsPerTrigger`` offsets and about
     ``maxBytesPerTrigger`` bytes per micro-batch; a partition added to a topic while the query runs is
     read from offset 0. ``commit`` is informational: Spark's checkpoint is the source of truth
-    (reference pyspark-connector §3.6).
+    (design/spark-connector.md §3.6).
 
     Args:
         options: parsed with ``streaming=True``.

@@ -47,7 +47,7 @@ class OncelogDataSource(DataSource):
 
     Spark builds this object from the ``.option(...)`` values (``self.options``, case-insensitive) in
     several driver processes; construction does no I/O. Readers get a parsed, picklable copy of the
-    options and never hold a connection (reference pyspark-connector §3.1).
+    options and never hold a connection (design/spark-connector.md §3.1).
     """
 
     @classmethod

@@ -1,9 +1,10 @@
 """Exactly-once sink of the ``oncelog`` format: one transaction per Spark task, replay-safe (design (a)).
 
-What Spark guarantees a sink (reference pyspark-connector §3): every micro-batch runs at least once; a
+What Spark guarantees a sink (design/spark-connector.md §3): every micro-batch runs at least once; a
 replayed batch keeps its batch id, offsets, content per Spark partition and partition ids; a task attempt
 may have its side effects and then be discarded (retry, speculation loser, aborted batch), with no
-cleanup hook. The sink turns that into exactly-once output with the platform's transactions (§4 (a)):
+cleanup hook. The sink turns that into exactly-once output with the platform's transactions
+(design/spark-connector.md §4 (a)):
 
 1. **Identify.** ``tid = <prefix>-<query id>-<partition id>``. The query id comes from the checkpoint,
    so a restarted query reuses its ids and fences the previous run's executors.
@@ -227,7 +228,7 @@ class TaskIdentity:
 
 
 def task_identity(job_id: str | None = None) -> TaskIdentity:
-    """The identity of the running Spark task, from its TaskContext (reference pyspark-connector §2).
+    """The identity of the running Spark task, from its TaskContext (design/spark-connector.md §2).
 
     Args:
         job_id: the id of a batch write; a streaming query's id and batch id come from the task's local
@@ -439,7 +440,8 @@ def _headers(value: object) -> tuple[tuple[str, bytes | None], ...]:
 class BatchDigest:
     """An order-independent digest of a task's records: the sum of per-record hashes, and their count.
 
-    Rows reach a task in an order Spark does not guarantee after a shuffle (reference §3.2), so the digest
+    Rows reach a task in an order Spark does not guarantee after a shuffle (design/spark-connector.md §3.2), so the
+    digest
     is a multiset hash: equal for the same records in any order, different (with overwhelming odds) when a
     record is added, dropped, changed or repeated.
     """
@@ -631,7 +633,7 @@ def closing(producer: Any) -> Iterator[Any]:
 def commit_until_known(producer: Any, options: SinkOptions) -> None:
     """Commit the producer's transaction; an unanswered commit has an unknown outcome, so ask again.
 
-    Aborting after a timeout could discard a commit the coordinator already decided (DESIGN §1.7); the
+    Aborting after a timeout could discard a commit the coordinator already decided (design/architecture.md §1.7); the
     retries are bounded by four request timeouts, after which the error reaches Spark and the replay settles
     the batch through its marker.
     """
@@ -830,7 +832,8 @@ class SinkWriter:
     """What every Spark writer of the sink carries from the driver to its tasks: the options and the columns.
 
     Spark builds a writer on the driver (once per micro-batch when streaming), pickles it to the tasks
-    (``write``), and builds a fresh one for every ``commit``/``abort`` call (reference §3.1), so all state
+    (``write``), and builds a fresh one for every ``commit``/``abort`` call (design/spark-connector.md §3.1), so all
+    state
     lives in the cluster. The four writers — streaming or batch write, ``atomicity`` task or batch — differ
     only in what a task and the driver do.
 
@@ -886,7 +889,7 @@ class OncelogStreamWriter(SinkWriter, DataSourceStreamArrowWriter):
 
         Committed tasks stay committed (the replay skips them), open transactions of failed attempts are
         aborted by the next InitProducerId of their id or by the transaction timeout. Spark may call this
-        after :meth:`commit` raised, so it must never touch committed output (reference §3.5).
+        after :meth:`commit` raised, so it must never touch committed output (design/spark-connector.md §3.5).
         """
         done = [m for m in messages if isinstance(m, SinkCommitMessage)]
         log.warning(

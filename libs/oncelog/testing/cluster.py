@@ -118,7 +118,7 @@ class LocalCluster:
         prefix = "ONCELOG_" + service.upper().replace("-", "_") + "_"
         run_dir = self.data_dir / "run"
         state_env = {}
-        if service == "txn-coordinator":  # replicas share one transaction table (DESIGN §2)
+        if service == "txn-coordinator":  # replicas share one transaction table (design/architecture.md §2)
             state_env[f"{prefix}STATE_DATABASE_URL"] = (
                 f"sqlite:///{self.data_dir / 'txn-coordinator.db'}"
                 if self.database_url.startswith("sqlite")

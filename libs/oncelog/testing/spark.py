@@ -1,4 +1,4 @@
-"""A local SparkSession set up the way this machine needs it (reference pyspark-connector §7, §8).
+"""A local SparkSession set up the way this machine needs it (design/spark-connector.md §7, §8).
 
 Shared by the Spark tests, the Spark benchmark and ``oncelog spark-demo``: Python workers run this interpreter
 (which has pyarrow and oncelog), every Spark socket stays on loopback, the UI is off, logging goes to stderr at
@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any
 
 QUICK_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
-"""JVM flags that start Spark faster on a small machine: C1 only and the serial collector (§8)."""
+"""JVM flags that start Spark faster on a small machine: C1 only and the serial collector
+(design/spark-connector.md §8)."""
 
 
 def spark_unavailable() -> str | None:
@@ -32,7 +33,7 @@ def spark_unavailable() -> str | None:
 
 
 def use_this_python() -> None:
-    """Make Spark's Python workers run this interpreter and bind to loopback (§7)."""
+    """Make Spark's Python workers run this interpreter and bind to loopback (design/spark-connector.md §7)."""
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     # the host name may resolve to loopback; keep every Spark socket there instead of the first NIC
@@ -46,7 +47,7 @@ def local_spark_session(
     """A started ``SparkSession`` on ``master`` with its scratch space under ``tmp``; stopped on exit.
 
     ``local[2,2]`` gives two task threads and two attempts per task, so task retries happen as on a
-    cluster (§3.4). Shuffles use two partitions, and empty micro-batches are not run.
+    cluster (design/spark-connector.md §3.4). Shuffles use two partitions, and empty micro-batches are not run.
     """
     use_this_python()
     from pyspark.sql import SparkSession

@@ -7,7 +7,8 @@ exercise exactly the wire protocol and nothing hides a retry or a reordering:
   shard has no owner), partition leaders (Metadata, cached until a call says the leader moved), and keeps one
   ``grpc.aio`` channel per address.
 * :class:`TransactionalDriver` is one producer instance of one transactional id, speaking the KIP-98 protocol
-  with KIP-890's epoch bump on every EndTxn (ref §2.3-2.5, §5.6): InitProducerId, AddPartitionsToTxn,
+  with KIP-890's epoch bump on every EndTxn (design/kafka-semantics.md §2.3-2.5, §5.6): InitProducerId,
+  AddPartitionsToTxn,
   AddOffsetsToTxn, transactional Produce with per-partition sequences, TxnOffsetCommit, EndTxn. Coordinator
   calls are retried on the reasons a client retries (NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE,
   COORDINATOR_LOAD_IN_PROGRESS, transport errors and, unless told otherwise, CONCURRENT_TRANSACTIONS) with
@@ -371,7 +372,7 @@ class TransactionalDriver:
     def _adopt(self, producer: common_pb.ProducerIdentity) -> tuple[int, int]:
         identity = (producer.producer_id, producer.producer_epoch)
         if identity != self.identity:
-            self._sequences.clear()  # a new epoch starts every partition at sequence 0 (ref §4.2)
+            self._sequences.clear()  # a new epoch starts every partition at sequence 0 (design/kafka-semantics.md §4.2)
         self.identity = identity
         return identity
 

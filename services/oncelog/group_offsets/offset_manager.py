@@ -1,7 +1,9 @@
 """OffsetMetadataManager: plain and transactional offset commits, transaction markers and fetches (pure domain).
 
-Modelled on Kafka's ``OffsetMetadataManager`` (new group coordinator) and ``GroupMetadata`` (old one), ref §6,
-with KIP-447 generation fencing (ref §5.3) and KIP-890's epoch rule (ref §5.6). The manager holds no state of
+Modelled on Kafka's ``OffsetMetadataManager`` (new group coordinator) and ``GroupMetadata`` (old one),
+design/kafka-semantics.md §6,
+with KIP-447 generation fencing (design/kafka-semantics.md §5.3) and KIP-890's epoch rule
+(design/kafka-semantics.md §5.6). The manager holds no state of
 its own: every request runs as one atomic unit of work against an :class:`OffsetStore` (the SQL tables in
 production), so a replica that takes over a shard needs no loading phase and a crash never leaves half a
 request applied.
@@ -23,14 +25,16 @@ Fencing, per (group, producer id), in the ``ProducerRecord``:
 
 * ``producer_epoch`` is the newest epoch seen from TxnOffsetCommit *or a marker*. A TxnOffsetCommit with an
   older epoch gets INVALID_PRODUCER_EPOCH. Because the coordinator bumps the epoch on every EndTxn (KIP-890,
-  DESIGN §5) and writes the marker with the bumped epoch, a zombie's late TxnOffsetCommit that arrives after
+  design/architecture.md §5) and writes the marker with the bumped epoch, a zombie's late TxnOffsetCommit that arrives
+  after
   the marker is rejected instead of leaving a pending offset behind that would keep the group unstable forever
-  (ref §6, the franz-go #581 / Redpanda #6423 pitfall).
+  (design/kafka-semantics.md §6, the franz-go #581 / Redpanda #6423 pitfall).
 * For the same reason a marker settles only pending offsets written with an epoch *older* than its own: a row
   with the marker's epoch belongs to the producer's next transaction, so a delayed duplicate marker of the
   previous transaction cannot commit it early.
 * ``coordinator_epoch`` is the newest transaction-coordinator epoch seen in a marker; an older one gets
-  TRANSACTION_COORDINATOR_FENCED for that group (ref §3.3). The producer epoch of a marker is not checked: the
+  TRANSACTION_COORDINATOR_FENCED for that group (design/kafka-semantics.md §3.3). The producer epoch of a marker is not
+  checked: the
   coordinator epoch is what fences markers, and refusing an authoritative abort would leave offsets pending.
 
 Group membership: the join protocol is a later piece of work, so the manager learns the generation from
@@ -130,7 +134,8 @@ class GroupMember:
 
     @property
     def given(self) -> bool:
-        """True when the request carries membership information to check (Kafka's rule, ref §6)."""
+        """True when the request carries membership information to check (Kafka's rule,
+        design/kafka-semantics.md §6)."""
         return self.generation_id >= 0 or bool(self.member_id) or bool(self.group_instance_id)
 
 
@@ -147,7 +152,7 @@ class TxnResult(enum.Enum):
 
 @dataclass(frozen=True)
 class TxnMarker:
-    """A transaction coordinator's decision for one producer, for the groups it names (ref §3.1).
+    """A transaction coordinator's decision for one producer, for the groups it names (design/kafka-semantics.md §3.1).
 
     ``result`` is None when the sender left it unspecified; validation rejects such a marker.
     """
@@ -393,7 +398,8 @@ class OffsetMetadataManager:
         member: GroupMember,
         offsets: Sequence[PartitionOffset],
     ) -> list[PartitionOffset]:
-        """Store ``offsets`` as pending for the producer's open transaction (TxnOffsetCommit, ref §6).
+        """Store ``offsets`` as pending for the producer's open transaction (TxnOffsetCommit,
+        design/kafka-semantics.md §6).
 
         They stay invisible until a COMMIT marker for the producer arrives; an ABORT marker drops them.
 
@@ -495,7 +501,7 @@ class OffsetMetadataManager:
         """Visible offsets of ``partitions`` in request order (all of the group's, sorted, when empty).
 
         Partitions without a visible offset come back with offset -1. Pending transactional offsets are never
-        returned; with ``require_stable`` their presence fails the call instead (KIP-447, ref §6).
+        returned; with ``require_stable`` their presence fails the call instead (KIP-447, design/kafka-semantics.md §6).
 
         Raises:
             InvalidRequest: malformed group id or partitions.
@@ -629,7 +635,8 @@ def _apply_marker_to_groups(
 
 
 def _apply_marker(tx: OffsetTransaction, group_id: str, marker: TxnMarker) -> OncelogError | None:
-    """Settle the producer's pending offsets in one group (``replayEndTransactionMarker``, ref §6).
+    """Settle the producer's pending offsets in one group (``replayEndTransactionMarker``,
+    design/kafka-semantics.md §6).
 
     Validation comes before any write, so a rejected marker leaves the group untouched.
     """

@@ -1,6 +1,6 @@
 """Group-offset persistence: the SQL tables (the truth), an in-memory twin, and an optional Redis read cache.
 
-Tables (the group-offsets state database, ``ONCELOG_GROUP_OFFSETS_STATE_DATABASE_URL``; DESIGN §2, §6):
+Tables (the group-offsets state database, ``ONCELOG_GROUP_OFFSETS_STATE_DATABASE_URL``; design/architecture.md §2, §6):
 
 * ``group_offsets`` — visible offsets per (group, topic, partition) with their ``commit_seq``;
 * ``pending_txn_offsets`` — transactional offsets per (group, producer id, producer epoch, topic, partition);

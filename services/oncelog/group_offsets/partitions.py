@@ -1,7 +1,8 @@
 """CatalogPartitions: which partitions exist, read from the catalog and cached (a ``PartitionDirectory``).
 
 Kafka's broker checks its metadata cache before accepting an offset commit (``UNKNOWN_TOPIC_OR_PARTITION``,
-ref §6). Topics are created far less often than offsets are committed, so partition counts are cached and
+design/kafka-semantics.md §6). Topics are created far less often than offsets are committed, so partition counts are
+cached and
 a topic is read again only when a commit names a topic or partition the cache does not know. A deleted topic
 stays known until restart; accepting an offset for it is harmless.
 """

@@ -4,7 +4,8 @@ Leasing itself (acquire, renew, safety margin, fencing, release on stop) is the 
 :class:`~oncelog.catalog.leases.ShardLeaseManager`. Before serving a shard, its load hook *claims* the lease's
 coordinator epoch in the group-offsets state database (``OffsetStore.claim_shard``). Every state write is
 conditional on the claimed epoch, so a replica that lost its lease (paused, partitioned, slow) cannot write any
-more, whatever it believes (DESIGN §2). Nothing is cached per shard that would need dropping on loss: Redis
+more, whatever it believes (design/architecture.md §2). Nothing is cached per shard that would need dropping on loss:
+Redis
 entries are tagged with the coordinator epoch they were read under, so a new epoch never matches an old entry.
 
 :class:`GroupShardOwnership` turns the lease manager into the offset manager's ``ShardOwnership``: the fence of

@@ -1,7 +1,7 @@
 """Controller: one storage node at a time elects new leaders for replicated partitions whose leader is gone.
 
-Seed 002 §2.6.2 and docs/design/replication.md §6. Every storage node runs a :class:`Controller`; the one holding
-the controller lease in the catalog (``coordinator_shards`` row ``("controller", 0)``, the same conditional
+Design: docs/design/replication.md §6. Every storage node runs a :class:`Controller`; the one holding the
+controller lease in the catalog (``coordinator_shards`` row ``("controller", 0)``, the same conditional
 acquire/renew as coordinator shards) acts, and the lease's epoch is the *controller epoch*. Each round (a third of
 the lease) the holder renews the lease and, for every partition with more than one replica whose leader's node
 lease lapsed (or that is offline), applies :func:`~oncelog.catalog.replicas.elect_leader`: the first live ISR

@@ -1,10 +1,13 @@
 """PartitionEngine: one partition's log, producer state and aborted-transaction index behind one lock.
 
 This is the partition half of Kafka's ``UnifiedLog`` + ``ReplicaManager`` for a single-replica partition
-(DESIGN §4): it validates client batches (ref §4.2), assigns offsets, appends, writes transaction markers
-(ref §3.3), tracks the high watermark and the last stable offset (ref §4.3), answers fetches with the
-aborted transactions a read_committed reader must drop (ref §4.4, §4.5), and rebuilds all of it on open from
-the newest producer-state snapshot plus a replay of the log tail (ref §4.6).
+(design/architecture.md §4): it validates client batches (design/kafka-semantics.md §4.2), assigns offsets, appends,
+writes transaction markers
+(design/kafka-semantics.md §3.3), tracks the high watermark and the last stable offset (design/kafka-semantics.md §4.3),
+answers fetches with the
+aborted transactions a read_committed reader must drop (design/kafka-semantics.md §4.4, §4.5), and rebuilds all of it on
+open from
+the newest producer-state snapshot plus a replay of the log tail (design/kafka-semantics.md §4.6).
 
 Concurrency model
 -----------------
@@ -89,7 +92,8 @@ log = logging.getLogger(__name__)
 
 
 class IsolationLevel(enum.Enum):
-    """What a reader may see: up to the high watermark, or up to the last stable offset (ref §4.5)."""
+    """What a reader may see: up to the high watermark, or up to the last stable offset
+    (design/kafka-semantics.md §4.5)."""
 
     READ_UNCOMMITTED = "read_uncommitted"
     READ_COMMITTED = "read_committed"
@@ -119,7 +123,8 @@ class EngineConfig:
             ``LogValidator``); off, only the header and the CRC32C are checked, which proves the producer's
             bytes arrived intact but leaves record framing to the reader.
         strict_marker_epoch: the coordinator bumps the producer epoch when it ends a transaction (KIP-890,
-            DESIGN §5), so a marker must carry an epoch above its data's (ref §3.3, TV2 rule).
+            design/architecture.md §5), so a marker must carry an epoch above its data's
+            (design/kafka-semantics.md §3.3, TV2 rule).
     """
 
     segment_bytes: int = 128 * 1024 * 1024
@@ -142,7 +147,7 @@ class AppendResult:
         base_offset: offset of the first record of the request (of the original write for a duplicate).
         last_offset: offset of the last record of the request.
         log_start_offset: the partition's log start offset after the append.
-        duplicate: every batch had been written before; nothing was appended (ref §4.2 rule 1).
+        duplicate: every batch had been written before; nothing was appended (design/kafka-semantics.md §4.2 rule 1).
         appended_records, appended_bytes: records and batch bytes this request added to the log (leading
             duplicates excluded), what produce throughput counts.
     """
@@ -157,7 +162,7 @@ class AppendResult:
 
 @dataclass(frozen=True, slots=True)
 class TxnMarkerSpec:
-    """One COMMIT/ABORT marker for this partition (one entry of WriteTxnMarkers, ref §3.1)."""
+    """One COMMIT/ABORT marker for this partition (one entry of WriteTxnMarkers, design/kafka-semantics.md §3.1)."""
 
     producer_id: int
     producer_epoch: int
@@ -327,7 +332,8 @@ class PartitionEngine:
 
     @property
     def last_stable_offset(self) -> int:
-        """First offset of the earliest undecided transaction, or the high watermark (ref §4.3)."""
+        """First offset of the earliest undecided transaction, or the high watermark
+        (design/kafka-semantics.md §4.3)."""
         lso = self._producers.last_stable_offset(self._high_watermark)
         # a transaction whose start was deleted by retention must not pin the LSO below the log start
         return max(lso, min(self._log.log_start_offset, self._high_watermark))
@@ -377,7 +383,8 @@ class PartitionEngine:
         """Validate and write client batches to the log and the producer state; durability is awaited later.
 
         Leading batches that repeat one of their producer's last 5 batches are not written again: their
-        original offsets are answered (ref §4.2 rule 1). The rest is validated batch by batch against the
+        original offsets are answered (design/kafka-semantics.md §4.2 rule 1). The rest is validated batch by batch
+        against the
         producer state; any failure rejects the whole request and nothing is appended.
 
         Raises:
@@ -385,7 +392,8 @@ class PartitionEngine:
             InvalidRecord: an empty request, a control batch (only the coordinator writes markers), or a
                 batch whose content is inconsistent.
             MessageTooLarge: a batch exceeds ``max_message_bytes``.
-            InvalidProducerEpoch, OutOfOrderSequence, InvalidTxnState: producer-state validation (ref §4.2).
+            InvalidProducerEpoch, OutOfOrderSequence, InvalidTxnState: producer-state validation
+            (design/kafka-semantics.md §4.2).
             StorageUnavailable: the partition is offline or closed, or the write failed.
         """
         self._check_online()
@@ -481,7 +489,8 @@ class PartitionEngine:
             self._fail(AssertionError(f"log assigned offset {ranges[0][0]}, producer state expected {expected}"))
             raise StorageUnavailable("offset assignment diverged from the producer state", definite=False)
         if log_.active_segment_base != active_before and self._producers.map_end_offset == expected:
-            # the state not yet committed is exactly the state at the new segment's base (ref §4.6)
+            # the state not yet committed is exactly the state at the new segment's base
+            # (design/kafka-semantics.md §4.6)
             self._schedule_snapshot(log_.active_segment_base, self._producers.snapshot())
         try:
             for txn in info.aborted_txns:
@@ -749,7 +758,8 @@ class PartitionEngine:
     # ---------------------------------------------------------------------------------------------- reads
 
     def read(self, offset: int, max_bytes: int, isolation: IsolationLevel) -> FetchResult:
-        """Whole batches from the one holding ``offset``, up to the high watermark or the LSO (ref §4.5).
+        """Whole batches from the one holding ``offset``, up to the high watermark or the LSO
+        (design/kafka-semantics.md §4.5).
 
         At most ``max_bytes`` unless the first batch alone is larger (it is returned whole). For
         read_committed the aborted transactions overlapping ``[offset, next_offset)`` are listed so the
@@ -785,7 +795,7 @@ class PartitionEngine:
 
         EARLIEST is the log start, LATEST the high watermark (read_uncommitted) or the LSO (read_committed),
         and TIMESTAMP the first record with a timestamp at or after ``timestamp_ms`` below that bound
-        (read_committed cannot find undecided data, ref §4.3).
+        (read_committed cannot find undecided data, design/kafka-semantics.md §4.3).
 
         Raises:
             InvalidRequest: a negative timestamp for TIMESTAMP.
@@ -812,7 +822,8 @@ class PartitionEngine:
     # ------------------------------------------------------------------------------------------ maintenance
 
     async def expire_producers(self) -> list[int]:
-        """Forget producers idle past ``producer_id_expiration_ms`` without an open transaction (ref §4.7)."""
+        """Forget producers idle past ``producer_id_expiration_ms`` without an open transaction
+        (design/kafka-semantics.md §4.7)."""
         self._check_online()
         async with self._lock:
             return self._producers.remove_expired_producers()
@@ -851,7 +862,7 @@ class PartitionEngine:
             log.warning("snapshot at %d of %s not written: %s", offset, self._log.directory, err)
 
     async def close(self) -> None:
-        """Flush, write a snapshot at the log end, close the files; idempotent (ref §4.6)."""
+        """Flush, write a snapshot at the log end, close the files; idempotent (design/kafka-semantics.md §4.6)."""
         async with self._lock:
             if self._closed:
                 return
@@ -885,7 +896,8 @@ class PartitionEngine:
 def _recover(
     directory: Path, config: EngineConfig, clock: Callable[[], int]
 ) -> tuple[PartitionLog, ProducerStateManager, dict[int, TransactionIndex]]:
-    """Open the log and rebuild producer state and aborted-transaction indexes (ref §4.6); blocking.
+    """Open the log and rebuild producer state and aborted-transaction indexes (design/kafka-semantics.md §4.6);
+    blocking.
 
     1. :class:`PartitionLog` truncates a torn or CRC-failing tail and flushes what it keeps.
     2. Snapshots below the log start are deleted (Kafka's ``truncateAndReload``); the newest readable one left

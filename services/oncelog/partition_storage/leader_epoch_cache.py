@@ -2,9 +2,8 @@
 
 A replica keeps an ordered list of ``(epoch, start_offset)`` entries, strictly increasing in both: the leader of
 epoch *e* wrote its first record at ``start_offset``. It is what truncation uses instead of the high watermark
-(docs/design/replication.md §5, seed 002 §八): a follower asks the leader where its latest epoch ends on the
-leader and cuts its log there, so neither an acknowledged record (§七 case 1) nor a divergent tail (§七 case 2)
-survives wrongly.
+(docs/design/replication.md §5): a follower asks the leader where its latest epoch ends on the leader and cuts its
+log there, so neither an acknowledged record (case 1 there) nor a divergent tail (case 2) survives wrongly.
 
 Updated by the owner of the partition's engine:
 

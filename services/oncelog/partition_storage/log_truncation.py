@@ -1,6 +1,7 @@
 """Cut a closed partition's files back to an offset, for truncation by leader epoch (docs/design/replication.md §5).
 
-A follower whose log diverges from its leader's (seed 002 §七 case 2, KIP-101/279) must drop everything from the
+A follower whose log diverges from its leader's (design/replication.md §5 case 2, KIP-101/279) must drop everything from
+the
 divergence point on. The engine is closed first; this module then works on the files alone, and the next
 :meth:`PartitionEngine.open` rebuilds everything derived from them through the ordinary recovery: offset and time
 indexes (the cut segment's are deleted and the recovery-point checkpoint removed, so it is rescanned), snapshots

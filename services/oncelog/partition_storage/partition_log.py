@@ -1,6 +1,7 @@
 """A partition's on-disk log: segments, offsets, reads, roll, retention, recovery, snapshots, group commit.
 
-This is the storage half of Kafka's ``UnifiedLog`` / ``LocalLog`` (DESIGN §4, ref §4.4, §4.6). It knows
+This is the storage half of Kafka's ``UnifiedLog`` / ``LocalLog`` (design/architecture.md §4,
+design/kafka-semantics.md §4.4, §4.6). It knows
 RecordBatch headers and nothing about producers or transactions: the storage engine validates batches
 against producer state, calls :meth:`PartitionLog.append` under its per-partition lock, stores aborted
 transactions with :meth:`PartitionLog.append_txn_index_entry`, and replays :meth:`PartitionLog.batches_from`
@@ -476,7 +477,8 @@ class PartitionLog:
     def batches_from(self, offset: int, *, verify_crc: bool = False) -> Iterator[tuple[BatchHeader, bytes]]:
         """Every batch from the one containing ``offset`` to the log end as of this call.
 
-        For the storage engine's replay after loading a producer-state snapshot (ref §4.6): start at
+        For the storage engine's replay after loading a producer-state snapshot (design/kafka-semantics.md §4.6): start
+        at
         ``max(snapshot offset, log_start_offset)``. Reads in 1 MiB chunks.
 
         Raises:
@@ -582,7 +584,7 @@ class PartitionLog:
     def append_txn_index_entry(self, segment_base: int, entry: bytes) -> None:
         """Append ``entry`` (an encoded ``AbortedTxn``) to the ``.txnindex`` of segment ``segment_base``.
 
-        Kafka puts the entry in the segment holding the ABORT marker (ref §4.4): normally
+        Kafka puts the entry in the segment holding the ABORT marker (design/kafka-semantics.md §4.4): normally
         :attr:`active_segment_base` right after appending the marker. Made durable by the next flush.
 
         Raises:
@@ -846,7 +848,7 @@ def _lock_directory(directory: Path) -> int:
 
 
 class FlushCoordinator:
-    """Group commit: concurrent appenders of one partition share fsyncs (DESIGN §4).
+    """Group commit: concurrent appenders of one partition share fsyncs (design/architecture.md §4).
 
     Each appender writes (``PartitionLog.append``, synchronous) and then awaits :meth:`sync`. The rule that
     makes an acknowledgement safe: :meth:`sync` returns only after an fsync that *started after* the call

@@ -1,6 +1,7 @@
 """PartitionManager: which partitions this storage node leads, and their engines (Kafka's ``ReplicaManager``).
 
-Leadership comes from the cluster catalog (DESIGN §2): ``describe_topics`` gives every partition's leader
+Leadership comes from the cluster catalog (design/architecture.md §2): ``describe_topics`` gives every partition's
+leader
 node and leader epoch, ``list_nodes`` the live nodes' addresses. The manager keeps a copy, refreshed every
 ``metadata_refresh_interval_ms`` and on demand when a request names a partition it does not know, a leader
 epoch newer than its own, or a partition another node leads. Such a request waits for a refresh that started
@@ -34,7 +35,8 @@ are single-flight, so a burst of such requests shares one catalog read.
   through a :class:`ReplicaFetcherManager` (one long-polling fetcher per leader node).
 * Background loops run producer-id expiry, retention, the periodic flush of ``flush=async`` topics and the
   recovery-point checkpoint over every open engine.
-* Metrics (DESIGN §9): records and bytes appended by produce (retried duplicates excluded) and returned by
+* Metrics (design/architecture.md §9): records and bytes appended by produce (retried duplicates excluded) and returned
+  by
   fetch, per partition; and each led partition's LSO lag (high watermark minus last stable offset), updated
   whenever the engine signals that either moved and reset to 0 when the partition is closed here.
 
@@ -444,7 +446,7 @@ class PartitionManager:
     async def write_markers(
         self, markers: Sequence[tuple[TxnMarkerSpec, Sequence[tuple[str, int]]]]
     ) -> list[list[OncelogError | None]]:
-        """Apply each marker to its partitions; one append and one fsync per partition (ref §3.3).
+        """Apply each marker to its partitions; one append and one fsync per partition (design/kafka-semantics.md §3.3).
 
         Returns:
             Per marker, per partition (in the order given): ``None`` for success, else the error.
@@ -704,7 +706,8 @@ class PartitionManager:
         self._spawn(truncate(), f"truncation of {followed.topic}-{followed.partition}")
 
     def _check_min_insync(self, key: _Key, *, definite: bool) -> None:
-        """Refuse (before writing) or fail to acknowledge (after) while the ISR is below min_insync_replicas (§8)."""
+        """Refuse (before writing) or fail to acknowledge (after) while the ISR is below min_insync_replicas
+        (design/kafka-semantics.md §8)."""
         state = self._leaders.get(key)
         assignment = self._assignments.get(key)
         if state is None or assignment is None:
@@ -806,7 +809,8 @@ class PartitionManager:
         return CopyResult(records, high_watermark, engine.log_start_offset)
 
     async def _maintain_isr(self) -> None:
-        """Shrink the ISR of led partitions by followers out of sync, expand it by those caught up (§7)."""
+        """Shrink the ISR of led partitions by followers out of sync, expand it by those caught up
+        (design/replication.md §7)."""
         for key, state in list(self._leaders.items()):
             engine = self._engines.get(key)
             assignment = self._assignments.get(key)

@@ -1,15 +1,17 @@
 """Per-partition producer state: idempotent dedup, zombie fencing, open transactions and the LSO.
 
 Modelled on Kafka's ``ProducerStateManager``, ``ProducerAppendInfo`` and ``ProducerStateEntry``
-(ref §4.1-§4.3, §4.6, §4.7) and on the partition side of WriteTxnMarkers (ref §3.3). The module works on
+(design/kafka-semantics.md §4.1-§4.3, §4.6, §4.7) and on the partition side of WriteTxnMarkers
+(design/kafka-semantics.md §3.3). The module works on
 plain values taken from RecordBatch v2 headers, never on bytes, and does no I/O: time comes from an injected
 clock, snapshots are returned as bytes for the caller to store.
 
 How a partition log uses it, under its per-partition append lock:
 
 1. Data from a client: ``check_duplicate`` before assigning offsets; a hit means "already written", answer
-   with the original offsets and write nothing (DESIGN §1.1).
-2. Marker from the coordinator: ``marker_already_applied``; a hit means acknowledge, write nothing (DESIGN §4).
+   with the original offsets and write nothing (design/architecture.md §1.1).
+2. Marker from the coordinator: ``marker_already_applied``; a hit means acknowledge, write nothing
+   (design/architecture.md §4).
 3. ``prepare_append(origin)`` returns a :class:`ProducerAppendInfo`; feed it every batch of the request in
    offset order (``append_data_batch`` / ``append_marker``). Any validation error aborts the whole request.
 4. Write the batches to the segment, append ``info.aborted_txns`` to the segment's transaction index, then
@@ -53,10 +55,11 @@ NO_TIMESTAMP = -1
 """Timestamp of an entry that has seen neither data nor a marker."""
 
 MAX_SEQUENCE = 2**31 - 1
-"""Highest int32 sequence; the next one is 0 (ref §1)."""
+"""Highest int32 sequence; the next one is 0 (design/kafka-semantics.md §1)."""
 
 DEFAULT_MAX_BATCHES_PER_PRODUCER = 5
-"""Batches remembered per producer for dedup: the client's limit of 5 in-flight requests (ref §4.1)."""
+"""Batches remembered per producer for dedup: the client's limit of 5 in-flight requests
+(design/kafka-semantics.md §4.1)."""
 
 LATE_TRANSACTION_BUFFER_MS = 5 * 60 * 1000
 """Grace beyond the maximum transaction timeout before an open transaction counts as late (KIP-664)."""
@@ -68,7 +71,7 @@ def next_sequence(sequence: int) -> int:
 
 
 class AppendOrigin(enum.Enum):
-    """Who is appending, which decides how much is validated (ref §4.2).
+    """Who is appending, which decides how much is validated (design/kafka-semantics.md §4.2).
 
     * ``CLIENT``: produce requests; epoch, sequence and transaction checks.
     * ``COORDINATOR``: transaction markers and the group-offsets service's transactional offset writes;
@@ -106,7 +109,8 @@ class BatchMetadata:
 
 @dataclass(frozen=True, slots=True)
 class ProducerStateEntry:
-    """Immutable state of one producer id on this partition (Kafka's ``ProducerStateEntry``, ref §4.1).
+    """Immutable state of one producer id on this partition (Kafka's ``ProducerStateEntry``,
+    design/kafka-semantics.md §4.1).
 
     Every change builds a new entry, so a staged append can never leak into committed state.
 
@@ -178,7 +182,7 @@ class OngoingTxn:
 
 @dataclass(frozen=True, slots=True)
 class ProducerDescription:
-    """One row of DescribeProducers (KIP-664, ref §5.4)."""
+    """One row of DescribeProducers (KIP-664, design/kafka-semantics.md §5.4)."""
 
     producer_id: int
     producer_epoch: int
@@ -262,7 +266,7 @@ class ProducerAppendInfo:
         timestamp: int,
         is_transactional: bool,
     ) -> None:
-        """Validate and stage one data batch (ref §4.2, rules 3-6).
+        """Validate and stage one data batch (design/kafka-semantics.md §4.2, rules 3-6).
 
         Call :meth:`ProducerStateManager.check_duplicate` first: a retried batch that is not recognised as a
         duplicate there fails here with :class:`~oncelog.errors.OutOfOrderSequence`.
@@ -325,7 +329,7 @@ class ProducerAppendInfo:
         *,
         strict_epoch: bool = False,
     ) -> CompletedTxn | None:
-        """Validate and stage one COMMIT/ABORT marker (ref §3.3 step 3).
+        """Validate and stage one COMMIT/ABORT marker (design/kafka-semantics.md §3.3 step 3).
 
         Call :meth:`ProducerStateManager.marker_already_applied` first to acknowledge a repeated marker
         without writing it again; appending it anyway is harmless (it completes nothing).
@@ -337,7 +341,8 @@ class ProducerAppendInfo:
             offset: offset assigned to the marker.
             timestamp: the marker's timestamp.
             strict_epoch: the coordinator bumped the epoch when ending the transaction (KIP-890 part 2,
-                ref §5.6), so the marker must carry an epoch above the data's; an equal epoch is accepted only
+                design/kafka-semantics.md §5.6), so the marker must carry an epoch above the data's; an equal epoch is
+                accepted only
                 as a retry when no transaction is open (KAFKA-19999). Without it, Kafka's classic rule applies:
                 marker epoch >= producer epoch.
 
@@ -437,7 +442,8 @@ class ProducerAppendInfo:
 
 
 class ProducerStateManager:
-    """Producer ids of one partition and their epochs, sequences and open transactions (ref §4.1-4.3).
+    """Producer ids of one partition and their epochs, sequences and open transactions
+    (design/kafka-semantics.md §4.1-4.3).
 
     Not thread-safe: the partition log calls it under its per-partition append lock.
     """
@@ -453,7 +459,7 @@ class ProducerStateManager:
 
         Args:
             producer_id_expiration_ms: idle time after which a producer without an open transaction is
-                forgotten (``producer.id.expiration.ms``, ref §4.7).
+                forgotten (``producer.id.expiration.ms``, design/kafka-semantics.md §4.7).
             clock: milliseconds since the epoch; stamps every change and is the default ``now`` of expiry.
             max_batches_per_producer: batches remembered per producer for duplicate detection.
         """
@@ -492,7 +498,8 @@ class ProducerStateManager:
     def check_duplicate(
         self, producer_id: int, producer_epoch: int, first_seq: int, last_seq: int
     ) -> BatchMetadata | None:
-        """The original write of a retried batch, if it is one of the producer's cached batches (ref §4.2 rule 1).
+        """The original write of a retried batch, if it is one of the producer's cached batches
+        (design/kafka-semantics.md §4.2 rule 1).
 
         Call before assigning offsets, for CLIENT appends only. A hit means the batch is already in the log:
         answer with the returned offsets and timestamp and write nothing. No error code is involved.
@@ -527,7 +534,8 @@ class ProducerStateManager:
         return next(iter(self._ongoing), None)
 
     def first_unstable_offset(self) -> int | None:
-        """First offset that is undecided, or decided by a marker not yet below the high watermark (ref §4.3)."""
+        """First offset that is undecided, or decided by a marker not yet below the high watermark
+        (design/kafka-semantics.md §4.3)."""
         candidates = list(self._unreplicated)
         undecided = self.first_undecided_offset()
         if undecided is not None:
@@ -535,13 +543,15 @@ class ProducerStateManager:
         return min(candidates, default=None)
 
     def last_stable_offset(self, high_watermark: int) -> int:
-        """The LSO: the first unstable offset if below ``high_watermark``, else ``high_watermark`` (ref §4.3)."""
+        """The LSO: the first unstable offset if below ``high_watermark``, else ``high_watermark``
+        (design/kafka-semantics.md §4.3)."""
         first_unstable = self.first_unstable_offset()
         return high_watermark if first_unstable is None else min(first_unstable, high_watermark)
 
     def has_late_transaction(self, max_transaction_timeout_ms: int, now_ms: int | None = None) -> bool:
         """Whether the oldest open transaction's producer has been silent for longer than the maximum
-        transaction timeout plus 5 minutes: the hanging-transaction alarm of KIP-664 (ref §4.3)."""
+        transaction timeout plus 5 minutes: the hanging-transaction alarm of KIP-664
+        (design/kafka-semantics.md §4.3)."""
         first = self.first_undecided_offset()
         if first is None:
             return False
@@ -572,7 +582,7 @@ class ProducerStateManager:
         return ProducerAppendInfo(self, origin, self._version, self._clock())
 
     def commit(self, append_info: ProducerAppendInfo) -> None:
-        """Apply a fully validated append after its batches were written (ref §3.3 step 4).
+        """Apply a fully validated append after its batches were written (design/kafka-semantics.md §3.3 step 4).
 
         Raises:
             ValueError: the info belongs to another manager, or another append was committed after it was
@@ -609,7 +619,8 @@ class ProducerStateManager:
                 del self._unreplicated[first_offset]
 
     def remove_expired_producers(self, now_ms: int | None = None) -> list[int]:
-        """Forget producers idle for ``producer_id_expiration_ms`` or longer, unless a transaction is open (ref §4.7).
+        """Forget producers idle for ``producer_id_expiration_ms`` or longer, unless a transaction is open
+        (design/kafka-semantics.md §4.7).
 
         Idleness is measured with the server clock at the last append, not with batch timestamps, which the
         client sets: a producer with a slow clock must not lose its dedup state early. An entry created only by
@@ -639,7 +650,7 @@ class ProducerStateManager:
     # --------------------------------------------------------------------------------------------- snapshots
 
     def snapshot(self) -> bytes:
-        """Serialise the producer table at :attr:`map_end_offset` (ref §4.6, with changes).
+        """Serialise the producer table at :attr:`map_end_offset` (design/kafka-semantics.md §4.6, with changes).
 
         Layout (big-endian)::
 

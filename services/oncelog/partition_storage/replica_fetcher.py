@@ -14,7 +14,8 @@ answered an error. A leadership error (NOT_LEADER, FENCED_LEADER_EPOCH, UNKNOWN_
 to refresh the catalog (``on_leadership_error``): if leadership moved, the owner re-assigns the partition to the
 new leader's fetcher; if the leader's own view was stale, the partition is simply fetched again after the backoff.
 
-Truncation by leader epoch (§5, KIP-279): every fetch carries the epoch of the follower's last batch. When the
+Truncation by leader epoch (design/replication.md §5, KIP-279): every fetch carries the epoch of the follower's last
+batch. When the
 leader answers that this epoch ends earlier in its log (``diverging_epoch = (epoch, end)``), the follower's log
 must be cut to ``min(end, where that epoch ends in its own log)`` (never to its HW): the partition is paused and
 ``on_divergence(followed, offset)`` asks the owner to close, cut and reopen it, which re-adds it here.

@@ -6,7 +6,7 @@ the clock is injected and nothing here does I/O or talks to the catalog. The lea
 and fetch, and asks :meth:`out_of_sync` / :meth:`ready_to_join` periodically to decide ISR changes, which it then
 makes with a conditional catalog update and reports back with :meth:`set_isr`.
 
-Rules (seed 002 §2.6.3.1, §2.6.4):
+Rules (design/replication.md §7, §4):
 
 * A follower's LEO is the ``fetch_offset`` of its latest fetch: it asks for what it does not have yet.
 * **Caught up** (Kafka's ``lastCaughtUpTimeMs``): a fetch at or above the leader's LEO at that moment makes the

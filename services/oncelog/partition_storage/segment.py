@@ -14,7 +14,8 @@ Every file of a segment is named by the segment's base offset, zero-padded to 20
   carried it. An entry is added with each offset index entry when that maximum grew, and once more when the
   segment stops being the active one (``onBecomeInactiveSegment``), so the last entry is the segment's
   largest timestamp.
-* ``.txnindex`` — the aborted-transaction index (ref §4.4). Its bytes belong to the storage engine; this
+* ``.txnindex`` — the aborted-transaction index (design/kafka-semantics.md §4.4). Its bytes belong to the storage
+  engine; this
   module only appends, reads, replaces, syncs and deletes the file with the segment.
 
 Both indexes are hints. A lookup yields a position from which a short forward scan over batch headers finds

@@ -18,7 +18,8 @@ topic's ``flush`` setting (fsynced for ``flush=sync``, written for ``flush=async
 both answer once the high watermark passes the batch, i.e. every in-sync replica has it durably
 (docs/design/replication.md §8; a leader-only ``acks=1`` is not offered yet).
 
-ReplicaFetch is the follower's copy request (§3): it is served by :meth:`PartitionManager.replica_fetch`.
+ReplicaFetch is the follower's copy request (design/replication.md §3): it is served by
+:meth:`PartitionManager.replica_fetch`.
 """
 
 from __future__ import annotations

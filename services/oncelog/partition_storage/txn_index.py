@@ -1,6 +1,7 @@
 """Aborted-transaction index of one log segment (the ``.txnindex`` file) and its read_committed search.
 
-Follows Kafka's ``TransactionIndex`` / ``AbortedTxn`` (ref §4.4). Each segment keeps, in the order their
+Follows Kafka's ``TransactionIndex`` / ``AbortedTxn`` (design/kafka-semantics.md §4.4). Each segment keeps, in the order
+their
 ABORT markers were written into that segment, one entry per aborted transaction that had data in the
 partition: producer id, first offset, last offset (the marker's offset) and the last stable offset computed
 when the marker was written. Committed transactions and empty transactions (a marker without data) are not
@@ -149,7 +150,7 @@ class TransactionIndex:
         """Decode a ``.txnindex`` file's content.
 
         Unlike Kafka, which silently ignores a partial trailing entry, any damage is reported: the caller
-        rebuilds the index by replaying the segment through the producer state (ref §4.6).
+        rebuilds the index by replaying the segment through the producer state (design/kafka-semantics.md §4.6).
 
         Raises:
             CorruptMessage: the length is not a multiple of 34 bytes, an entry has an unknown version, marker
@@ -194,7 +195,8 @@ class TransactionIndex:
 def collect_aborted_txns(
     indexes_in_order: Iterable[TransactionIndex], fetch_offset: int, upper_bound: int
 ) -> list[AbortedTxn]:
-    """Aborted transactions overlapping ``[fetch_offset, upper_bound)`` for a read_committed fetch (ref §4.4, §4.5).
+    """Aborted transactions overlapping ``[fetch_offset, upper_bound)`` for a read_committed fetch
+    (design/kafka-semantics.md §4.4, §4.5).
 
     Args:
         indexes_in_order: the transaction indexes of the segment containing ``fetch_offset`` and of every later

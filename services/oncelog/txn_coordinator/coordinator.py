@@ -1,4 +1,5 @@
-"""Decision logic of the transaction coordinator (Kafka's ``TransactionCoordinator``, ref §2.3-2.10).
+"""Decision logic of the transaction coordinator (Kafka's ``TransactionCoordinator``,
+design/kafka-semantics.md §2.3-2.10).
 
 Each request runs prepare -> persist -> complete -> reply:
 
@@ -29,7 +30,8 @@ Choices where Kafka leaves room or where this coordinator differs (documented fo
   behaviour; the retry is parked as described next, so it usually answers as soon as the abort completed.
 * Parking instead of rejecting. Kafka answers AddPartitionsToTxn, AddOffsetsToTxn and InitProducerId with
   CONCURRENT_TRANSACTIONS while the id's previous transaction is in PrepareCommit/PrepareAbort, and its
-  client retries after ``retry.backoff.ms`` (20 ms for AddPartitions, ref §2.4). With KIP-890 the next
+  client retries after ``retry.backoff.ms`` (20 ms for AddPartitions, design/kafka-semantics.md §2.4). With KIP-890 the
+  next
   transaction's first AddPartitions arrives right after EndTxn answered, so nearly every transaction of a
   busy producer paid one or more such round trips plus the backoff. Here such a request waits server-side
   for the Complete* write (any transition of the id wakes it, and it re-validates from scratch), at most
@@ -45,7 +47,7 @@ Choices where Kafka leaves room or where this coordinator differs (documented fo
   state, and each commit cycle saves one database commit. Nothing is written before every marker is
   acknowledged, and the Ongoing row passes the same state-table checks as the request's own write would.
 * A producer fenced by the transaction timeout gets PRODUCER_FENCED, as in Kafka; the KIP-588 idea of
-  letting it claim the bumped epoch is not implemented (ref §5.2).
+  letting it claim the bumped epoch is not implemented (design/kafka-semantics.md §5.2).
 * Transactional ids map to shards through the injected ``shard_for`` (the cluster-wide mapping that
   FindCoordinator uses); each loaded shard has one coordinator epoch.
 
@@ -113,7 +115,7 @@ MarkerCompletion = Callable[[], Awaitable[None]]
 
 
 class TransactionStore(Protocol):
-    """Durable transaction table: one row per transactional id (the transaction log, ref §2.9)."""
+    """Durable transaction table: one row per transactional id (the transaction log, design/kafka-semantics.md §2.9)."""
 
     async def load_shard(self, shard: int) -> Iterable[tuple[str, TxnTransition | None]]:
         """Rows of every transactional id of ``shard``, oldest first when several exist for one id.
@@ -141,13 +143,14 @@ class ProducerIdSource(Protocol):
         """Return a fresh producer id.
 
         Raises:
-            CoordinatorLoadInProgress: no block is available yet (retriable, ref §5.5).
+            CoordinatorLoadInProgress: no block is available yet (retriable, design/kafka-semantics.md §5.5).
         """
         ...
 
 
 class MarkerSink(Protocol):
-    """Delivers COMMIT/ABORT markers to every participant (``TransactionMarkerChannelManager``, ref §3.2)."""
+    """Delivers COMMIT/ABORT markers to every participant (``TransactionMarkerChannelManager``,
+    design/kafka-semantics.md §3.2)."""
 
     def enqueue(
         self,
@@ -365,7 +368,8 @@ class TransactionCoordinator:
         return {s.shard: s.coordinator_epoch for s in self._shards.values() if not s.loading}
 
     async def load(self, shard: int, coordinator_epoch: int) -> list[TransactionDescription]:
-        """Take over ``shard`` at ``coordinator_epoch``: replay its rows and resume pending markers (ref §2.10).
+        """Take over ``shard`` at ``coordinator_epoch``: replay its rows and resume pending markers
+        (design/kafka-semantics.md §2.10).
 
         Requests for the shard get COORDINATOR_LOAD_IN_PROGRESS until the rows are replayed. Every row
         goes through :meth:`TransactionMetadata.replay`, the function completions use as well. Markers of
@@ -436,7 +440,8 @@ class TransactionCoordinator:
         *,
         max_wait_ms: int | None = None,
     ) -> ProducerIdAndEpoch:
-        """InitProducerId (ref §2.3): give the caller the identity it must use, fencing older instances.
+        """InitProducerId (design/kafka-semantics.md §2.3): give the caller the identity it must use, fencing older
+        instances.
 
         ``expected_pid``/``expected_epoch`` are the caller's current identity (KIP-360); both or neither.
         Without a transactional id (idempotent producer) a fresh producer id with epoch 0 is returned.
@@ -534,7 +539,8 @@ class TransactionCoordinator:
         *,
         max_wait_ms: int | None = None,
     ) -> None:
-        """AddPartitionsToTxn (ref §2.4): make ``partitions`` participants of the open transaction.
+        """AddPartitionsToTxn (design/kafka-semantics.md §2.4): make ``partitions`` participants of the open
+        transaction.
 
         Arriving while the previous transaction completes (the usual case right after EndTxn under KIP-890),
         the call is parked until Complete* is durable, at most ``completion_wait_ms`` and ``max_wait_ms``.
@@ -562,7 +568,7 @@ class TransactionCoordinator:
         *,
         max_wait_ms: int | None = None,
     ) -> None:
-        """AddOffsetsToTxn (ref §2.4): make ``group``'s offsets part of the transaction.
+        """AddOffsetsToTxn (design/kafka-semantics.md §2.4): make ``group``'s offsets part of the transaction.
 
         The group-offsets shard then receives a marker like any partition. Parking and errors as
         :meth:`add_partitions`.
@@ -614,7 +620,8 @@ class TransactionCoordinator:
     async def end_txn(
         self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool
     ) -> ProducerIdAndEpoch:
-        """EndTxn (ref §2.5 with KIP-890): durably decide, enqueue markers, reply with the next identity.
+        """EndTxn (design/kafka-semantics.md §2.5 with KIP-890): durably decide, enqueue markers, reply with the next
+        identity.
 
         The reply comes once Prepare* is written, before markers are acknowledged; Complete* follows
         when the marker sink reports completion. A retry of a call whose decision is already durable
@@ -861,7 +868,7 @@ class TransactionCoordinator:
     # ------------------------------------------------------------------------------ sweepers
 
     async def abort_timed_out_transactions(self, now_ms: int) -> list[str]:
-        """Fence and abort every Ongoing transaction open longer than its timeout (ref §2.7).
+        """Fence and abort every Ongoing transaction open longer than its timeout (design/kafka-semantics.md §2.7).
 
         The timeout counts from the first AddPartitions. Candidates racing a client request are
         skipped; a failed write is logged and retried by the next sweep.
@@ -888,7 +895,7 @@ class TransactionCoordinator:
         return aborted
 
     async def expire_transactional_ids(self, now_ms: int, expiration_ms: int) -> list[str]:
-        """Remove ids idle for ``expiration_ms`` with no open transaction (ref §2.8).
+        """Remove ids idle for ``expiration_ms`` with no open transaction (design/kafka-semantics.md §2.8).
 
         A tombstone is written first; the cache entry goes only once it is durable and nothing changed.
 
@@ -926,7 +933,7 @@ class TransactionCoordinator:
 
         An Ongoing transaction is fenced and aborted exactly like a timed-out one. Nothing is done when no
         transaction is open or an abort is already under way. Hanging transactions that have no
-        coordinator state at all are aborted on the storage node instead (ref §5.4).
+        coordinator state at all are aborted on the storage node instead (design/kafka-semantics.md §5.4).
 
         Raises:
             TransactionalIdNotFound: the id is unknown.
@@ -1010,7 +1017,7 @@ class TransactionCoordinator:
     async def _abort_if_timed_out(
         self, entry: _Shard, transactional_id: str, identity: tuple[int, int], now_ms: int
     ) -> bool:
-        """PrepareEpochFence + PrepareAbort for a timed-out transaction, then markers (ref §2.7).
+        """PrepareEpochFence + PrepareAbort for a timed-out transaction, then markers (design/kafka-semantics.md §2.7).
 
         Skipped when a client request got there first (other identity, state or a pending write).
         """

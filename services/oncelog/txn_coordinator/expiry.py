@@ -1,8 +1,8 @@
-"""TransactionExpirySweeper: the coordinator's two periodic sweeps (ref §2.7, §2.8).
+"""TransactionExpirySweeper: the coordinator's two periodic sweeps (design/kafka-semantics.md §2.7, §2.8).
 
 * every ``abort_check_interval_ms`` (Kafka ``transaction.abort.timed.out.transaction.cleanup.interval.ms``),
   fence and abort every Ongoing transaction open longer than its timeout, so no transaction hangs
-  (DESIGN §1.5);
+  (design/architecture.md §1.5);
 * every ``expiration_check_interval_ms`` (Kafka ``transaction.remove.expired.transaction.cleanup.interval.ms``),
   remove transactional ids idle for ``transactional_id_expiration_ms`` with no open transaction.
 

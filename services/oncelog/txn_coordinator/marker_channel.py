@@ -1,4 +1,4 @@
-"""TransactionMarkerChannelManager: delivers COMMIT/ABORT markers to every participant (ref §3.2).
+"""TransactionMarkerChannelManager: delivers COMMIT/ABORT markers to every participant (design/kafka-semantics.md §3.2).
 
 It implements the coordinator's ``MarkerSink`` port the way Kafka's ``TransactionMarkerChannelManager``
 does:
@@ -20,7 +20,7 @@ does:
   succeeds, and abandoned on NOT_COORDINATOR (the next owner resumes the transaction on load);
 * each request is traced as a child of the EndTxn that decided its first transaction, with links to the
   others it carries, and the Complete* write runs in the trace of the EndTxn too, so one commit reads as one
-  trace (DESIGN §9);
+  trace (design/architecture.md §9);
 * the time from enqueueing (right after Prepare* became durable, or after a shard load resumed the
   transaction) until the last participant acknowledged is recorded as ``oncelog.txn.marker.duration``: how
   long the transaction holds back the last stable offset of its partitions.
@@ -310,7 +310,8 @@ class TransactionMarkerChannelManager:
         return skipped_partitions, skipped_groups
 
     def drop_shard(self, shard: int) -> None:
-        """Forget every job of ``shard`` (it was unloaded); the next owner resends them (ref §2.10)."""
+        """Forget every job of ``shard`` (it was unloaded); the next owner resends them
+        (design/kafka-semantics.md §2.10)."""
         for job in [j for j in self._jobs.values() if j.shard == shard]:
             self._drop(job, "shard unloaded")
 
@@ -511,7 +512,7 @@ class TransactionMarkerChannelManager:
         if job.dropped:
             return
         if error.reason in _FENCING_REASONS:
-            # Something newer owns the transaction (ref §3.2): stop sending its markers at all.
+            # Something newer owns the transaction (design/kafka-semantics.md §3.2): stop sending its markers at all.
             self._drop(job, f"{destination.node_id} answered {error.reason.name}")
             return
         if not error.retriable:

@@ -1,4 +1,5 @@
-"""Per-transactional-id metadata and its transitions (Kafka's ``TransactionMetadata``, ref §2.1-2.2).
+"""Per-transactional-id metadata and its transitions (Kafka's ``TransactionMetadata``,
+design/kafka-semantics.md §2.1-2.2).
 
 Every change follows prepare -> persist -> complete:
 
@@ -78,7 +79,7 @@ class TxnTransition:
 
 @dataclass(slots=True, kw_only=True)
 class TransactionMetadata:
-    """Cached state of one transactional id (ref §2.1).
+    """Cached state of one transactional id (design/kafka-semantics.md §2.1).
 
     Mutate it only through ``prepare_*`` followed by :meth:`complete_transition` or :meth:`abort_pending`.
     ``pending_state`` is in memory only: while it is set, a write is in flight and every other request
@@ -223,7 +224,7 @@ class TransactionMetadata:
     def prepare_end_transaction(
         self, result: TransactionResult, now_ms: int, *, next_producer_id: int = NO_PRODUCER_ID
     ) -> TxnTransition:
-        """EndTxn: Prepare{Commit,Abort} with the epoch bumped (KIP-890, ref §5.6).
+        """EndTxn: Prepare{Commit,Abort} with the epoch bumped (KIP-890, design/kafka-semantics.md §5.6).
 
         Markers then carry an epoch strictly above every epoch the transaction's data was written with,
         so late data of this transaction and stale markers are rejected by storage. When the current
@@ -285,7 +286,8 @@ class TransactionMetadata:
         )
 
     def prepare_dead(self) -> TxnTransition:
-        """Transactional-id expiration: the store deletes the row instead of writing it (ref §2.8)."""
+        """Transactional-id expiration: the store deletes the row instead of writing it
+        (design/kafka-semantics.md §2.8)."""
         return self._prepare(TransactionState.DEAD, partitions=frozenset(), groups=frozenset())
 
     # ------------------------------------------------------------------ complete

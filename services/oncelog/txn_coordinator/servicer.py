@@ -2,7 +2,8 @@
 
 Besides translating, it runs the checks Kafka's ``KafkaApis`` makes before the coordinator sees a request:
 the size of the transactional id, and that every partition added to a transaction exists
-(UNKNOWN_TOPIC_OR_PARTITION, nothing added, ref §2.4). :class:`CatalogLookups` answers those from the catalog.
+(UNKNOWN_TOPIC_OR_PARTITION, nothing added, design/kafka-semantics.md §2.4). :class:`CatalogLookups` answers those from
+the catalog.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""What taking and losing a transaction-coordinator shard means for this service (DESIGN §5, ref §2.10).
+"""What taking and losing a transaction-coordinator shard means for this service (design/architecture.md §5,
+design/kafka-semantics.md §2.10).
 
 Leasing itself (acquire, renew, safety margin, fencing, release on stop) is the catalog library's
 :class:`~oncelog.catalog.leases.ShardLeaseManager`. This module gives it the coordinator's two hooks:

@@ -1,4 +1,4 @@
-"""Transaction states of one transactional id and the table of legal transitions (ref §2.2).
+"""Transaction states of one transactional id and the table of legal transitions (design/kafka-semantics.md §2.2).
 
 Legal transitions (target <- legal previous states), Kafka's ``TransactionState`` including the
 transaction-version-2 additions, because this coordinator bumps the epoch on every EndTxn (KIP-890):
@@ -49,7 +49,8 @@ class TransactionState(enum.Enum):
 
     @property
     def is_expirable(self) -> bool:
-        """The id may be removed by transactional-id expiration (no transaction is open, ref §2.8)."""
+        """The id may be removed by transactional-id expiration (no transaction is open,
+        design/kafka-semantics.md §2.8)."""
         return self in _EXPIRABLE
 
     @property
@@ -59,7 +60,7 @@ class TransactionState(enum.Enum):
 
     @property
     def is_transient(self) -> bool:
-        """The state is never stored as a row's value (ref §2.2)."""
+        """The state is never stored as a row's value (design/kafka-semantics.md §2.2)."""
         return self in _TRANSIENT
 
     def can_follow(self, previous: TransactionState) -> bool:
@@ -104,6 +105,6 @@ VALID_PREVIOUS_STATES: Mapping[TransactionState, frozenset[TransactionState]] = 
         _S.PREPARE_EPOCH_FENCE: frozenset({_S.ONGOING}),
     }
 )
-"""Target state -> the states it may be entered from (ref §2.2, with the TV2 column)."""
+"""Target state -> the states it may be entered from (design/kafka-semantics.md §2.2, with the TV2 column)."""
 
 __all__ = ["VALID_PREVIOUS_STATES", "TransactionResult", "TransactionState"]

@@ -1,11 +1,13 @@
-"""TransactionStateManager: the SQL transaction table, durable home of every transition (ref §2.9).
+"""TransactionStateManager: the SQL transaction table, durable home of every transition
+(design/kafka-semantics.md §2.9).
 
 Kafka keeps a compacted ``__transaction_state`` topic whose last record per key is the id's state; here the
 table ``transactions`` holds exactly that last record, one row per transactional id, and a deletion plays
 the tombstone. Previous/next producer id and the last epoch are columns, so a retried InitProducerId or
-EndTxn is still recognised after a failover (the KAFKA-20357 gap, ref §2.6).
+EndTxn is still recognised after a failover (the KAFKA-20357 gap, design/kafka-semantics.md §2.6).
 
-Fencing (ref §2.10). Kafka guards its appends with the partition leader epoch of the log; our equivalent
+Fencing (design/kafka-semantics.md §2.10). Kafka guards its appends with the partition leader epoch of the log; our
+equivalent
 is the row ``txn_shard_epochs(shard, coordinator_epoch)``:
 
 * a coordinator that takes a shard over raises the row to its lease's coordinator epoch and reads the
@@ -25,7 +27,8 @@ and run with ``executemany``: one epoch check per (shard, epoch) in the batch, o
 (``INSERT … ON CONFLICT (transactional_id) DO UPDATE``, SQLite >= 3.24 and PostgreSQL) for every row written
 and one delete for every tombstone. Building SQLAlchemy constructs per write cost more CPU than the database.
 
-Tracing (DESIGN §9): every write is an ``oncelog.txn.persist`` span in its caller's trace (the EndTxn that
+Tracing (design/architecture.md §9): every write is an ``oncelog.txn.persist`` span in its caller's trace (the EndTxn
+that
 prepares a commit, the marker completion that writes Complete*), with the transactional id, the state written
 and the fencing tokens as attributes. The SQL transaction that carries it is an ``oncelog.txn.sql_transaction``
 span under the first write it carries, linked to the others, as a shared group commit belongs to several traces.

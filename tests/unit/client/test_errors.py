@@ -1,4 +1,4 @@
-"""Error classification (ref §2.11, §4.2, §5.1 to §5.3) and the exception classes users catch."""
+"""Error classification (design/kafka-semantics.md §2.11, §4.2, §5.1 to §5.3) and the exception classes users catch."""
 
 from __future__ import annotations
 
@@ -154,7 +154,8 @@ def test_indeterminate_produce_is_retried_with_the_same_identity() -> None:
         for transactional in (False, True):
             disposition = classify(err, source="produce", transactional=transactional)
             assert disposition.action is Action.RETRY
-            assert disposition.epoch_bump is False  # never "repaired" by resetting sequences (DESIGN §1.7)
+            assert disposition.epoch_bump is False  # never "repaired" by resetting sequences
+            # (design/architecture.md §1.7)
 
 
 def test_invalid_txn_state_is_fatal_from_coordinator_but_abortable_on_produce() -> None:

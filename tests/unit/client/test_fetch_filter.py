@@ -1,4 +1,5 @@
-"""Consumer-side filtering of fetched batches (ref §4.5): aborted transactions, control records, position."""
+"""Consumer-side filtering of fetched batches (design/kafka-semantics.md §4.5): aborted transactions, control records,
+position."""
 
 from __future__ import annotations
 
@@ -79,7 +80,8 @@ class Log:
         return marker
 
     def fetch(self, offset: int, isolation: IsolationLevel, max_batches: int = 1000) -> tuple[bytes, list, int]:
-        """What a partition returns (ref §4.5): whole batches from the one holding ``offset``, capped at the LSO."""
+        """What a partition returns (design/kafka-semantics.md §4.5): whole batches from the one holding ``offset``,
+        capped at the LSO."""
         limit = self.last_stable_offset if isolation is RC else self.end
         chosen = [(b, n, raw) for b, n, raw in self.batches if n > offset and b < limit][:max_batches]
         upper = chosen[-1][1] if chosen else offset

@@ -1,4 +1,5 @@
-"""Per-partition sequence bookkeeping of idempotent and transactional producers (ref §4.2, §5.1)."""
+"""Per-partition sequence bookkeeping of idempotent and transactional producers
+(design/kafka-semantics.md §4.2, §5.1)."""
 
 from __future__ import annotations
 
@@ -336,7 +337,7 @@ def test_batch_known_unwritten_is_restamped_once_the_partition_answered() -> Non
 
 
 class ModelPartition:
-    """A partition applying the append rules of ref §4.2 for one producer (dedup window of 5)."""
+    """A partition applying the append rules of design/kafka-semantics.md §4.2 for one producer (dedup window of 5)."""
 
     def __init__(self) -> None:
         self.log: list[bytes | None] = []

@@ -2,7 +2,8 @@
 
 Every scenario runs against the in-memory store and the SQL store on SQLite, so the domain rules and their
 SQL mapping are checked by the same assertions. The last tests drive random interleavings against a small
-declarative model of ref §6: the visible offset of a partition is the newest write, in commit order, among
+declarative model of design/kafka-semantics.md §6: the visible offset of a partition is the newest write, in commit
+order, among
 plain commits and transactional commits whose transaction committed.
 """
 

@@ -75,7 +75,7 @@ def marker(pid: int, epoch: int, result: ControlType = ControlType.COMMIT, coord
 
 
 def read_committed_values(result: FetchResult) -> list[bytes]:
-    """What a read_committed consumer hands to the user (Kafka's ``CompletedFetch``, ref §4.5)."""
+    """What a read_committed consumer hands to the user (Kafka's ``CompletedFetch``, design/kafka-semantics.md §4.5)."""
     pending = sorted(result.aborted_transactions, key=lambda t: t.first_offset)
     aborted_pids: set[int] = set()
     values = []

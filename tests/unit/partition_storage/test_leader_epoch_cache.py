@@ -63,7 +63,8 @@ def test_truncation_from_the_end_and_from_the_start() -> None:
 
 
 def test_divergent_tails_are_found_by_epoch_not_by_high_watermark() -> None:
-    """Seed 002 §七 case 2: A led epoch 0 and wrote offsets 0-1; B, which had only offset 0, became leader at
+    """design/replication.md §5 case 2: A led epoch 0 and wrote offsets 0-1; B, which had only offset 0, became leader
+    at
     epoch 1 and wrote its own offset 1. A asks B where epoch 0 ends: at 1, so A drops its offset 1."""
     a, b = cache((0, 0)), cache((0, 0), (1, 1))
     epoch, end = b.end_offset_for(a.latest_epoch, log_end_offset=2)

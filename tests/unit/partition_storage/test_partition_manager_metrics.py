@@ -1,7 +1,7 @@
 """PartitionManager metrics: produce and fetch throughput per partition, and the LSO lag of each led partition.
 
 The manager runs on a real catalog (SQLite file) and real partition directories; its instruments come from an
-in-memory meter provider, so the assertions read what the storage node exports over OTLP (DESIGN §9).
+in-memory meter provider, so the assertions read what the storage node exports over OTLP (design/architecture.md §9).
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """Tests for per-partition producer state: dedup, fencing, transactions, LSO, expiry and snapshots.
 
-The first group ports Kafka's ``ProducerStateManagerTest`` (ref §8 S5) one scenario per test; the rest cover
-the product guarantees of DESIGN §1 with named tests, then randomised checks against simple models.
+The first group ports Kafka's ``ProducerStateManagerTest`` (design/kafka-semantics.md §8 S5) one scenario per test; the
+rest cover
+the product guarantees of design/architecture.md §1 with named tests, then randomised checks against simple models.
 """
 
 from __future__ import annotations
@@ -188,7 +189,8 @@ class Partition:
         return self.state.last_stable_offset(self.hw)
 
     def read_committed(self) -> list[int]:
-        """Offsets a read_committed consumer returns: capped at the LSO, aborted data dropped (ref §4.5)."""
+        """Offsets a read_committed consumer returns: capped at the LSO, aborted data dropped
+        (design/kafka-semantics.md §4.5)."""
         lso = self.lso
         pending = [(t.first_offset, t.producer_id) for t in collect_aborted_txns([self.index], 0, lso)]
         heapq.heapify(pending)
@@ -210,7 +212,7 @@ class Partition:
 
 
 # ------------------------------------------------------------------------------------------------------------
-# Ports of Kafka's ProducerStateManagerTest (ref §8 S5)
+# Ports of Kafka's ProducerStateManagerTest (design/kafka-semantics.md §8 S5)
 # ------------------------------------------------------------------------------------------------------------
 
 
@@ -707,7 +709,7 @@ def test_reject_non_zero_sequence_for_direct_epoch_bump(state: ProducerStateMana
 
 
 # ------------------------------------------------------------------------------------------------------------
-# Idempotent produce (DESIGN §1.1)
+# Idempotent produce (design/architecture.md §1.1)
 # ------------------------------------------------------------------------------------------------------------
 
 
@@ -859,7 +861,7 @@ def test_commit_rejects_stale_append_info(state: ProducerStateManager, clock: Fa
 
 
 # ------------------------------------------------------------------------------------------------------------
-# Zombie fencing (DESIGN §1.3) and markers (DESIGN §4)
+# Zombie fencing (design/architecture.md §1.3) and markers (design/architecture.md §4)
 # ------------------------------------------------------------------------------------------------------------
 
 
@@ -943,7 +945,7 @@ def test_empty_transaction_marker_completes_nothing(state: ProducerStateManager)
 
 
 # ------------------------------------------------------------------------------------------------------------
-# LSO and read_committed (DESIGN §1.2, §1.4)
+# LSO and read_committed (design/architecture.md §1.2, §1.4)
 # ------------------------------------------------------------------------------------------------------------
 
 
@@ -974,7 +976,7 @@ def test_lso_never_exceeds_high_watermark(state: ProducerStateManager) -> None:
 
 
 def test_interleaved_transactional_and_non_transactional_producers(state: ProducerStateManager) -> None:
-    # Seed 002 §三.3: a partition takes transactional and plain producers at once; records become visible in
+    # design/replication.md §10: a partition takes transactional and plain producers at once; records become visible in
     # offset order once no open transaction precedes them, aborted data never.
     committer, aborter, plain = 1, 2, 3
     partition = Partition(state)
@@ -1071,7 +1073,7 @@ def test_snapshot_keeps_last_five_batches_for_dedup_after_restart(
 
     partition.state = reload(state, clock)
 
-    # Kafka would only recognise the newest batch here (ref §4.6).
+    # Kafka would only recognise the newest batch here (design/kafka-semantics.md §4.6).
     for seq in range(1, 6):
         assert partition.produce(PID, EPOCH, seq, 1) == written[seq]
     assert partition.leo == 6
@@ -1161,7 +1163,7 @@ class ModelProducer:
 
 class IdempotentProduceMachine(RuleBasedStateMachine):
     """Random produce traffic (new batches, retries, gaps, zombies, epoch bumps, restarts, expiry) checked
-    against a plain model of ref §4.2; the log itself must stay free of duplicates and gaps."""
+    against a plain model of design/kafka-semantics.md §4.2; the log itself must stay free of duplicates and gaps."""
 
     def __init__(self) -> None:
         super().__init__()

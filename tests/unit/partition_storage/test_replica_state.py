@@ -30,7 +30,7 @@ def leader(clock: Clock, *, isr=("a", "b", "c"), hw: int = 0, epoch_start: int =
 
 
 def test_hw_moves_only_when_every_isr_member_fetched_past_it() -> None:
-    """Seed 002 §2.6.4: the HW needs the second fetch round; one lagging ISR member holds it."""
+    """design/replication.md §4: the HW needs the second fetch round; one lagging ISR member holds it."""
     state = leader(Clock())
     assert state.update_high_watermark(2) == 0, "followers have not fetched yet in this epoch"
     state.record_fetch("b", 1, 0, leader_end_offset=2)

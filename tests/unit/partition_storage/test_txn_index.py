@@ -1,4 +1,4 @@
-"""Tests for the aborted-transaction index and the read_committed search over it (ref §4.4)."""
+"""Tests for the aborted-transaction index and the read_committed search over it (design/kafka-semantics.md §4.4)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Per-process gRPC channels and the picklable log client of the Spark connector (reference §3.1, §5)."""
+"""Per-process gRPC channels and the picklable log client of the Spark connector
+(design/spark-connector.md §3.1, §5)."""
 
 from __future__ import annotations
 

@@ -358,7 +358,7 @@ def test_checkpoint_beyond_the_log_is_data_loss(cluster: LocalCluster, topic: To
 
 
 def test_reader_and_partitions_pickle_after_use(cluster: LocalCluster, topic: Topic) -> None:
-    """Channels live in the process, not in the reader: a used reader still pickles (reference §3.1)."""
+    """Channels live in the process, not in the reader: a used reader still pickles (design/spark-connector.md §3.1)."""
     topic.append(0, ["x"])
     reader = source(cluster, topic, startingOffsets="earliest").streamReader(None)
     start = reader.initialOffset()

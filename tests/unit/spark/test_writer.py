@@ -93,7 +93,7 @@ def visible(
     """Every value a consumer with ``isolation`` reads once the transactions that ended have their markers.
 
     A commit returns once the decision is durable; the markers that move the LSO follow asynchronously
-    (DESIGN §5), so the check waits for every partition's LSO to reach its high watermark.
+    (design/architecture.md §5), so the check waits for every partition's LSO to reach its high watermark.
     """
     client = LogClient([cluster.bootstrap])
     tps = client.topic_partitions([topic.name])
@@ -238,7 +238,8 @@ def test_failed_task_aborts_its_transaction_before_raising(cluster: LocalCluster
 
 
 def test_speculative_twin_fences_the_first_attempt(cluster: LocalCluster, topic: Topic) -> None:
-    """Attempt A produced; twin B inits (fencing A), writes and commits; A's commit then fails (ref §3.4)."""
+    """Attempt A produced; twin B inits (fencing A), writes and commits; A's commit then fails
+    (design/spark-connector.md §3.4)."""
     options = sink_options(cluster, topic)
     encoder = RowEncoder(KV, topic.name)
     outcome: dict[str, Any] = {}

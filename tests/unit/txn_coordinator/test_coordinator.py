@@ -1,7 +1,8 @@
 """Tests of TransactionCoordinator over in-memory ports.
 
-Ports Kafka's ``TransactionCoordinatorTest`` / ``TransactionCoordinatorConcurrencyTest`` scenarios (ref §8
-S6, S7) plus the exactly-once properties of DESIGN §1 (fencing, idempotent retries, durability order).
+Ports Kafka's ``TransactionCoordinatorTest`` / ``TransactionCoordinatorConcurrencyTest`` scenarios
+(design/kafka-semantics.md §8
+S6, S7) plus the exactly-once properties of design/architecture.md §1 (fencing, idempotent retries, durability order).
 """
 
 from __future__ import annotations
@@ -339,7 +340,7 @@ async def test_init_on_ongoing_transaction_fences_and_aborts_it(h: Harness) -> N
 
 
 async def test_zombie_fencing_after_init_producer_id_bump(h: Harness) -> None:
-    """DESIGN §1.3: once a new instance initialised, nothing of the old epoch commits."""
+    """design/architecture.md §1.3: once a new instance initialised, nothing of the old epoch commits."""
     pid, old_epoch = await h.begin("t")
     await expect(ConcurrentTransactions, h.init("t"))  # new instance arrives; the zombie's txn is being aborted
 
@@ -430,7 +431,8 @@ async def test_new_instance_on_exhausted_epoch_rotates_producer_id(h: Harness) -
 
 
 async def test_timed_out_producer_is_fenced_on_reinit(h: Harness) -> None:
-    """Ref §5.2: as in Kafka, a producer whose transaction timed out cannot claim the bumped epoch."""
+    """design/kafka-semantics.md §5.2: as in Kafka, a producer whose transaction timed out cannot claim the bumped
+    epoch."""
     pid, epoch = await h.begin("t")
     h.clock.now += TIMEOUT + 1
     assert await h.coordinator.abort_timed_out_transactions(h.clock.now) == ["t"]
@@ -616,7 +618,7 @@ async def test_commit_while_prepare_abort_is_invalid_txn_state(h: Harness) -> No
 
 
 async def test_abort_while_prepare_commit_is_invalid_txn_state(h: Harness) -> None:
-    """DESIGN §1.7: a durable commit is never turned into an abort."""
+    """design/architecture.md §1.7: a durable commit is never turned into an abort."""
     pid, epoch = await h.begin("t")
     await h.coordinator.end_txn("t", pid, epoch, commit=True)
     await expect(InvalidTxnState, h.coordinator.end_txn("t", pid, epoch, commit=False))
@@ -725,7 +727,7 @@ async def test_persist_failure_leaves_cache_unchanged(h: Harness) -> None:
     await expect(StorageUnavailable, h.coordinator.end_txn("t", pid, epoch, commit=True))
     assert h.describe("t") == before
     assert h.markers.sent == []
-    # The indeterminate commit is retried with the same identity and succeeds (DESIGN §1.7).
+    # The indeterminate commit is retried with the same identity and succeeds (design/architecture.md §1.7).
     assert await h.coordinator.end_txn("t", pid, epoch, commit=True) == (pid, epoch + 1)
 
 
@@ -958,7 +960,7 @@ async def test_expire_transactional_ids_only_idle_ids_without_open_transaction(h
     assert h.describe("idle-open").state is S.ONGOING
     assert h.describe("recent").state is S.EMPTY
 
-    # Ref §2.8: the old producer learns through INVALID_PRODUCER_ID_MAPPING and re-initialises.
+    # design/kafka-semantics.md §2.8: the old producer learns through INVALID_PRODUCER_ID_MAPPING and re-initialises.
     await expect(InvalidProducerIdMapping, h.coordinator.add_partitions("idle-committed", pid, epoch + 1, {TP0}))
     fresh = await h.init("idle-committed", expected_pid=pid, expected_epoch=epoch + 1)
     assert fresh.producer_id != pid

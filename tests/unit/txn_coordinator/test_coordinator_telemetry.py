@@ -1,7 +1,7 @@
 """Telemetry of the txn-coordinator's domain: open/completed transactions, marker latency, write spans.
 
 The instruments come from an in-memory meter provider and the spans from an in-memory exporter, so each
-assertion reads exactly what the service would export over OTLP (DESIGN §9).
+assertion reads exactly what the service would export over OTLP (design/architecture.md §9).
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """TransactionMarkerChannelManager over fake routes and transport, and CatalogMarkerDestinations over SQLite.
 
 Ports the marker cases of Kafka's ``TransactionMarkerChannelManagerTest`` and
-``TransactionMarkerRequestCompletionHandlerTest`` (ref §8 S7): one request per destination per round,
+``TransactionMarkerRequestCompletionHandlerTest`` (design/kafka-semantics.md §8 S7): one request per destination per
+round,
 batching across transactions, retries on NOT_LEADER and disconnects, drop on a fenced coordinator epoch or
 an unloaded shard, completion exactly once and only after every participant acknowledged.
 """

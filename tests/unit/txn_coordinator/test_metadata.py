@@ -1,4 +1,5 @@
-"""Tests of TransactionMetadata transitions: prepare -> complete, invariants, epochs (ref §2.1-2.6)."""
+"""Tests of TransactionMetadata transitions: prepare -> complete, invariants, epochs
+(design/kafka-semantics.md §2.1-2.6)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The coordinator's shard leases over a real SQLite catalog: claim, load, takeover, loss and release (ref §2.10).
+"""The coordinator's shard leases over a real SQLite catalog: claim, load, takeover, loss and release
+(design/kafka-semantics.md §2.10).
 
 The lease mechanics are tested in tests/unit/catalog/test_leases.py; these tests check the coordinator's hooks:
 claim before load, unload plus dropped markers on loss.

@@ -1,4 +1,4 @@
-"""Tests of the transaction state table (ref §2.2)."""
+"""Tests of the transaction state table (design/kafka-semantics.md §2.2)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from oncelog.txn_coordinator.state import VALID_PREVIOUS_STATES, TransactionResu
 
 S = TransactionState
 
-# Ref §2.2, written out independently of the implementation: 2024 column plus the TV2 additions.
+# design/kafka-semantics.md §2.2, written out independently of the implementation: 2024 column plus the TV2 additions.
 REFERENCE_TABLE = {
     S.EMPTY: {S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT},
     S.ONGOING: {S.ONGOING, S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT},

@@ -1,16 +1,18 @@
-"""Property test: random interleavings against the transaction coordinator, checking DESIGN §1's invariants.
+"""Property test: random interleavings against the transaction coordinator, checking design/architecture.md §1's
+invariants.
 
 A Hypothesis rule-based machine drives the pure :class:`TransactionCoordinator` over in-memory ports (a
 transaction table with conditional, injectable-failure writes; a producer-id source; a marker sink whose
 markers reach fake participants that apply storage's marker rules) and a fake clock. Requests are started as
 tasks and the event loop is advanced in small random steps, so requests for one id really race each other,
-the timeout sweep, marker completions and coordinator restarts (ref §8 S6, ``TransactionCoordinatorConcurrencyTest``).
+the timeout sweep, marker completions and coordinator restarts (design/kafka-semantics.md §8 S6,
+``TransactionCoordinatorConcurrencyTest``).
 
 Writes may fail definitely (nothing written) or indeterminately (written, but the caller hears an error).
 Restarts bump the shard's coordinator epoch and load a new coordinator from the table; the old one keeps
 delivering the markers it had queued, as a process does until it notices it lost its lease.
 
-Invariants (DESIGN §1.2, §1.3, §1.5 and ref §2.2):
+Invariants (design/architecture.md §1.2, §1.3, §1.5 and design/kafka-semantics.md §2.2):
 
 * every row the table acknowledges (or a restart loads) is a legal successor of the previous one, and
   ``(producer id, epoch)`` never goes backwards for an id;
@@ -240,7 +242,8 @@ class FakeSink:
 
 
 class FakeParticipants:
-    """Partitions and group shards receiving markers, with storage's rules (ref §3.3, DESIGN §4).
+    """Partitions and group shards receiving markers, with storage's rules (design/kafka-semantics.md §3.3,
+    design/architecture.md §4).
 
     A marker older than the newest coordinator epoch or producer epoch seen for the producer is refused;
     a repeat of the last decision is acknowledged without being logged again.
@@ -353,7 +356,8 @@ class CoordinatorInterleavings(RuleBasedStateMachine):
         return self.generations[-1]
 
     def _start_generation(self) -> None:
-        """Lease every shard at the next coordinator epoch to a new coordinator and load it (ref §2.10)."""
+        """Lease every shard at the next coordinator epoch to a new coordinator and load it
+        (design/kafka-semantics.md §2.10)."""
         epoch = len(self.generations) + 1
         for shard in range(SHARDS):
             self.store.lease_epochs[shard] = epoch
@@ -572,8 +576,10 @@ class CoordinatorInterleavings(RuleBasedStateMachine):
     def _quiesce(self) -> None:
         """Let every request finish, deliver everything and sweep past every timeout; then check liveness.
 
-        The coordinator must then hold no open transaction (DESIGN §1.5). An indeterminate write may have left
-        the table a step ahead of the cache (the coordinator's next write supersedes such a row, ref §2.9), so
+        The coordinator must then hold no open transaction (design/architecture.md §1.5). An indeterminate write may
+        have left
+        the table a step ahead of the cache (the coordinator's next write supersedes such a row,
+        design/kafka-semantics.md §2.9), so
         the table is checked after one more restart has loaded it: a crash at this moment must not leave a
         transaction hanging either.
         """
