@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,12 +18,10 @@ from pathlib import Path
 import pytest
 
 from oncelog.api.cluster import v1 as cluster_pb
-from oncelog.api.common import v1 as common_pb
-from oncelog.api.storage import v1 as storage_pb
-from oncelog.client.fetch_filter import AbortedTransaction, IsolationLevel, filter_fetch
-from oncelog.client.records import TopicPartition
+from oncelog.client.fetch_filter import IsolationLevel
 from oncelog.rpc import sync_channel
 from oncelog.testing import LocalCluster
+from oncelog.testing.reading import read_partition_values
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -57,50 +54,6 @@ def test_record_batch_codec_of_the_node_client(node_client: Path) -> None:
     assert "# fail 0" in done.stdout and "# pass 0" not in done.stdout, done.stdout
 
 
-def _read_partition(
-    address: str, topic: str, partition: int, leader_epoch: int, isolation: IsolationLevel
-) -> list[tuple[int, str]]:
-    """Every record of a partition a reader at ``isolation`` gets, once all its transactions are decided."""
-    stub = storage_pb.PartitionStorageServiceStub(sync_channel(address))
-    tp = TopicPartition(topic, partition)
-    level = (
-        storage_pb.ISOLATION_LEVEL_READ_COMMITTED
-        if isolation is IsolationLevel.READ_COMMITTED
-        else storage_pb.ISOLATION_LEVEL_READ_UNCOMMITTED
-    )
-    position, out = 0, []
-    deadline = time.monotonic() + 30
-    while True:
-        result = stub.Fetch(
-            storage_pb.FetchRequest(
-                partitions=[
-                    storage_pb.FetchPartition(
-                        topic_partition=common_pb.TopicPartition(topic=topic, partition=partition),
-                        fetch_offset=position,
-                        leader_epoch=leader_epoch,
-                    )
-                ],
-                isolation_level=level,
-                max_wait_ms=200,
-            ),
-            timeout=10,
-        ).results[0]
-        assert not result.HasField("error"), result.error
-        records, position = filter_fetch(
-            tp,
-            result.records,
-            fetch_offset=position,
-            isolation_level=isolation,
-            aborted_transactions=[
-                AbortedTransaction(t.producer_id, t.first_offset) for t in result.aborted_transactions
-            ],
-        )
-        out.extend((r.offset, (r.value or b"").decode()) for r in records)
-        if position >= result.last_stable_offset == result.high_watermark:
-            return out
-        assert time.monotonic() < deadline, f"{tp}: transactions still open at {result.last_stable_offset}"
-
-
 def test_node_client_commits_exactly_what_a_read_committed_reader_sees(
     node_client: Path, cluster: LocalCluster
 ) -> None:
@@ -129,8 +82,8 @@ def test_node_client_commits_exactly_what_a_read_committed_reader_sees(
     everything: list[str] = []
     for p in metadata.topics[0].partitions:
         args = (p.leader_address, topic, p.partition, p.leader_epoch)
-        committed[p.partition] = _read_partition(*args, IsolationLevel.READ_COMMITTED)
-        everything.extend(value for _, value in _read_partition(*args, IsolationLevel.READ_UNCOMMITTED))
+        committed[p.partition] = read_partition_values(*args, IsolationLevel.READ_COMMITTED)
+        everything.extend(value for _, value in read_partition_values(*args, IsolationLevel.READ_UNCOMMITTED))
 
     seen = [value for records in committed.values() for _, value in records]
     assert sorted(seen) == sorted(produced["idempotent"] + produced["committed"]), "exactly the committed records"

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import time
 
+from oncelog.api.common import v1 as common_pb
+from oncelog.api.storage import v1 as storage_pb
 from oncelog.client import Consumer, ConsumerRecord
+from oncelog.client.fetch_filter import AbortedTransaction, IsolationLevel, filter_fetch
+from oncelog.client.records import TopicPartition
+from oncelog.rpc import sync_channel
 
 
 def read_all(
@@ -36,3 +41,51 @@ def read_all(
                 raise TimeoutError(f"could not read {topic} up to {end} at {isolation}")
             records.extend(consumer.poll(timeout_ms=200))
         return records
+
+
+def read_partition_values(
+    address: str, topic: str, partition: int, leader_epoch: int, isolation: IsolationLevel
+) -> list[tuple[int, str]]:
+    """(offset, value) of every record a reader at ``isolation`` gets from one partition, read over raw gRPC.
+
+    It waits until every transaction on the partition is decided (LSO == HW) and filters the batches with the
+    client library's fetch filter, so other languages' clients can be checked against the Python codec.
+    """
+    stub = storage_pb.PartitionStorageServiceStub(sync_channel(address))
+    tp = TopicPartition(topic, partition)
+    level = (
+        storage_pb.ISOLATION_LEVEL_READ_COMMITTED
+        if isolation is IsolationLevel.READ_COMMITTED
+        else storage_pb.ISOLATION_LEVEL_READ_UNCOMMITTED
+    )
+    position, out = 0, []
+    deadline = time.monotonic() + 30
+    while True:
+        result = stub.Fetch(
+            storage_pb.FetchRequest(
+                partitions=[
+                    storage_pb.FetchPartition(
+                        topic_partition=common_pb.TopicPartition(topic=topic, partition=partition),
+                        fetch_offset=position,
+                        leader_epoch=leader_epoch,
+                    )
+                ],
+                isolation_level=level,
+                max_wait_ms=200,
+            ),
+            timeout=10,
+        ).results[0]
+        assert not result.HasField("error"), result.error
+        records, position = filter_fetch(
+            tp,
+            result.records,
+            fetch_offset=position,
+            isolation_level=isolation,
+            aborted_transactions=[
+                AbortedTransaction(t.producer_id, t.first_offset) for t in result.aborted_transactions
+            ],
+        )
+        out.extend((r.offset, (r.value or b"").decode()) for r in records)
+        if position >= result.last_stable_offset == result.high_watermark:
+            return out
+        assert time.monotonic() < deadline, f"{tp}: transactions still open at {result.last_stable_offset}"

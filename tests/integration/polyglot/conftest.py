@@ -11,17 +11,12 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import pytest
 
-from oncelog.api.common import v1 as common_pb
-from oncelog.api.storage import v1 as storage_pb
-from oncelog.client.fetch_filter import AbortedTransaction, IsolationLevel, filter_fetch
-from oncelog.client.records import TopicPartition
-from oncelog.rpc import sync_channel
+from oncelog.testing.reading import read_partition_values
 
 ROOT = Path(__file__).resolve().parents[3]
 GO_CLIENT = ROOT / "clients" / "go"
@@ -95,50 +90,6 @@ def mvn() -> str:
     return mvn
 
 
-def read_partition(
-    address: str, topic: str, partition: int, leader_epoch: int, isolation: IsolationLevel
-) -> list[tuple[int, str]]:
-    """Every record of a partition a reader at ``isolation`` gets, once all its transactions are decided."""
-    stub = storage_pb.PartitionStorageServiceStub(sync_channel(address))
-    tp = TopicPartition(topic, partition)
-    level = (
-        storage_pb.ISOLATION_LEVEL_READ_COMMITTED
-        if isolation is IsolationLevel.READ_COMMITTED
-        else storage_pb.ISOLATION_LEVEL_READ_UNCOMMITTED
-    )
-    position, out = 0, []
-    deadline = time.monotonic() + 30
-    while True:
-        result = stub.Fetch(
-            storage_pb.FetchRequest(
-                partitions=[
-                    storage_pb.FetchPartition(
-                        topic_partition=common_pb.TopicPartition(topic=topic, partition=partition),
-                        fetch_offset=position,
-                        leader_epoch=leader_epoch,
-                    )
-                ],
-                isolation_level=level,
-                max_wait_ms=200,
-            ),
-            timeout=10,
-        ).results[0]
-        assert not result.HasField("error"), result.error
-        records, position = filter_fetch(
-            tp,
-            result.records,
-            fetch_offset=position,
-            isolation_level=isolation,
-            aborted_transactions=[
-                AbortedTransaction(t.producer_id, t.first_offset) for t in result.aborted_transactions
-            ],
-        )
-        out.extend((r.offset, (r.value or b"").decode()) for r in records)
-        if position >= result.last_stable_offset == result.high_watermark:
-            return out
-        assert time.monotonic() < deadline, f"{tp}: transactions still open at {result.last_stable_offset}"
-
-
 @pytest.fixture(scope="session")
 def run_command() -> Callable[..., subprocess.CompletedProcess[str]]:
     """:func:`run`, for test modules (conftest is not importable under --import-mode=importlib)."""
@@ -147,8 +98,8 @@ def run_command() -> Callable[..., subprocess.CompletedProcess[str]]:
 
 @pytest.fixture(scope="session")
 def partition_reader() -> Callable[..., list[tuple[int, str]]]:
-    """:func:`read_partition`, for test modules."""
-    return read_partition
+    """:func:`oncelog.testing.reading.read_partition_values`, for test modules."""
+    return read_partition_values
 
 
 @pytest.fixture(scope="session")
