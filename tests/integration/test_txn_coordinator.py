@@ -12,6 +12,8 @@ S6.
 from __future__ import annotations
 
 import functools
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -506,13 +508,19 @@ def test_operator_skips_a_marker_that_is_never_accepted(client: TxnClient, dest:
         )
     )
     assert code == grpc.StatusCode.INVALID_ARGUMENT and "not a participant" in err.message
-    skipped = stub.SkipTxnMarkers(
-        pb.SkipTxnMarkersRequest(
-            transactional_id=tid,
-            partitions=[common_pb.TopicPartition(topic=TOPIC, partition=p) for p in (refusing, accepted)],
-        )
-    )
-    assert [(tp.topic, tp.partition) for tp in skipped.partitions] == [(TOPIC, refusing)]
+
+    def skip_markers(*arguments: str) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-m", "oncelog", "transactions", "skip-markers", *arguments]
+        command += ["-b", client.cluster.bootstrap]
+        return subprocess.run(command, capture_output=True, text=True, timeout=60)
+
+    malformed = skip_markers(tid, "-p", TOPIC)
+    assert malformed.returncode == 2 and "is not TOPIC:PARTITION" in malformed.stderr, malformed.stderr
+    assert client.describe(tid).state == pb.TRANSACTION_STATE_PREPARE_COMMIT, "a refused command skips nothing"
+    # the operator's command (AdminClient.skip_transaction_markers): only the participant still waiting is skipped
+    done = skip_markers(tid, "-p", f"{TOPIC}:{refusing}", "-p", f"{TOPIC}:{accepted}")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.strip() == f"skipped the markers of {tid} for {TOPIC}:{refusing}"
     client.wait_state(tid, pb.TRANSACTION_STATE_COMPLETE_COMMIT)
 
 

@@ -811,6 +811,43 @@ def transactions_abort(
     typer.echo(_with_admin(bootstrap, abort))
 
 
+@transactions_app.command("skip-markers")
+def transactions_skip_markers(
+    transactional_id: str = typer.Argument(..., help="transactional id of a transaction stuck completing"),
+    partition: list[str] = typer.Option(
+        [], "--partition", "-p", help="TOPIC:PARTITION whose marker to give up on (repeatable)"
+    ),
+    group: list[str] = typer.Option([], "--group", "-g", help="group whose marker to give up on (repeatable)"),
+    bootstrap: str | None = Bootstrap,
+) -> None:
+    """Give up on markers that a participant will never accept, so a transaction stuck completing finishes.
+
+    A last resort: the named participants never get this transaction's marker. Find the stuck participant with
+    `oncelog transactions describe` and the coordinator's log first.
+
+    Example: oncelog transactions skip-markers copier-0 -p orders:3
+    """
+    partitions = [_parse_topic_partition(text) for text in partition]
+    if not partitions and not group:
+        raise typer.BadParameter("name at least one --partition TOPIC:PARTITION or --group GROUP to skip")
+
+    def skip(admin: AdminClient) -> str:
+        skipped_partitions, skipped_groups = admin.skip_transaction_markers(transactional_id, partitions, group)
+        names = [f"{tp.topic}:{tp.partition}" for tp in skipped_partitions] + [f"group {g}" for g in skipped_groups]
+        if not names:
+            return f"every named participant of {transactional_id} had acknowledged its marker; nothing was skipped"
+        return f"skipped the markers of {transactional_id} for " + ", ".join(names)
+
+    typer.echo(_with_admin(bootstrap, skip))
+
+
+def _parse_topic_partition(text: str) -> TopicPartition:
+    topic, sep, number = text.rpartition(":")
+    if not sep or not topic or not number.isdigit():
+        raise typer.BadParameter(f"{text!r} is not TOPIC:PARTITION (for example orders:3)", param_hint="--partition")
+    return TopicPartition(topic, int(number))
+
+
 @transactions_app.command("find-hanging")
 def transactions_find_hanging(
     topic: str = typer.Argument(..., help="topic whose partitions to inspect"),

@@ -519,6 +519,45 @@ class AdminClient:
 
         return self._run(abort, timeout)
 
+    def skip_transaction_markers(
+        self,
+        transactional_id: str,
+        partitions: Iterable[TopicPartition] = (),
+        groups: Iterable[str] = (),
+        *,
+        timeout: float | None = None,
+    ) -> tuple[list[TopicPartition], list[str]]:
+        """Give up on the markers of a completing transaction that these participants will never accept.
+
+        An operator's last resort for a transaction stuck in PrepareCommit/PrepareAbort because one participant
+        refuses its marker for good: the named participants never get that transaction's marker (a skipped
+        partition keeps the transaction open there, so its last stable offset stays held at its first record;
+        a skipped group never sees the offsets), and the transaction completes for the others. Returns the
+        partitions and groups that were still waiting and are now skipped; those that had acknowledged already
+        are left out.
+
+        Raises:
+            TransactionalIdNotFound: the id is unknown.
+            InvalidTxnState: the transaction is not completing, or a name is not one of its participants.
+        """
+        request = txn_pb.SkipTxnMarkersRequest(
+            transactional_id=transactional_id,
+            partitions=[_tp_pb(TopicPartition(*tp)) for tp in partitions],
+            groups=list(groups),
+        )
+
+        async def skip(deadline: Deadline) -> tuple[list[TopicPartition], list[str]]:
+            response = await self._coordinator_call(
+                transactional_id,
+                _TRANSACTION,
+                lambda address: call(
+                    self._channels.txn(address).SkipTxnMarkers, request, timeout_s=self._rpc_timeout(deadline)
+                ),
+            )
+            return [TopicPartition(tp.topic, tp.partition) for tp in response.partitions], list(response.groups)
+
+        return self._run(skip, timeout)
+
     # -------------------------------------------------------------------------------- group offsets
 
     def list_group_offsets(

@@ -30,6 +30,7 @@ COMMANDS = [
     ["transactions", "describe"],
     ["transactions", "abort"],
     ["transactions", "find-hanging"],
+    ["transactions", "skip-markers"],
     ["producers", "describe"],
     ["groups", "offsets"],
 ]
