@@ -58,7 +58,8 @@ def read_partition_values(
         if isolation is IsolationLevel.READ_COMMITTED
         else storage_pb.ISOLATION_LEVEL_READ_UNCOMMITTED
     )
-    position, out = 0, []
+    position = 0
+    out: list[tuple[int, str]] = []
     deadline = time.monotonic() + 30
     while True:
         result = stub.Fetch(
