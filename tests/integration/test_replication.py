@@ -6,7 +6,9 @@ their partition files: a follower's log is the leader's bytes at the same offset
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -247,3 +249,73 @@ def test_below_min_insync_replicas_nothing_is_acknowledged_and_producing_resumes
     original = logged_batches(cluster, leader, "guarded")
     assert first in original and retried in original and len(original) == 2
     assert logged_batches(cluster, back, "guarded") == original
+
+
+def process_state(cluster: LocalCluster, node_id: str) -> str:
+    """The process's scheduler state from /proc (``T``: stopped by a signal)."""
+    process = cluster.node(node_id).process
+    assert process is not None
+    stat = Path(f"/proc/{process.pid}/stat").read_text()
+    return stat[stat.rindex(")") + 2]
+
+
+def test_zombie_leader_paused_past_its_lease_acknowledges_nothing_after_it_resumes(tmp_path: Path) -> None:
+    """design/replication.md §9: a leader stopped (SIGSTOP) until the controller replaced it finds, when it
+    resumes, that its own lease may have lapsed: it re-reads the catalog, steps down and fails the produce that
+    waited for it with NOT_LEADER / FENCED_LEADER_EPOCH, writing nothing. Nothing acknowledged is lost and the
+    replicas end byte-identical."""
+    env = {
+        "ONCELOG_PARTITION_STORAGE_REPLICA_LAG_TIME_MAX_MS": str(LAG_MS),
+        "ONCELOG_PARTITION_STORAGE_NODE_LEASE_MS": "3000",
+    }
+    with LocalCluster(tmp_path, storage_nodes=3, services=("partition-storage",), env=env) as cluster:
+        admin = cluster_pb.ClusterServiceStub(sync_channel(cluster.bootstrap))
+        spec = cluster_pb.TopicSpec(name=TOPIC, partitions=1, replication_factor=3)
+        admin.CreateTopics(cluster_pb.CreateTopicsRequest(topics=[spec]), timeout=30)
+        meta = partition(cluster)
+        zombie = meta.leader_node_id
+        acked = [produce(cluster, zombie, seq) for seq in range(3)]
+        wait_for_isr(cluster, set(meta.replica_node_ids))
+        # a connection to the old leader opened while it ran, as a client that knew it would hold
+        stub = pb.PartitionStorageServiceStub(sync_channel(cluster.node(zombie).address))
+        tp = common.TopicPartition(topic=TOPIC, partition=0)
+
+        def request(seq: int) -> pb.ProduceRequest:
+            batches = pb.PartitionBatches(topic_partition=tp, leader_epoch=meta.leader_epoch, records=batch(seq))
+            return pb.ProduceRequest(acks=pb.ACKS_ALL, partitions=[batches])
+
+        [warm] = stub.Produce(request(3), timeout=60).results
+        assert not warm.HasField("error"), from_error_info(warm.error)
+        acked.append(warm.base_offset)
+
+        process = cluster.node(zombie).process
+        assert process is not None
+        os.kill(process.pid, signal.SIGSTOP)
+        deadline = time.monotonic() + 30
+        while process_state(cluster, zombie) != "T":  # the signal is delivered asynchronously
+            assert time.monotonic() < deadline, f"{zombie} did not stop"
+            time.sleep(0.01)
+        elected = wait_for(
+            cluster,
+            lambda p: p.leader_epoch > meta.leader_epoch and p.leader_node_id not in ("", zombie),
+            "a new leader elected while the old one is stopped",
+        )
+        assert process_state(cluster, zombie) == "T", "the old leader stayed stopped through the election"
+        parked = stub.Produce.future(request(4), timeout=60)  # queued at the stopped process
+        os.kill(process.pid, signal.SIGCONT)
+        [result] = parked.result().results
+        assert result.HasField("error"), f"the zombie acknowledged offset {result.base_offset} after resuming"
+        refused = from_error_info(result.error)
+        assert refused.reason.name in ("NOT_LEADER", "FENCED_LEADER_EPOCH"), refused
+        assert b"4-0" not in b"".join(logged_batches(cluster, zombie).values()), "the zombie wrote the parked batch"
+
+        # nothing acknowledged is lost; the old leader follows the new epoch and converges
+        new_leader = elected.leader_node_id
+        acked.append(produce(cluster, new_leader, 4))
+        wait_for_isr(cluster, set(meta.replica_node_ids))
+        acked.append(produce(cluster, new_leader, 5))
+        logs = {node: logged_batches(cluster, node) for node in meta.replica_node_ids}
+        assert set(acked) <= set(logs[new_leader]), (
+            f"acknowledged {acked}, the new leader holds {sorted(logs[new_leader])}"
+        )
+        assert all(log == logs[new_leader] for log in logs.values()), {n: sorted(b) for n, b in logs.items()}

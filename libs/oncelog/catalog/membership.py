@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable
 
 from oncelog.catalog.store import CatalogStore
@@ -24,6 +25,7 @@ class NodeMembership:
         *,
         rack: str | None = None,
         on_fenced: Callable[[], Awaitable[None]] | None = None,
+        monotonic_clock: Callable[[], int] | None = None,
     ) -> None:
         self.store = store
         self.rack = rack or None
@@ -36,13 +38,38 @@ class NodeMembership:
         self.node_epoch = 0
         self.address = ""
         self._task: asyncio.Task[None] | None = None
+        self._monotonic = monotonic_clock or (lambda: time.monotonic_ns() // 1_000_000)
+        # the lease as last renewed, on this process's monotonic clock (design/replication.md §9): it runs
+        # until ``_valid_until``; it has run without a gap since ``_valid_since``
+        self._valid_since = 0
+        self._valid_until = 0
+
+    def monotonic_ms(self) -> int:
+        """This process's monotonic clock, in milliseconds (the clock of :meth:`lease_valid_until`)."""
+        return self._monotonic()
+
+    def lease_valid_since(self) -> int:
+        """Monotonic ms since which the lease has been renewed without a gap (0 before registration)."""
+        return self._valid_since
+
+    def lease_valid_until(self) -> int:
+        """Monotonic ms until which the lease, as last renewed, surely holds in the catalog too: each renewal
+        counts from the moment it was sent, before the catalog stamped it (0 before registration)."""
+        return self._valid_until
+
+    def _renewed(self, sent_ms: int, margin_ms: int) -> None:
+        if sent_ms + margin_ms >= self._valid_until:  # it may have lapsed in between: a new, unbroken stretch
+            self._valid_since = sent_ms
+        self._valid_until = max(self._valid_until, sent_ms + self.lease_ms)
 
     async def start(self, address: str) -> None:
         """Register with ``address`` and start heartbeating (an ``on_start`` hook)."""
         self.address = address
+        sent = self._monotonic()
         self.node_epoch = await asyncio.to_thread(
             self.store.register_node, self.node_id, self.role, address, self.lease_ms, self.clock(), rack=self.rack
         )
+        self._renewed(sent, self.lease_ms // 5)
         self._task = asyncio.create_task(self._heartbeats(), name=f"heartbeat-{self.node_id}")
         log.info("registered %s as %s epoch %d at %s", self.node_id, self.role, self.node_epoch, address)
 
@@ -50,6 +77,7 @@ class NodeMembership:
         interval = self.lease_ms / 3000
         while True:
             await asyncio.sleep(interval)
+            sent = self._monotonic()
             try:
                 alive = await asyncio.to_thread(
                     self.store.heartbeat, self.node_id, self.node_epoch, self.lease_ms, self.clock()
@@ -67,6 +95,7 @@ class NodeMembership:
                 if self.on_fenced is not None:
                     await self.on_fenced()
                 return
+            self._renewed(sent, self.lease_ms // 5)
 
     async def stop(self) -> None:
         """Stop heartbeating and end the lease now (an ``on_stop`` hook)."""

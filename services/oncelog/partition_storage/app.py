@@ -57,6 +57,7 @@ def build(settings: PartitionStorageSettings) -> ServiceSpec:
         flush_executor=flush_executor,
         replica_transport=replica_transport,
         node_epoch=lambda: node.membership.node_epoch,
+        lease=node.membership,
     )
     controller = Controller(
         node.store,

@@ -31,8 +31,13 @@ are single-flight, so a burst of such requests shares one catalog read.
   :class:`LeaderReplicaState` per partition, serves followers' :meth:`PartitionManager.replica_fetch` (recording
   their positions, which moves the HW = min LEO over the ISR) and every ``replica_lag_time_max_ms / 4`` shrinks the
   ISR by followers out of sync and expands it by caught-up ones with a conditional catalog update; losing that
-  update makes it hold the HW and re-read the catalog. A follower opens the partition's engine and copies it
-  through a :class:`ReplicaFetcherManager` (one long-polling fetcher per leader node).
+  update makes it hold the HW and re-read the catalog. **Lease-bounded leadership** (design/replication.md §9):
+  the leader acknowledges (moves the HW, answers a produce or a follower's fetch) only while this node's lease,
+  as last renewed, holds beyond a safety margin (a fifth of the lease) on its own monotonic clock and the
+  catalog was read since the lease last started an unbroken stretch. Otherwise it holds the HW, re-reads the
+  catalog and, when the leader epoch moved (a paused leader replaced by the controller), answers
+  ``NOT_LEADER``; a request it parked meanwhile never completes an acknowledgement. A follower opens the
+  partition's engine and copies it through a :class:`ReplicaFetcherManager` (one long-polling fetcher per leader node).
 * Background loops run producer-id expiry, retention, the periodic flush of ``flush=async`` topics and the
   recovery-point checkpoint over every open engine.
 * Metrics (design/architecture.md §9): records and bytes appended by produce (retried duplicates excluded) and returned
@@ -56,6 +61,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from oncelog.catalog.store import CatalogStore, PartitionRecord, TopicRecord
 from oncelog.catalog.topics import TopicConfig
@@ -192,6 +198,18 @@ class FetchSpec:
 _Key = tuple[str, int]
 
 
+class NodeLease(Protocol):
+    """This node's catalog lease as its own process last renewed it (``NodeMembership`` implements it)."""
+
+    lease_ms: int
+
+    def monotonic_ms(self) -> int: ...
+
+    def lease_valid_since(self) -> int: ...
+
+    def lease_valid_until(self) -> int: ...
+
+
 class PartitionManager:
     """The engines of the partitions this node leads; see the module docstring.
 
@@ -215,6 +233,7 @@ class PartitionManager:
         metrics: OncelogMetrics | None = None,
         replica_transport: ReplicaTransport | None = None,
         node_epoch: Callable[[], int] = lambda: 0,
+        lease: NodeLease | None = None,
     ) -> None:
         self._metrics = default_metrics() if metrics is None else metrics
         self._catalog = catalog
@@ -234,6 +253,10 @@ class PartitionManager:
         self._lag_reporters: dict[_Key, tuple[PartitionEngine, asyncio.Task[None]]] = {}
         self._loops: list[asyncio.Task[None]] = []
         self._stopping = False
+        # lease-bounded leadership: None leads without a lease (single-node tests); the monotonic time at
+        # which the newest successful catalog read started
+        self._lease = lease
+        self._catalog_read_at = -1
         # replication: the leader-side state of replicated partitions led here, and the fetchers of those
         # followed here (docs/design/replication.md §3, §4, §7)
         self._leaders: dict[_Key, LeaderReplicaState] = {}
@@ -350,7 +373,29 @@ class PartitionManager:
                     f"{assignment.leader_epoch}; retry shortly",
                     metadata={"leader_epoch": str(assignment.leader_epoch)},
                 )
+        if assignment.replicated and not self.lease_holds():
+            # the lease may have lapsed (a pause, a slow catalog): re-read before leading again
+            await self._refresh_since(asyncio.get_running_loop().time())
+            assignment = await self._leader_assignment(topic, partition, arrived)
+            if not self.lease_holds():
+                raise NotLeader(
+                    f"{topic}-{partition}: the lease of {self._node_id} may have lapsed, so it may have been "
+                    "replaced as leader; refresh metadata and retry",
+                    metadata={"leader_epoch": str(assignment.leader_epoch)},
+                )
         return await self._engine(assignment)
+
+    def lease_holds(self) -> bool:
+        """True while this node may acknowledge as a leader (design/replication.md §9): its lease, as last
+        renewed, holds beyond a fifth of the lease on the local monotonic clock, and the catalog view was read
+        after the lease's current unbroken stretch began."""
+        lease = self._lease
+        if lease is None:
+            return True
+        now = lease.monotonic_ms()
+        return (
+            now + lease.lease_ms // 5 < lease.lease_valid_until() and self._catalog_read_at >= lease.lease_valid_since()
+        )
 
     async def _leader_assignment(self, topic: str, partition: int, arrived: float) -> PartitionAssignment:
         key = (topic, partition)
@@ -574,6 +619,7 @@ class PartitionManager:
 
     async def _refresh(self) -> None:
         started = asyncio.get_running_loop().time()
+        read_at = self._lease.monotonic_ms() if self._lease is not None else 0
         topics, addresses = await asyncio.to_thread(self._read_catalog)
         assignments = {}
         for topic in topics:
@@ -593,6 +639,7 @@ class PartitionManager:
         self._topic_ids = {topic.name: topic.topic_id for topic in topics}
         self._addresses = addresses
         self._fresh_since = max(self._fresh_since, started)
+        self._catalog_read_at = max(self._catalog_read_at, read_at)
         await self._reconcile()
 
     def _read_catalog(self) -> tuple[list[TopicRecord], dict[str, str]]:
@@ -665,8 +712,8 @@ class PartitionManager:
                     leader_epoch=assignment.leader_epoch,
                 )
                 self._leaders[key] = state
-                engine.high_watermark_limit = state.update_high_watermark
-                engine.acknowledge_check = functools.partial(self._check_min_insync, key, definite=False)
+                engine.high_watermark_limit = functools.partial(self._lease_bounded_high_watermark, state)
+                engine.acknowledge_check = functools.partial(self._check_acknowledge, key)
                 log.info("%s-%d: leading at epoch %d with ISR %s", *key, assignment.leader_epoch, list(assignment.isr))
             else:
                 state.set_isr(assignment.isr)
@@ -704,6 +751,25 @@ class PartitionManager:
                 await self._engine(assignment)  # reopening recovers the cut log and follows the leader again
 
         self._spawn(truncate(), f"truncation of {followed.topic}-{followed.partition}")
+
+    def _lease_bounded_high_watermark(self, state: LeaderReplicaState, candidate: int) -> int:
+        """The replica state's HW limit while the lease holds; held once the lease may have lapsed
+        (design/replication.md §9)."""
+        if not self.lease_holds():
+            return -1  # the periodic refresh or the next request re-reads the catalog
+        return state.update_high_watermark(candidate)
+
+    def _check_acknowledge(self, key: _Key) -> None:
+        """After the HW passed a write: refuse the acknowledgement if this node no longer leads the partition
+        (it stepped down meanwhile), or if the ISR is below min_insync_replicas."""
+        if key not in self._leaders:
+            assignment = self._assignments.get(key)
+            raise NotLeader(
+                f"{key[0]}-{key[1]}: {self._node_id} stepped down before the batch was acknowledged (the batch "
+                "may or may not survive); refresh metadata and retry on the new leader",
+                metadata={} if assignment is None else {"leader_epoch": str(assignment.leader_epoch)},
+            )
+        self._check_min_insync(key, definite=False)
 
     def _check_min_insync(self, key: _Key, *, definite: bool) -> None:
         """Refuse (before writing) or fail to acknowledge (after) while the ISR is below min_insync_replicas
