@@ -17,8 +17,9 @@ def read_all(
 ) -> list[ConsumerRecord]:
     """Every record of ``topic`` up to its end for ``isolation`` (the LSO at read_committed).
 
-    With ``settle`` it first waits until no transaction is undecided on the topic: a commit returns once the
-    decision is durable, and its markers reach the partitions moments later.
+    With ``settle`` it first waits until no transaction is undecided on the topic (last stable offset == high
+    watermark on every partition, whatever ``isolation`` reads): a commit returns once the decision is durable, and
+    its markers reach the partitions moments later.
 
     Raises:
         TimeoutError: a transaction stayed open, or the end was not reached, within ``timeout_s``.
@@ -29,8 +30,11 @@ def read_all(
         consumer.assign(partitions)
         consumer.seek_to_beginning()
         if settle:
-            with Consumer(bootstrap, isolation_level="read_uncommitted") as uncommitted:
-                while consumer.end_offsets(partitions) != uncommitted.end_offsets(partitions):
+            with (
+                Consumer(bootstrap, isolation_level="read_committed") as committed,
+                Consumer(bootstrap, isolation_level="read_uncommitted") as uncommitted,
+            ):
+                while committed.end_offsets(partitions) != uncommitted.end_offsets(partitions):
                     if time.monotonic() > deadline:
                         raise TimeoutError(f"a transaction on {topic} stayed open")
                     time.sleep(0.02)
