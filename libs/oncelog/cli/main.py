@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import importlib.metadata
 import logging
 import signal
@@ -12,7 +13,7 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from oncelog.cli.commands import SETTINGS, consume, groups_app, produce, producers_app, topics_app, transactions_app
+from oncelog.cli.common import SETTINGS
 from oncelog.cli.demo import demo
 from oncelog.cli.output import err, error, print_table, stdout_console
 from oncelog.cli.spark_demo import spark_demo
@@ -134,12 +135,19 @@ def crash_line(cluster: LocalCluster, node: NodeProcess) -> str:
 
 app.command("demo")(demo)
 app.command("spark-demo")(spark_demo)
-app.add_typer(topics_app, name="topics")
-app.command("produce")(produce)
-app.command("consume")(consume)
-app.add_typer(transactions_app, name="transactions")
-app.add_typer(producers_app, name="producers")
-app.add_typer(groups_app, name="groups")
+
+# The client command modules of oncelog.cli, in --help order. Each defines register(app); adding a command
+# group is one line here.
+COMMAND_MODULES = (
+    "topics",
+    "produce",
+    "consume",
+    "transactions",
+    "producers",
+    "groups",
+)
+for _module in COMMAND_MODULES:
+    importlib.import_module(f"oncelog.cli.{_module}").register(app)
 
 
 def main() -> None:

@@ -93,7 +93,7 @@ def test_topics_create_replication_factor(local: LocalCluster) -> None:
 def test_replica_table_highlights_partitions_missing_in_sync_replicas() -> None:
     from rich.console import Console
 
-    from oncelog.cli.commands import replica_table
+    from oncelog.cli.topics import replica_table
     from oncelog.client import PartitionInfo, TopicInfo
 
     def part(index: int, isr: tuple[str, ...]) -> PartitionInfo:

@@ -1,0 +1,185 @@
+"""``oncelog transactions``: list, describe, abort and find hanging transactions (KIP-664's kafka-transactions)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import typer
+from rich.table import Table
+from rich.text import Text
+
+from oncelog.cli.common import OPEN_STATES, Bootstrap, ms_to_text, parse_topic_partition, with_admin
+from oncelog.cli.output import Format, output_option, print_rows, print_table
+from oncelog.client import AdminClient, TopicPartition
+
+app = typer.Typer(
+    help="List, describe and abort transactions (hanging-transaction tooling, KIP-664).", no_args_is_help=True
+)
+
+
+def register(root: typer.Typer) -> None:
+    """Add ``oncelog transactions`` to the root command."""
+    root.add_typer(app, name="transactions")
+
+
+@app.command("list")
+def transactions_list(
+    state: list[str] = typer.Option([], "--state", "-s", help="keep this state (ongoing, prepare_commit, ...)"),
+    older_than_ms: int = typer.Option(0, "--older-than-ms", min=0, help="keep open transactions older than this"),
+    bootstrap: str | None = Bootstrap,
+    output: Format = output_option(),
+) -> None:
+    """List transactional ids with their state and producer id.
+
+    Example: oncelog transactions list --state ongoing --older-than-ms 60000
+    """
+    listed = with_admin(
+        bootstrap, lambda admin: admin.list_transactions(states=state or None, older_than_ms=older_than_ms or None)
+    )
+    rows = [(t.transactional_id, t.producer_id, t.state, ms_to_text(t.transaction_start_time_ms)) for t in listed]
+    print_rows(rows, ["transactional id", "producer id", "state", "started"], output, title="transactions")
+
+
+@app.command("describe")
+def transactions_describe(
+    transactional_ids: list[str] = typer.Argument(..., help="transactional ids"),
+    bootstrap: str | None = Bootstrap,
+    output: Format = output_option(),
+) -> None:
+    """Show the coordinator's view of transactional ids: state, producer, partitions, groups.
+
+    Example: oncelog transactions describe copier-0
+    """
+    described = with_admin(bootstrap, lambda admin: admin.describe_transactions(transactional_ids))
+    columns = ["transactional id", "state", "producer id", "producer epoch", "timeout ms", "started", "partitions"]
+    columns += ["groups", "coordinator", "coordinator epoch", "last update"]
+    rows = [
+        (
+            d.transactional_id,
+            d.state,
+            d.producer_id,
+            d.producer_epoch,
+            d.transaction_timeout_ms,
+            ms_to_text(d.transaction_start_time_ms),
+            ", ".join(map(str, d.partitions)) or "-",
+            ", ".join(d.groups) or "-",
+            d.coordinator_node_id,
+            d.coordinator_epoch,
+            ms_to_text(d.last_update_time_ms),
+        )
+        for d in described.values()
+    ]
+    if output is not Format.TABLE:
+        print_rows(rows, columns, output)
+        return
+    for row in rows:  # one two-column table per id: field, value
+        table = Table(show_header=False)
+        table.add_column("field")
+        table.add_column("value")
+        for column, value in zip(columns[1:], row[1:], strict=True):
+            table.add_row(Text(column), Text(str(value)))
+        print_table(table, str(row[0]))
+
+
+@app.command("abort")
+def transactions_abort(
+    transactional_id: str = typer.Argument(..., help="transactional id whose open transaction to abort"),
+    bootstrap: str | None = Bootstrap,
+) -> None:
+    """Abort an open (hanging) transaction; its producer instance is fenced.
+
+    Without an open transaction nothing happens, and the command says so (exit code 0).
+
+    Example: oncelog transactions abort copier-0
+    """
+
+    def abort(admin: AdminClient) -> str:
+        state = admin.describe_transactions([transactional_id])[transactional_id].state
+        if state not in OPEN_STATES:
+            return f"transactional id {transactional_id} has no open transaction (state {state}); nothing was aborted"
+        producer_id, epoch = admin.abort_transaction(transactional_id)
+        return f"aborted the transaction of {transactional_id}; producer id {producer_id} is fenced at epoch {epoch}"
+
+    typer.echo(with_admin(bootstrap, abort))
+
+
+@app.command("skip-markers")
+def transactions_skip_markers(
+    transactional_id: str = typer.Argument(..., help="transactional id of a transaction stuck completing"),
+    partition: list[str] = typer.Option(
+        [], "--partition", "-p", help="TOPIC:PARTITION whose marker to give up on (repeatable)"
+    ),
+    group: list[str] = typer.Option([], "--group", "-g", help="group whose marker to give up on (repeatable)"),
+    bootstrap: str | None = Bootstrap,
+) -> None:
+    """Give up on markers that a participant will never accept, so a transaction stuck completing finishes.
+
+    A last resort: the named participants never get this transaction's marker. Find the stuck participant with
+    `oncelog transactions describe` and the coordinator's log first.
+
+    Example: oncelog transactions skip-markers copier-0 -p orders:3
+    """
+    partitions = [parse_topic_partition(text) for text in partition]
+    if not partitions and not group:
+        raise typer.BadParameter("name at least one --partition TOPIC:PARTITION or --group GROUP to skip")
+
+    def skip(admin: AdminClient) -> str:
+        skipped_partitions, skipped_groups = admin.skip_transaction_markers(transactional_id, partitions, group)
+        names = [f"{tp.topic}:{tp.partition}" for tp in skipped_partitions] + [f"group {g}" for g in skipped_groups]
+        if not names:
+            return f"every named participant of {transactional_id} had acknowledged its marker; nothing was skipped"
+        return f"skipped the markers of {transactional_id} for " + ", ".join(names)
+
+    typer.echo(with_admin(bootstrap, skip))
+
+
+@app.command("find-hanging")
+def transactions_find_hanging(
+    topic: str = typer.Argument(..., help="topic whose partitions to inspect"),
+    partition: list[int] = typer.Option([], "--partition", "-p", help="partition (repeatable); default all"),
+    max_transaction_timeout_ms: int = typer.Option(
+        900_000,
+        "--max-transaction-timeout-ms",
+        min=0,
+        help="a transaction open longer than this is hanging (the largest timeout producers use; Kafka: 15 min)",
+    ),
+    bootstrap: str | None = Bootstrap,
+    output: Format = output_option(),
+) -> None:
+    """List open transactions on a topic's partitions that hold the last stable offset back (KIP-664).
+
+    A transaction is hanging when its coordinator knows no open transaction of that producer id (a marker was
+    lost), or when it has been open longer than --max-transaction-timeout-ms. Abort one with
+    `oncelog transactions abort <transactional id>`.
+
+    Example: oncelog transactions find-hanging orders --max-transaction-timeout-ms 600000
+    """
+
+    def find(admin: AdminClient) -> list[tuple[Any, ...]]:
+        partitions = partition or [p.partition for p in admin.describe_topics([topic])[topic].partitions]
+        described = admin.describe_producers([TopicPartition(topic, p) for p in partitions])
+        coordinated = {t.producer_id: t for t in admin.list_transactions() if t.state in OPEN_STATES}
+        now_ms = int(time.time() * 1000)
+        rows = []
+        for tp, producers in sorted(described.items()):
+            for p in producers:
+                if p.current_transaction_start_offset is None:
+                    continue
+                listing = coordinated.get(p.producer_id)
+                started = listing.transaction_start_time_ms if listing else p.last_timestamp_ms
+                if listing is None:
+                    why = "its coordinator has no open transaction for this producer id"
+                elif now_ms - started > max_transaction_timeout_ms:
+                    why = f"open longer than {max_transaction_timeout_ms} ms"
+                else:
+                    continue
+                tid = listing.transactional_id if listing else None
+                rows.append(
+                    (tp.partition, p.producer_id, p.producer_epoch, tid, p.current_transaction_start_offset, why)
+                )
+        return rows
+
+    rows = with_admin(bootstrap, find)
+    columns = ["partition", "producer id", "epoch", "transactional id", "start offset", "why"]
+    print_rows(rows, columns, output, title=f"hanging transactions on {topic}", extra={"topic": topic})
