@@ -1,16 +1,11 @@
 """The producer's per-partition batches between ``send()`` and the network (Kafka's ``RecordAccumulator``).
 
-``send()`` appends a record to the open batch of its partition and gets a :class:`RecordFuture`, a
-:class:`concurrent.futures.Future` that resolves to the record's
-:class:`~oncelog.client.records.RecordMetadata`. Like Kafka's ``FutureRecordMetadata`` over a
-``ProduceRequestResult``, it is a light view of one future per batch (:attr:`ProducerBatch.outcome`), so
-settling a batch costs one future, not one per record. The sender thread asks :meth:`RecordAccumulator.ready`
-which partitions have a batch worth sending — full, older than ``linger_ms``, or everything when
-a flush, a close or a memory shortage is pending — and :meth:`RecordAccumulator.drain` hands
-over at most one batch per partition. Draining closes a batch to new records and, for an
-idempotent or transactional producer, stamps it with producer id, epoch, base sequence and the
-transactional flag through :class:`~oncelog.client.sequences.ProducerSequences`; the batch's
-:attr:`ProducerBatch.payload` is then the Kafka RecordBatch v2 encoding of exactly that stamp.
+``send()`` appends a record to the open :class:`~oncelog.client.producer_batch.ProducerBatch` of its partition
+and gets a :class:`~oncelog.client.futures.RecordFuture`. The sender thread asks :meth:`RecordAccumulator.ready`
+which partitions have a batch worth sending — full, older than ``linger_ms``, or everything when a flush, a
+close or a memory shortage is pending — and :meth:`RecordAccumulator.drain` hands over at most one batch per
+partition. Draining closes a batch to new records and, for an idempotent or transactional producer, stamps
+it through :class:`~oncelog.client.sequences.ProducerSequences`.
 
 A failed send the sender wants to retry goes back with :meth:`RecordAccumulator.reenqueue`: ahead
 of every batch never sent, in its original order, with its sequence unchanged, and not before
@@ -31,32 +26,35 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import overload
 
 from oncelog.client.errors import AbortableError, BufferExhaustedError, IllegalStateError, RetriableError
-from oncelog.client.records import RecordMetadata, TopicPartition
-from oncelog.client.sequences import NO_SEQUENCE, ProducerIdAndEpoch, ProducerSequences
+from oncelog.client.futures import RecordFuture, RecordRun
+from oncelog.client.producer_batch import (
+    MAX_RECORD_OVERHEAD,
+    MAX_RUN_RECORD_OVERHEAD,
+    ProducerBatch,
+    all_bytes,
+    as_bytes,
+    byte_length,
+    estimate_record_size,
+    normalize_headers,
+)
+from oncelog.client.records import TopicPartition
+from oncelog.client.sequences import NO_SEQUENCE, ProducerSequences
 from oncelog.errors import MessageTooLarge, OncelogError, RequestTimedOut
-from oncelog.records import BATCH_OVERHEAD, Compression, Record, RecordsBuilder
-from oncelog.records.varint import size_of_varint
+from oncelog.records import BATCH_OVERHEAD, Compression
 
 log = logging.getLogger(__name__)
 
 __all__ = [
     "DEFAULT_BATCH_SIZE",
     "DEFAULT_BUFFER_MEMORY",
+    "DEFAULT_MAX_REQUEST_SIZE",
     "MAX_BATCH_SIZE",
     "AppendResult",
-    "ProducerBatch",
-    "RecordFuture",
     "ReadyCheck",
     "RecordAccumulator",
-    "estimate_record_size",
-    "RecordMetadataList",
-    "RecordRun",
-    "gather_runs",
 ]
 
 DEFAULT_BATCH_SIZE = 16 * 1024
@@ -64,258 +62,9 @@ MAX_BATCH_SIZE = 1024 * 1024
 DEFAULT_BUFFER_MEMORY = 32 * 1024 * 1024
 DEFAULT_MAX_REQUEST_SIZE = 1024 * 1024
 
-Headers = Sequence[tuple[str, bytes | None]]
-
-
-_MAX_RECORD_OVERHEAD = 5 + 1 + 1 + 1 + 5 + 5 + 5
-"""Most bytes a header-less record at offset and timestamp delta 0 adds to its key and value: length varint,
-attributes, the two deltas, key length, value length, header count (each varint at most 5 bytes here)."""
-
-
-_MAX_RUN_RECORD_OVERHEAD = 5 + 1 + 10 + 5 + 5 + 5 + 1
-"""Most bytes a header-less record adds to its key and value anywhere in a batch: length varint, attributes,
-timestamp delta (a varlong), offset delta, key length, value length, header count."""
-
 
 def _wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
-
-
-def _nullable_size(data: bytes | None) -> int:
-    return 1 if data is None else size_of_varint(len(data)) + len(data)
-
-
-def estimate_record_size(
-    key: bytes | None,
-    value: bytes | None,
-    headers: Sequence[tuple[bytes, bytes | None]] = (),
-    *,
-    offset_delta: int = 0,
-    timestamp_delta: int = 0,
-) -> int:
-    """Bytes one record takes in an uncompressed batch (``DefaultRecord.sizeInBytes``); header keys UTF-8 encoded."""
-    body = 1 + size_of_varint(timestamp_delta) + size_of_varint(offset_delta)
-    body += _nullable_size(key) + _nullable_size(value) + size_of_varint(len(headers))
-    for header_key, header_value in headers:
-        body += size_of_varint(len(header_key)) + len(header_key) + _nullable_size(header_value)
-    return size_of_varint(body) + body
-
-
-def _as_bytes(data: object, what: str) -> bytes | None:
-    if data is None or isinstance(data, bytes):
-        return data
-    if isinstance(data, bytearray | memoryview):
-        return bytes(data)  # a copy: the caller may reuse its buffer after send()
-    raise TypeError(f"{what} must be bytes or None, not {type(data).__name__}; serialize it first")
-
-
-def _all_bytes(items: Sequence[object]) -> bool:
-    return all(type(item) is bytes for item in items)
-
-
-def _length(data: bytes | None) -> int:
-    return 0 if data is None else len(data)
-
-
-def _normalize_headers(
-    headers: Iterable[tuple[str, bytes | None]] | Mapping[str, bytes | None],
-) -> tuple[tuple[str, bytes | None], ...]:
-    items = headers.items() if isinstance(headers, Mapping) else headers
-    normalized = []
-    for item in items:
-        name, value = item
-        if not isinstance(name, str):
-            raise TypeError(f"header name must be str, not {type(name).__name__}")
-        normalized.append((name, _as_bytes(value, f"value of header {name!r}")))
-    return tuple(normalized)
-
-
-# What concurrent.futures.wait() and as_completed() read directly instead of through methods.
-_FUTURE_INTERNALS = frozenset({"_condition", "_state", "_result", "_exception", "_waiters", "_done_callbacks"})
-
-
-class RecordFuture(Future):  # type: ignore[type-arg]
-    """The future of one record: its batch's outcome plus the record's place in it (``FutureRecordMetadata``).
-
-    It is a :class:`concurrent.futures.Future` (``result``, ``exception``, ``done``, ``add_done_callback``,
-    ``asyncio.wrap_future``, ``concurrent.futures.wait``) that holds no lock of its own: ``result()`` waits
-    on the batch's future and derives the record's :class:`~oncelog.client.records.RecordMetadata` from the
-    batch's base offset. Only ``concurrent.futures.wait``/``as_completed``, which reach into a future's
-    internals, give it full future state, chained to the batch. It cannot be cancelled.
-    """
-
-    def __init__(self, outcome: Future[tuple[int, int]], tp: TopicPartition, index: int, timestamp: int) -> None:
-        # Future.__init__ is deliberately not called: its Condition is most of the cost of a send()
-        self._outcome = outcome
-        self._tp = tp
-        self._index = index
-        self._timestamp = timestamp
-
-    def __getattr__(self, name: str) -> object:
-        # reached only for attributes never set: Future's internals, read by concurrent.futures.wait()
-        if name in _FUTURE_INTERNALS:
-            self._materialize()
-            return object.__getattribute__(self, name)
-        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
-
-    def _materialize(self) -> None:
-        with self._outcome._condition:  # one upgrade even when two threads wait on the same record
-            if "_condition" in self.__dict__:
-                return
-            Future.__init__(self)
-            Future.set_running_or_notify_cancel(self)
-        self._outcome.add_done_callback(self._settle)
-
-    def _settle(self, outcome: Future[tuple[int, int]]) -> None:
-        error = outcome.exception()
-        if error is not None:
-            Future.set_exception(self, error)
-        else:
-            Future.set_result(self, self._metadata(outcome.result()))
-
-    def _metadata(self, outcome: tuple[int, int]) -> RecordMetadata:
-        base_offset, log_append_time_ms = outcome
-        return RecordMetadata(
-            self._tp.topic,
-            self._tp.partition,
-            base_offset + self._index if base_offset >= 0 else -1,
-            log_append_time_ms if log_append_time_ms >= 0 else self._timestamp,
-        )
-
-    def cancel(self) -> bool:
-        """Records handed to the producer cannot be cancelled: always False."""
-        return False
-
-    def cancelled(self) -> bool:
-        """Always False."""
-        return False
-
-    def running(self) -> bool:
-        """True until the record is acknowledged or failed."""
-        return not self._outcome.done()
-
-    def done(self) -> bool:
-        """True once the record is acknowledged or failed."""
-        return self._outcome.done()
-
-    def result(self, timeout: float | None = None) -> RecordMetadata:
-        """Wait for the acknowledgement and return where the record was written.
-
-        Raises:
-            TimeoutError: ``timeout`` seconds passed first.
-            OncelogError: the error that failed the record's batch.
-        """
-        return self._metadata(self._outcome.result(timeout))
-
-    def exception(self, timeout: float | None = None) -> BaseException | None:
-        """Wait for the outcome and return the error that failed the record, or None."""
-        return self._outcome.exception(timeout)
-
-    def add_done_callback(self, fn: Callable[[Future[RecordMetadata]], object]) -> None:
-        """Call ``fn(self)`` once the record is settled (on the producer's I/O thread, or now if it is)."""
-        self._outcome.add_done_callback(lambda _: fn(self))
-
-    def set_running_or_notify_cancel(self) -> bool:
-        """Always True: the producer owns the record from ``send()`` on."""
-        return True
-
-    def set_result(self, result: object) -> None:
-        """Not supported: the record's batch settles it."""
-        raise RuntimeError("a record's future is settled by its batch")
-
-    def set_exception(self, exception: BaseException | None) -> None:
-        """Not supported: the record's batch settles it."""
-        raise RuntimeError("a record's future is settled by its batch")
-
-    def __repr__(self) -> str:
-        state = "pending" if not self._outcome.done() else "failed" if self._outcome.exception() else "done"
-        return f"<RecordFuture {self._tp} #{self._index} {state}>"
-
-
-class RecordMetadataList(Sequence[RecordMetadata]):
-    """Where records sent together were written, in the order they were given; built on first access.
-
-    A bulk send of thousands of records settles once per batch; the per-record metadata is derived from
-    the batches' base offsets only if somebody reads it.
-
-    Args:
-        placements: for each group of runs, the positions of its records among all records (None: the
-            group holds every record, in order) and its runs in record order. Every run must have succeeded.
-        total: number of records.
-    """
-
-    def __init__(self, placements: Sequence[tuple[Sequence[int] | None, Sequence[RecordRun]]], total: int) -> None:
-        self._placements = placements
-        self._total = total
-        self._items: list[RecordMetadata] | None = None
-
-    def _materialize(self) -> list[RecordMetadata]:
-        if self._items is None:
-            items: list[RecordMetadata] = [None] * self._total  # type: ignore[list-item]  # every slot is filled
-            for positions, runs in self._placements:
-                metadata = [entry for run in runs for entry in run.metadata()]
-                if positions is None:
-                    items[: len(metadata)] = metadata
-                else:
-                    for position, entry in zip(positions, metadata, strict=True):
-                        items[position] = entry
-            self._items = items
-        return self._items
-
-    def __len__(self) -> int:
-        return self._total
-
-    @overload
-    def __getitem__(self, index: int) -> RecordMetadata: ...
-
-    @overload
-    def __getitem__(self, index: slice) -> list[RecordMetadata]: ...
-
-    def __getitem__(self, index: int | slice) -> RecordMetadata | list[RecordMetadata]:
-        return self._materialize()[index]
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, Sequence):
-            return self._materialize() == list(other)
-        return NotImplemented
-
-    __hash__ = None  # type: ignore[assignment]  # mutable-looking sequence, like list
-
-    def __repr__(self) -> str:
-        return f"RecordMetadataList({self._materialize()!r})"
-
-
-def gather_runs(
-    placements: Sequence[tuple[Sequence[int] | None, Sequence[RecordRun]]], total: int
-) -> Future[Sequence[RecordMetadata]]:
-    """One future for records appended in runs: a :class:`RecordMetadataList`, or the first error of their batches.
-
-    It waits on the distinct batches behind the runs (usually one or two), not on each record.
-    """
-    combined: Future[Sequence[RecordMetadata]] = Future()
-    combined.set_running_or_notify_cancel()
-    outcomes = list({id(run.outcome): run.outcome for _, runs in placements for run in runs}.values())
-    result = RecordMetadataList(placements, total)
-    if not outcomes:
-        combined.set_result(result)
-        return combined
-    remaining = [len(outcomes)]
-    lock = threading.Lock()
-
-    def settled(outcome: Future[tuple[int, int]]) -> None:
-        error = outcome.exception()
-        with lock:
-            if combined.done():
-                return
-            remaining[0] -= 1
-            if error is not None:
-                combined.set_exception(error)
-            elif remaining[0] == 0:
-                combined.set_result(result)
-
-    for outcome in outcomes:
-        outcome.add_done_callback(settled)
-    return combined
 
 
 @dataclass(frozen=True, slots=True)
@@ -352,146 +101,6 @@ class ReadyCheck:
 
     partitions: list[TopicPartition]
     next_ready_check_ms: int | None
-
-
-class ProducerBatch:
-    """Records for one partition that are sent, retried and acknowledged together (Kafka's ``ProducerBatch``).
-
-    Attributes:
-        topic_partition: the destination.
-        created_ms: clock time of the first record.
-        attempts: how many times the batch was put back for a retry.
-        last_attempt_ms: clock time of the last retry (``created_ms`` before any).
-        drained_ms: clock time of the first drain, None while never drained.
-        transactional: the batch belongs to a transaction (set when drained).
-        outcome: settles once for the whole batch, to ``(base_offset, log_append_time_ms)`` or the error
-            that failed it; every record's :class:`RecordFuture` derives from it.
-    """
-
-    def __init__(self, tp: TopicPartition, *, created_ms: int, batch_size: int, compression: Compression) -> None:
-        self.topic_partition = tp
-        self.created_ms = created_ms
-        self.attempts = 0
-        self.last_attempt_ms = created_ms
-        self.drained_ms: int | None = None
-        self.drain_order: int | None = None
-        self.transactional = False
-        self._batch_size = batch_size
-        self._compression = compression
-        self._builder = RecordsBuilder()
-        self.outcome: Future[tuple[int, int]] = Future()
-        self.outcome.set_running_or_notify_cancel()
-        self._reserved = 0
-        self._closed = False
-        self._done = False
-        self._identity = ProducerIdAndEpoch(-1, -1)
-        self._base_sequence = NO_SEQUENCE
-        self._payload: bytes | None = None
-
-    @property
-    def record_count(self) -> int:
-        """Records in the batch."""
-        return self._builder.count
-
-    @property
-    def records(self) -> tuple[Record, ...]:
-        """The records, with their final timestamps (decoded from the batch: for inspection)."""
-        return tuple(self._builder.records())
-
-    @property
-    def size_in_bytes(self) -> int:
-        """Encoded size before compression, header included."""
-        return self._builder.size_in_bytes
-
-    @property
-    def is_full(self) -> bool:
-        """No further record fits under ``batch_size``."""
-        return self._builder.size_in_bytes >= self._batch_size
-
-    @property
-    def is_done(self) -> bool:
-        """The batch was completed or failed; its futures are settled."""
-        return self._done
-
-    @property
-    def producer_id(self) -> int:
-        """Producer id stamped at drain time (-1 for a non-idempotent producer)."""
-        return self._identity.producer_id
-
-    @property
-    def producer_epoch(self) -> int:
-        """Producer epoch stamped at drain time (-1 for a non-idempotent producer)."""
-        return self._identity.epoch
-
-    @property
-    def base_sequence(self) -> int:
-        """Sequence of the first record, or -1 before stamping."""
-        return self._base_sequence
-
-    def stamp(self, identity: ProducerIdAndEpoch, base_sequence: int) -> None:
-        """Set producer id, epoch and base sequence; the payload is re-encoded on next access."""
-        self._identity = identity
-        self._base_sequence = base_sequence
-        self._payload = None
-
-    @property
-    def payload(self) -> bytes:
-        """The batch as one Kafka RecordBatch v2, encoded with the current stamp (cached)."""
-        if self._payload is None:
-            self._payload = self._builder.build(
-                producer_id=self._identity.producer_id,
-                producer_epoch=self._identity.epoch,
-                base_sequence=self._base_sequence,
-                transactional=self.transactional,
-                compression=self._compression,
-            )
-        return self._payload
-
-    def __repr__(self) -> str:
-        return (
-            f"ProducerBatch({self.topic_partition}, records={self.record_count}, "
-            f"producer_id={self.producer_id}, epoch={self.producer_epoch}, base_sequence={self._base_sequence}, "
-            f"attempts={self.attempts})"
-        )
-
-    def _fits(self, size: int) -> bool:
-        return not self._closed and self._builder.size_in_bytes + size <= self._batch_size
-
-    def _append(self, record: bytes, timestamp: int) -> RecordFuture:
-        """Add a record encoded by ``_builder.encode`` whose memory the accumulator reserved."""
-        future = RecordFuture(self.outcome, self.topic_partition, self._builder.count, timestamp)
-        self._builder.append_encoded(record, timestamp)
-        self._reserved = self._builder.size_in_bytes
-        return future
-
-
-@dataclass(frozen=True, slots=True)
-class RecordRun:
-    """Consecutive records of one batch appended by one :meth:`RecordAccumulator.append_many` call.
-
-    Attributes:
-        outcome: the batch's outcome, ``(base_offset, log_append_time_ms)`` or its error.
-        topic_partition: the batch's partition.
-        first_index: the first record's place in the batch.
-        count: records in the run.
-        timestamp: their CreateTime.
-    """
-
-    outcome: Future[tuple[int, int]]
-    topic_partition: TopicPartition
-    first_index: int
-    count: int
-    timestamp: int
-
-    def metadata(self) -> list[RecordMetadata]:
-        """Where each record of the run was written; call only once :attr:`outcome` succeeded."""
-        base_offset, log_append_time_ms = self.outcome.result(0)
-        topic, partition = self.topic_partition
-        timestamp = log_append_time_ms if log_append_time_ms >= 0 else self.timestamp
-        first = base_offset + self.first_index
-        if base_offset < 0:
-            return [RecordMetadata(topic, partition, -1, timestamp)] * self.count
-        return [RecordMetadata(topic, partition, first + i, timestamp) for i in range(self.count)]
 
 
 class RecordAccumulator:
@@ -601,10 +210,10 @@ class RecordAccumulator:
             TypeError: key, value or a header is not bytes (or a header name not str).
             ValueError: a negative timestamp.
         """
-        key = _as_bytes(key, "key")
-        value = _as_bytes(value, "value")
+        key = as_bytes(key, "key")
+        value = as_bytes(value, "value")
         if headers:
-            header_tuple = _normalize_headers(headers)
+            header_tuple = normalize_headers(headers)
             encoded_headers = [(name.encode("utf-8"), header_value) for name, header_value in header_tuple]
         else:
             header_tuple, encoded_headers = (), []
@@ -698,14 +307,14 @@ class RecordAccumulator:
         """Validate one group of :meth:`append_groups`; its keys and values as bytes, and its memory bound."""
         if keys is not None and len(keys) != len(values):
             raise ValueError(f"{len(keys)} keys for {len(values)} values; pass one key per value or none")
-        checked_values = values if _all_bytes(values) else [_as_bytes(v, "value") for v in values]
-        checked_keys = keys if keys is None or _all_bytes(keys) else [_as_bytes(k, "key") for k in keys]
-        largest = max(map(_length, checked_values), default=0)
-        raw = sum(map(_length, checked_values))
+        checked_values = values if all_bytes(values) else [as_bytes(v, "value") for v in values]
+        checked_keys = keys if keys is None or all_bytes(keys) else [as_bytes(k, "key") for k in keys]
+        largest = max(map(byte_length, checked_values), default=0)
+        raw = sum(map(byte_length, checked_values))
         if checked_keys is not None:
-            largest += max(map(_length, checked_keys), default=0)
-            raw += sum(map(_length, checked_keys))
-        if BATCH_OVERHEAD + largest + _MAX_RECORD_OVERHEAD > self._max_request_size:
+            largest += max(map(byte_length, checked_keys), default=0)
+            raw += sum(map(byte_length, checked_keys))
+        if BATCH_OVERHEAD + largest + MAX_RECORD_OVERHEAD > self._max_request_size:
             for index, value in enumerate(checked_values):
                 self._check_size(None if checked_keys is None else checked_keys[index], value, ())
         bound = self._bulk_bound(len(checked_values), raw, largest) if checked_values else 0
@@ -754,9 +363,9 @@ class RecordAccumulator:
     def _bulk_bound(self, count: int, raw: int, largest: int) -> int:
         """Most bytes ``count`` header-less records of ``raw`` key and value bytes (at most ``largest`` in one
         record) can add to a partition's batches: each record's framing, and the header of each new batch."""
-        records = raw + count * _MAX_RUN_RECORD_OVERHEAD
+        records = raw + count * MAX_RUN_RECORD_OVERHEAD
         # every new batch but the last closed because the next record did not fit, so it holds more than this
-        filled = self._batch_size - BATCH_OVERHEAD - largest - _MAX_RUN_RECORD_OVERHEAD
+        filled = self._batch_size - BATCH_OVERHEAD - largest - MAX_RUN_RECORD_OVERHEAD
         batches = count if filled <= 0 else min(count, records // filled + 1)
         return records + batches * BATCH_OVERHEAD
 
@@ -766,7 +375,7 @@ class RecordAccumulator:
         # Hot path: a record whose raw bytes plus the largest possible varint overhead fit needs no exact size
         # here (its in-batch size is computed once, when it is appended).
         raw = (len(key) if key else 0) + (len(value) if value else 0)
-        if not encoded_headers and BATCH_OVERHEAD + raw + _MAX_RECORD_OVERHEAD <= self._max_request_size:
+        if not encoded_headers and BATCH_OVERHEAD + raw + MAX_RECORD_OVERHEAD <= self._max_request_size:
             return
         alone = BATCH_OVERHEAD + estimate_record_size(key, value, encoded_headers)
         if alone > self._max_request_size:

@@ -61,14 +61,7 @@ from oncelog.api.common import v1 as common_pb
 from oncelog.api.offsets import v1 as offsets_pb
 from oncelog.api.storage import v1 as storage_pb
 from oncelog.api.txn import v1 as txn_pb
-from oncelog.client.accumulator import (
-    DEFAULT_BUFFER_MEMORY,
-    DEFAULT_MAX_REQUEST_SIZE,
-    ProducerBatch,
-    RecordAccumulator,
-    RecordFuture,
-    gather_runs,
-)
+from oncelog.client.accumulator import DEFAULT_BUFFER_MEMORY, DEFAULT_MAX_REQUEST_SIZE, RecordAccumulator
 from oncelog.client.errors import (
     AbortableError,
     Action,
@@ -79,8 +72,10 @@ from oncelog.client.errors import (
     classify,
     may_have_taken_effect,
 )
+from oncelog.client.futures import RecordFuture, gather_runs
 from oncelog.client.metadata import ClusterMetadata, TopicInfo
 from oncelog.client.partitioner import DefaultPartitioner
+from oncelog.client.producer_batch import ProducerBatch
 from oncelog.client.records import ConsumerGroupMetadata, OffsetAndMetadata, RecordMetadata, TopicPartition
 from oncelog.client.sequences import MAX_IN_FLIGHT, ProducerIdAndEpoch, ProducerSequences
 from oncelog.client.transport import Backoff, Channels, Deadline, IoThread, call, resolve_bootstrap

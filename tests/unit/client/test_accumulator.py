@@ -10,8 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from oncelog.client.accumulator import MAX_BATCH_SIZE, ProducerBatch, RecordAccumulator, estimate_record_size
+from oncelog.client.accumulator import MAX_BATCH_SIZE, RecordAccumulator
 from oncelog.client.errors import AbortableError, BufferExhaustedError, IllegalStateError, RetriableError
+from oncelog.client.producer_batch import ProducerBatch, estimate_record_size
 from oncelog.client.records import RecordMetadata, TopicPartition
 from oncelog.client.sequences import ProducerIdAndEpoch, ProducerSequences
 from oncelog.errors import MessageTooLarge, NotLeader, Reason

@@ -8,7 +8,8 @@ import threading
 
 import pytest
 
-from oncelog.client.accumulator import RecordAccumulator, gather_runs
+from oncelog.client.accumulator import RecordAccumulator
+from oncelog.client.futures import gather_runs
 from oncelog.client.records import RecordMetadata, TopicPartition
 from oncelog.errors import UnknownTopicOrPartition
 from oncelog.records import BATCH_OVERHEAD

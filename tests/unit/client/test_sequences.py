@@ -7,8 +7,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from oncelog.client.accumulator import ProducerBatch, RecordAccumulator, RecordFuture
+from oncelog.client.accumulator import RecordAccumulator
 from oncelog.client.errors import IllegalStateError, classify
+from oncelog.client.futures import RecordFuture
+from oncelog.client.producer_batch import ProducerBatch
 from oncelog.client.records import TopicPartition
 from oncelog.client.sequences import (
     MAX_PRODUCER_EPOCH,
