@@ -18,6 +18,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar
 
+from oncelog.config.tls import TlsSettings
+
 T = TypeVar("T")
 S = TypeVar("S", bound="ServiceSettings")
 
@@ -237,8 +239,5 @@ class ServiceSettings:
             problems.append(f"{health_env}={self.health_listen!r} must be host:port")
         elif self.health_listen == self.listen and not self.listen.endswith(":0"):
             problems.append(f"{health_env}={self.health_listen!r} must differ from the main listen address")
-        # imported here: oncelog.rpc builds on this module, not the other way round
-        from oncelog.rpc.tls import TlsConfig
-
-        problems += TlsConfig.from_settings(self).problems(serving=True)
+        problems += TlsSettings.from_settings(self).problems(serving=True)
         return problems

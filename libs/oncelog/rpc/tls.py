@@ -28,105 +28,21 @@ Secret stops the process at start instead of failing every handshake later.
 
 from __future__ import annotations
 
-import enum
-import os
 import ssl
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import grpc
 
 from oncelog.config import ConfigError
-
-CERT_ENV = "ONCELOG_TLS_CERT"
-KEY_ENV = "ONCELOG_TLS_KEY"
-CA_ENV = "ONCELOG_TLS_CA"
-SERVER_NAME_ENV = "ONCELOG_TLS_SERVER_NAME"
+from oncelog.config.tls import CA_ENV, CERT_ENV, KEY_ENV, SERVER_NAME_ENV, TlsMode, TlsSettings
 
 # grpc core option that replaces the dialled host in certificate verification (and the TLS SNI).
 _TARGET_NAME_OVERRIDE = "grpc.ssl_target_name_override"
 
 
-class TlsMode(enum.Enum):
-    """How a server accepts connections."""
-
-    PLAINTEXT = "plaintext"
-    TLS = "tls"
-    MUTUAL_TLS = "mtls"
-
-
-@dataclass(frozen=True)
-class TlsConfig:
-    """Paths of this node's certificate, key and CA bundle (PEM), plus the name servers' certificates carry.
-
-    Attributes:
-        cert: certificate chain of this node (``ONCELOG_TLS_CERT``); empty for plaintext.
-        key: private key of ``cert`` (``ONCELOG_TLS_KEY``), unencrypted.
-        ca: CA bundle that signs peers' certificates (``ONCELOG_TLS_CA``); turns on client verification.
-        server_name: name checked in servers' certificates instead of the dialled host
-            (``ONCELOG_TLS_SERVER_NAME``); empty checks the host of the address.
-    """
-
-    cert: str = ""
-    key: str = ""
-    ca: str = ""
-    server_name: str = ""
-
-    @classmethod
-    def from_settings(cls, settings: Any) -> TlsConfig:
-        """The TLS part of a service's settings (``tls_cert``, ``tls_key``, ``tls_ca``, ``tls_server_name``)."""
-        return cls(
-            cert=settings.tls_cert, key=settings.tls_key, ca=settings.tls_ca, server_name=settings.tls_server_name
-        )
-
-    @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None) -> TlsConfig:
-        """Read the shared variables, for processes without service settings (CLI, tools, tests)."""
-        environ = os.environ if environ is None else environ
-        return cls(
-            cert=environ.get(CERT_ENV, ""),
-            key=environ.get(KEY_ENV, ""),
-            ca=environ.get(CA_ENV, ""),
-            server_name=environ.get(SERVER_NAME_ENV, ""),
-        )
-
-    @property
-    def mode(self) -> TlsMode:
-        """What a server built from this configuration requires of its clients."""
-        if not (self.cert and self.key):
-            return TlsMode.PLAINTEXT
-        return TlsMode.MUTUAL_TLS if self.ca else TlsMode.TLS
-
-    @property
-    def secures_channels(self) -> bool:
-        """Whether outgoing channels use TLS (any of cert, key or CA set)."""
-        return bool(self.cert or self.key or self.ca)
-
-    def problems(self, *, serving: bool = True) -> list[str]:
-        """Problems visible without parsing the files: an incomplete pair, a CA without a server identity,
-        paths that cannot be read. One message per problem, each naming its variable.
-
-        Args:
-            serving: check the configuration of a server; ``False`` allows a CA alone (a client that
-                verifies servers but has no certificate of its own).
-        """
-        problems = []
-        if self.cert and not self.key:
-            problems.append(f"{CERT_ENV} is set but {KEY_ENV} is not: a certificate needs its private key")
-        if self.key and not self.cert:
-            problems.append(f"{KEY_ENV} is set but {CERT_ENV} is not: a private key needs its certificate")
-        if serving and self.ca and not (self.cert or self.key):
-            problems.append(
-                f"{CA_ENV} is set but {CERT_ENV} and {KEY_ENV} are not: verifying client certificates needs TLS,"
-                " which needs a server certificate"
-            )
-        for variable, path in ((CERT_ENV, self.cert), (KEY_ENV, self.key), (CA_ENV, self.ca)):
-            if path:
-                problem = _unreadable(variable, path)
-                if problem:
-                    problems.append(problem)
-        return problems
+class TlsConfig(TlsSettings):
+    """:class:`~oncelog.config.tls.TlsSettings` that also builds gRPC server and channel credentials from its files."""
 
     def server_credentials(self) -> grpc.ServerCredentials | None:
         """Credentials for ``add_secure_port``, or ``None`` in plaintext mode.
@@ -188,14 +104,6 @@ def client_credentials_from_env(environ: Mapping[str, str] | None = None) -> grp
 def server_name_options(server_name: str) -> list[tuple[str, Any]]:
     """Channel options that verify ``server_name`` in the server's certificate instead of the dialled host."""
     return [(_TARGET_NAME_OVERRIDE, server_name)] if server_name else []
-
-
-def _unreadable(variable: str, path: str) -> str | None:
-    try:
-        with open(path, "rb"):
-            return None
-    except OSError as exc:
-        return f"{variable}={path} cannot be read: {exc.strerror or exc}"
 
 
 def _read(variable: str, path: str) -> bytes:
