@@ -21,11 +21,9 @@ from oncelog.storage.sql import create_engine
 from oncelog.txn_coordinator.config import TxnCoordinatorSettings
 from oncelog.txn_coordinator.coordinator import TransactionCoordinator
 from oncelog.txn_coordinator.expiry import TransactionExpirySweeper
-from oncelog.txn_coordinator.marker_channel import (
-    CatalogMarkerDestinations,
-    GrpcMarkerTransport,
-    TransactionMarkerChannelManager,
-)
+from oncelog.txn_coordinator.marker_channel import TransactionMarkerChannelManager
+from oncelog.txn_coordinator.marker_destinations import CatalogMarkerDestinations
+from oncelog.txn_coordinator.marker_transport import GrpcMarkerTransport
 from oncelog.txn_coordinator.servicer import CatalogLookups, TransactionCoordinatorServicer
 from oncelog.txn_coordinator.shards import ROLE, txn_shard_leases
 from oncelog.txn_coordinator.state_manager import TransactionStateManager

@@ -25,8 +25,10 @@ does:
   transaction) until the last participant acknowledged is recorded as ``oncelog.txn.marker.duration``: how
   long the transaction holds back the last stable offset of its partitions.
 
-Destinations come from :class:`CatalogMarkerDestinations` and requests go through
-:class:`GrpcMarkerTransport`; both are ports, so the manager is tested without a network.
+Destinations come from a :class:`DestinationResolver` and requests go through a :class:`MarkerTransport`; both are
+ports, so this module is pure (no gRPC, no SQL) and the manager is tested without a network. The service wires in
+:class:`~.marker_destinations.CatalogMarkerDestinations` (routes from the cluster catalog) and
+:class:`~.marker_transport.GrpcMarkerTransport` (WriteTxnMarkers over gRPC).
 """
 
 from __future__ import annotations
@@ -38,25 +40,11 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-import grpc
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 
-from oncelog.api.common import v1 as common_pb
-from oncelog.api.offsets import v1 as offsets_pb
-from oncelog.api.storage import v1 as storage_pb
-from oncelog.catalog.store import CatalogStore, NodeRecord, TopicRecord
-from oncelog.catalog.topics import shard_for, validate_group_id
-from oncelog.errors import (
-    InvalidRequest,
-    NetworkException,
-    NotCoordinator,
-    OncelogError,
-    Reason,
-    UnknownServerError,
-    UnknownTopicOrPartition,
-)
-from oncelog.rpc import ChannelFactory, from_error_info, from_rpc_error
+from oncelog.catalog.topics import validate_group_id
+from oncelog.errors import InvalidRequest, NotCoordinator, OncelogError, Reason, UnknownServerError
 from oncelog.telemetry.metrics import OncelogMetrics, default_metrics
 
 from .coordinator import MarkerCompletion
@@ -66,9 +54,8 @@ from .state import TransactionResult
 log = logging.getLogger(__name__)
 _tracer = trace.get_tracer(__name__)
 
-GROUP_OFFSETS_ROLE = "group-offsets"
 _FENCING_REASONS = frozenset({Reason.TRANSACTION_COORDINATOR_FENCED, Reason.INVALID_PRODUCER_EPOCH})
-_TRANSPORT_REASONS = frozenset({Reason.NETWORK_EXCEPTION, Reason.REQUEST_TIMED_OUT})
+TRANSPORT_REASONS = frozenset({Reason.NETWORK_EXCEPTION, Reason.REQUEST_TIMED_OUT})
 
 
 class DestinationService(enum.Enum):
@@ -457,7 +444,7 @@ class TransactionMarkerChannelManager:
                     raise UnknownServerError(f"{len(outcomes)} results for {len(entries)} markers")
             except OncelogError as error:
                 log.info("WriteTxnMarkers to %s failed: %r", destination.node_id, error)
-                if error.reason in _TRANSPORT_REASONS:
+                if error.reason in TRANSPORT_REASONS:
                     self._resolver.invalidate(destination=destination)
                 for item in items:
                     self._fail(item, error, destination)
@@ -594,227 +581,10 @@ def _group_refusal(group: str) -> str | None:
     return None
 
 
-# ---------------------------------------------------------------------------------------------- resolver
-
-
-class CatalogMarkerDestinations:
-    """Routes from the cluster catalog: partition leaders, group-offsets shard owners, node addresses.
-
-    Results are cached and refreshed only for what :meth:`invalidate` names, as Kafka's metadata cache
-    is refreshed on NOT_LEADER. Participants found offline are invalidated right away, so they are
-    looked up afresh on their next attempt.
-    """
-
-    def __init__(self, catalog: CatalogStore, clock: Callable[[], int]) -> None:
-        self._catalog = catalog
-        self._clock = clock
-        self._topics: dict[str, TopicRecord | None] = {}
-        """Topic name -> record as last read; None when it did not exist then (kept only until routed)."""
-        self._group_shards: int | None = None
-        self._group_owners: dict[int, str | None] = {}
-        """group-offsets shard -> owner node id; None when no live lease exists."""
-        self._nodes: dict[str, NodeRecord] | None = None
-        """Live nodes by id, as last read."""
-
-    async def resolve(
-        self, partitions: Collection[TopicPartition], groups: Collection[str]
-    ) -> tuple[dict[TopicPartition, Route], dict[str, Route]]:
-        """Current route of every partition and group (see :class:`DestinationResolver`)."""
-        # A cached record only ever routes; "deleted" is concluded from a fresh read alone, so a topic that
-        # was deleted and created again (with as many partitions or more) is found again (Kafka re-reads
-        # its metadata each time it enqueues a marker).
-        unknown = {topic for topic, p in partitions if not self._has_partition(topic, p)}
-        if unknown:
-            self._topics.update(await asyncio.to_thread(self._read_topics, unknown))
-        if groups and self._group_shards is None:
-            self._group_shards = (await asyncio.to_thread(self._catalog.cluster_info)).group_offsets_shards
-        group_shard = {g: shard_for(g, self._group_shards) for g in groups} if self._group_shards else {}
-        missing_shards = {s for s in group_shard.values() if s not in self._group_owners}
-        if missing_shards:
-            self._group_owners.update(await asyncio.to_thread(self._read_group_owners, missing_shards))
-        wanted = {self._leader(tp) for tp in partitions} | {self._group_owners.get(s) for s in group_shard.values()}
-        wanted.discard(None)
-        if self._nodes is None or not wanted <= self._nodes.keys():
-            self._nodes = await asyncio.to_thread(self._read_live_nodes)
-
-        partition_routes = {tp: self._partition_route(tp) for tp in partitions}
-        group_routes = {
-            group: self._node_route(DestinationService.GROUP_OFFSETS, self._group_owners.get(shard))
-            for group, shard in group_shard.items()
-        }
-        # Whatever was found offline or missing is read afresh on its next attempt: leaders and owners move,
-        # and a deleted topic can be created again under its name.
-        for tp, route in partition_routes.items():
-            if not isinstance(route, MarkerDestination):
-                self._topics.pop(tp[0], None)
-        for group, route in group_routes.items():
-            if route is Unroutable.OFFLINE:
-                self._group_owners.pop(group_shard[group], None)
-        return partition_routes, group_routes
-
-    def invalidate(
-        self,
-        partitions: Collection[TopicPartition] = (),
-        groups: Collection[str] = (),
-        destination: MarkerDestination | None = None,
-    ) -> None:
-        """Forget the named routes (see :class:`DestinationResolver`)."""
-        for topic, _ in partitions:
-            self._topics.pop(topic, None)
-        if groups and self._group_shards:
-            for group in groups:
-                self._group_owners.pop(shard_for(group, self._group_shards), None)
-        if destination is not None or partitions or groups:
-            self._nodes = None
-
-    def _has_partition(self, topic: str, partition: int) -> bool:
-        record = self._topics.get(topic)
-        return record is not None and 0 <= partition < len(record.partitions)
-
-    def _leader(self, tp: TopicPartition) -> str | None:
-        record = self._topics.get(tp[0])
-        if record is None or not 0 <= tp[1] < len(record.partitions):
-            return None
-        return record.partitions[tp[1]].leader_node_id
-
-    def _partition_route(self, tp: TopicPartition) -> Route:
-        if tp[0] not in self._topics:
-            return Unroutable.OFFLINE  # not read (a concurrent invalidation); resolved next time
-        record = self._topics[tp[0]]
-        if record is None or not 0 <= tp[1] < len(record.partitions):
-            return Unroutable.DELETED
-        return self._node_route(DestinationService.PARTITION_STORAGE, record.partitions[tp[1]].leader_node_id)
-
-    def _node_route(self, service: DestinationService, node_id: str | None) -> Route:
-        node = None if node_id is None or self._nodes is None else self._nodes.get(node_id)
-        if node is None:
-            return Unroutable.OFFLINE
-        return MarkerDestination(service, node.node_id, node.address)
-
-    def _read_topics(self, names: set[str]) -> dict[str, TopicRecord | None]:
-        try:
-            found = {t.name: t for t in self._catalog.describe_topics(sorted(names))}
-        except UnknownTopicOrPartition:
-            # Some of them are gone; ask one by one to tell which (rare: only after a topic deletion).
-            found = {}
-            for name in names:
-                try:
-                    found.update({t.name: t for t in self._catalog.describe_topics([name])})
-                except UnknownTopicOrPartition:
-                    pass
-        return {name: found.get(name) for name in names}
-
-    def _read_group_owners(self, shards: set[int]) -> dict[int, str | None]:
-        now = self._clock()
-        owners: dict[int, str | None] = {}
-        for shard in shards:
-            lease = self._catalog.shard_lease(GROUP_OFFSETS_ROLE, shard)
-            alive = lease is not None and lease.owner_node_id is not None and lease.lease_expires_at_ms > now
-            owners[shard] = lease.owner_node_id if alive and lease is not None else None
-        return owners
-
-    def _read_live_nodes(self) -> dict[str, NodeRecord]:
-        return {n.node_id: n for n in self._catalog.list_nodes(self._clock())}
-
-
-# ---------------------------------------------------------------------------------------------- transport
-
-
-_RESULT_TO_PB = {
-    TransactionResult.COMMIT: common_pb.TRANSACTION_RESULT_COMMIT,
-    TransactionResult.ABORT: common_pb.TRANSACTION_RESULT_ABORT,
-}
-
-
-class GrpcMarkerTransport:
-    """WriteTxnMarkers over gRPC to PartitionStorageService or GroupOffsetsService.
-
-    Args:
-        timeout_s: deadline of one call; an expired call is retried like a lost connection.
-        channels: opens the channels (TLS, message size limits); plaintext defaults when omitted.
-    """
-
-    def __init__(self, *, timeout_s: float = 30.0, channels: ChannelFactory | None = None) -> None:
-        self._timeout_s = timeout_s
-        self._factory = channels or ChannelFactory()
-        self._channels: dict[str, grpc.aio.Channel] = {}
-
-    async def write_markers(
-        self, destination: MarkerDestination, markers: Sequence[TxnMarkerEntry]
-    ) -> Sequence[TxnMarkerOutcome]:
-        """Send one request carrying ``markers``; see :class:`MarkerTransport`."""
-        channel = self._channel(destination.address)
-        request_markers = [_marker_pb(m) for m in markers]
-        try:
-            if destination.service is DestinationService.PARTITION_STORAGE:
-                response = await storage_pb.PartitionStorageServiceStub(channel).WriteTxnMarkers(
-                    storage_pb.WriteTxnMarkersRequest(markers=request_markers), timeout=self._timeout_s
-                )
-            else:
-                response = await offsets_pb.GroupOffsetsServiceStub(channel).WriteTxnMarkers(
-                    offsets_pb.WriteTxnMarkersRequest(markers=request_markers), timeout=self._timeout_s
-                )
-        except grpc.RpcError as exc:
-            error = from_rpc_error(exc)
-            if error.reason in _TRANSPORT_REASONS:
-                await self._forget(destination.address)
-            raise error from exc
-        except OSError as exc:
-            await self._forget(destination.address)
-            raise NetworkException(f"cannot reach {destination.address}: {exc}") from exc
-        return [_outcome_of(result) for result in response.results]
-
-    def _channel(self, address: str) -> grpc.aio.Channel:
-        channel = self._channels.get(address)
-        if channel is None:
-            channel = self._factory.aio(address)
-            self._channels[address] = channel
-        return channel
-
-    async def _forget(self, address: str) -> None:
-        # A node that restarted listens elsewhere; do not keep channels to dead addresses around.
-        channel = self._channels.pop(address, None)
-        if channel is not None:
-            await channel.close()
-
-    async def close(self) -> None:
-        """Close every channel."""
-        channels, self._channels = list(self._channels.values()), {}
-        for channel in channels:
-            await channel.close()
-
-
-def _marker_pb(m: TxnMarkerEntry) -> common_pb.TxnMarker:
-    return common_pb.TxnMarker(
-        producer=common_pb.ProducerIdentity(producer_id=m.producer_id, producer_epoch=m.producer_epoch),
-        coordinator_epoch=m.coordinator_epoch,
-        result=_RESULT_TO_PB[m.result],
-        partitions=[common_pb.TopicPartition(topic=t, partition=p) for t, p in m.partitions],
-        groups=list(m.groups),
-        transactional_id=m.transactional_id,
-    )
-
-
-def _error_of(holder: common_pb.PartitionError | common_pb.GroupError) -> OncelogError | None:
-    if not holder.HasField("error") or holder.error.reason == common_pb.ERROR_REASON_UNSPECIFIED:
-        return None
-    return from_error_info(holder.error)
-
-
-def _outcome_of(result: common_pb.TxnMarkerResult) -> TxnMarkerOutcome:
-    return TxnMarkerOutcome(
-        partition_errors={
-            (e.topic_partition.topic, e.topic_partition.partition): _error_of(e) for e in result.partition_errors
-        },
-        group_errors={e.group_id: _error_of(e) for e in result.group_errors},
-    )
-
-
 __all__ = [
-    "CatalogMarkerDestinations",
+    "TRANSPORT_REASONS",
     "DestinationResolver",
     "DestinationService",
-    "GrpcMarkerTransport",
     "MarkerDestination",
     "MarkerTransport",
     "Route",

@@ -18,7 +18,7 @@ from oncelog.catalog.topics import shard_for
 from oncelog.errors import InvalidRequest, UnknownTopicOrPartition
 
 from .coordinator import ProducerIdAndEpoch, TransactionCoordinator, TransactionDescription
-from .marker_channel import GROUP_OFFSETS_ROLE
+from .marker_destinations import GROUP_OFFSETS_ROLE
 from .metadata import TopicPartition
 from .state import TransactionState
 from .state_manager import MAX_TRANSACTIONAL_ID_BYTES
