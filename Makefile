@@ -63,9 +63,10 @@ check-protos: $(STAMP)
 	$(PY) scripts/gen_go_protos.py --check
 	$(PY) scripts/gen_record_batch_vectors.py --check
 
-## lint: ruff, then buf lint and buf breaking on proto/ (buf is built from the Go module proxy; see scripts/check_proto_contract.py)
+## lint: ruff, the import boundaries (import-linter, [tool.importlinter] in pyproject.toml), then buf lint and buf breaking on proto/ (buf is built from the Go module proxy; see scripts/check_proto_contract.py)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check libs services tests scripts
+	$(VENV)/bin/lint-imports
 	$(PY) scripts/check_proto_contract.py
 
 typecheck: $(STAMP)
@@ -76,4 +77,4 @@ bench: $(STAMP)
 	$(PY) -m bench.pid_allocator
 
 clean:
-	rm -rf .oncelog .pytest_cache .ruff_cache .mypy_cache
+	rm -rf .oncelog .pytest_cache .ruff_cache .mypy_cache .import_linter_cache
