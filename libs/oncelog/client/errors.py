@@ -257,7 +257,9 @@ _METADATA_REASONS = frozenset(
     }
 )
 _COORDINATOR_REASONS = frozenset({Reason.NOT_COORDINATOR, Reason.COORDINATOR_NOT_AVAILABLE})
-_GROUP_MEMBERSHIP_REASONS = frozenset({Reason.ILLEGAL_GENERATION, Reason.UNKNOWN_MEMBER_ID})
+_GROUP_MEMBERSHIP_REASONS = frozenset(
+    {Reason.ILLEGAL_GENERATION, Reason.UNKNOWN_MEMBER_ID, Reason.STALE_MEMBER_EPOCH, Reason.FENCED_MEMBER_EPOCH}
+)
 
 
 def _refresh(reason: Reason, source: str) -> Refresh:
@@ -301,8 +303,9 @@ def classify(err: OncelogError, *, source: Source, transactional: bool = False) 
        :meth:`~oncelog.client.sequences.ProducerSequences.can_retry` whether an out-of-order
        answer only reflects an earlier batch's failure, which is retried as is. Coordinator:
        INVALID_PRODUCER_ID_MAPPING and UNKNOWN_PRODUCER_ID are abortable with an epoch bump,
-       TRANSACTION_ABORTABLE is abortable. Group: ILLEGAL_GENERATION and UNKNOWN_MEMBER_ID
-       fail a consumer's commit and make a transactional one abortable (KIP-447).
+       TRANSACTION_ABORTABLE is abortable. Group: ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID,
+       STALE_MEMBER_EPOCH and FENCED_MEMBER_EPOCH fail a consumer's commit and make a transactional one
+       abortable (KIP-447, design/consumer-groups.md §6).
        Fetch: OFFSET_OUT_OF_RANGE resets the position.
     4. Any other retriable error is retried, after refreshing metadata (leader errors,
        unknown partition, broken connection) or the coordinator (NOT_COORDINATOR,

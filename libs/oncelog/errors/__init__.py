@@ -63,6 +63,13 @@ class Reason(enum.Enum):
     NETWORK_EXCEPTION = "NETWORK_EXCEPTION"
     INVALID_REPLICATION_FACTOR = "INVALID_REPLICATION_FACTOR"
     NOT_ENOUGH_REPLICAS = "NOT_ENOUGH_REPLICAS"
+    STALE_MEMBER_EPOCH = "STALE_MEMBER_EPOCH"
+    FENCED_MEMBER_EPOCH = "FENCED_MEMBER_EPOCH"
+    UNRELEASED_INSTANCE_ID = "UNRELEASED_INSTANCE_ID"
+    UNSUPPORTED_ASSIGNOR = "UNSUPPORTED_ASSIGNOR"
+    INVALID_REGULAR_EXPRESSION = "INVALID_REGULAR_EXPRESSION"
+    GROUP_ID_NOT_FOUND = "GROUP_ID_NOT_FOUND"
+    NON_EMPTY_GROUP = "NON_EMPTY_GROUP"
 
 
 @dataclass(frozen=True)
@@ -115,6 +122,13 @@ REASONS: dict[Reason, ReasonInfo] = {
     Reason.NETWORK_EXCEPTION: ReasonInfo("UNAVAILABLE", retriable=True, definite=False),
     Reason.INVALID_REPLICATION_FACTOR: ReasonInfo("INVALID_ARGUMENT", retriable=False, definite=True),
     Reason.NOT_ENOUGH_REPLICAS: ReasonInfo("UNAVAILABLE", retriable=True, definite=True),
+    Reason.STALE_MEMBER_EPOCH: ReasonInfo("FAILED_PRECONDITION", retriable=False, definite=True),
+    Reason.FENCED_MEMBER_EPOCH: ReasonInfo("FAILED_PRECONDITION", retriable=False, definite=True),
+    Reason.UNRELEASED_INSTANCE_ID: ReasonInfo("FAILED_PRECONDITION", retriable=False, definite=True),
+    Reason.UNSUPPORTED_ASSIGNOR: ReasonInfo("INVALID_ARGUMENT", retriable=False, definite=True),
+    Reason.INVALID_REGULAR_EXPRESSION: ReasonInfo("INVALID_ARGUMENT", retriable=False, definite=True),
+    Reason.GROUP_ID_NOT_FOUND: ReasonInfo("NOT_FOUND", retriable=False, definite=True),
+    Reason.NON_EMPTY_GROUP: ReasonInfo("FAILED_PRECONDITION", retriable=False, definite=True),
 }
 
 
@@ -237,6 +251,23 @@ NotEnoughReplicas = _error(
     Reason.NOT_ENOUGH_REPLICAS,
     "Fewer in-sync replicas than the topic's min_insync_replicas; retry once replicas are back.",
 )
+StaleMemberEpoch = _error(
+    "StaleMemberEpoch", Reason.STALE_MEMBER_EPOCH, "The member epoch is older than the member's current one."
+)
+FencedMemberEpoch = _error(
+    "FencedMemberEpoch", Reason.FENCED_MEMBER_EPOCH, "The member epoch is not one the group gave this member."
+)
+UnreleasedInstanceId = _error(
+    "UnreleasedInstanceId", Reason.UNRELEASED_INSTANCE_ID, "The static instance id is held by an active member."
+)
+UnsupportedAssignor = _error(
+    "UnsupportedAssignor", Reason.UNSUPPORTED_ASSIGNOR, "No server-side assignor of that name."
+)
+InvalidRegularExpression = _error(
+    "InvalidRegularExpression", Reason.INVALID_REGULAR_EXPRESSION, "The subscription regex does not compile."
+)
+GroupIdNotFound = _error("GroupIdNotFound", Reason.GROUP_ID_NOT_FOUND, "No consumer group of that id.")
+NonEmptyGroup = _error("NonEmptyGroup", Reason.NON_EMPTY_GROUP, "The group still has members.")
 
 _BY_REASON: dict[Reason, type[OncelogError]] = {
     cls.reason: cls for cls in list(globals().values()) if isinstance(cls, type) and issubclass(cls, OncelogError)

@@ -7,6 +7,8 @@ naming the owner. Shards are acquired before the process reports SERVING and rel
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import uuid
 
 import redis
@@ -15,9 +17,10 @@ from oncelog.api.offsets import v1 as pb
 from oncelog.api.offsets.v1 import group_offsets_service_pb2
 from oncelog.catalog.node import monotonic_ms, node_context, wall_clock_ms
 from oncelog.group_offsets.config import GroupOffsetsSettings
+from oncelog.group_offsets.group_coordinator import GroupCoordinator
 from oncelog.group_offsets.offset_manager import OffsetMetadataManager, OffsetStore
 from oncelog.group_offsets.offset_store import CachedOffsetStore, SqlOffsetStore
-from oncelog.group_offsets.partitions import CatalogPartitions
+from oncelog.group_offsets.partitions import CatalogPartitions, CatalogTopics
 from oncelog.group_offsets.servicer import GroupOffsetsServicer
 from oncelog.group_offsets.shards import GroupShardOwnership, group_shard_leases
 from oncelog.rpc import ServiceSpec
@@ -25,6 +28,7 @@ from oncelog.rpc.runner import run_service
 from oncelog.storage.sql import create_engine
 
 ROLE = "group-offsets"
+log = logging.getLogger(__name__)
 
 
 def build(settings: GroupOffsetsSettings) -> ServiceSpec:
@@ -58,20 +62,49 @@ def build(settings: GroupOffsetsSettings) -> ServiceSpec:
         deadline_clock=monotonic_ms,
         database_clock=True,
     )
+    ownership = GroupShardOwnership(leases)
     manager = OffsetMetadataManager(
         store,
-        GroupShardOwnership(leases),
+        ownership,
         partitions=CatalogPartitions(node.store),
         max_metadata_bytes=settings.max_metadata_bytes,
     )
+    groups = GroupCoordinator(
+        sql_store,
+        ownership,
+        CatalogTopics(node.store, monotonic_ms),
+        monotonic_ms,
+        session_timeout_ms=settings.session_timeout_ms,
+        heartbeat_interval_ms=settings.heartbeat_interval_ms,
+        rebalance_timeout_ms=settings.rebalance_timeout_ms,
+    )
     node.spec.add(
         pb.add_GroupOffsetsServiceServicer_to_server,
-        GroupOffsetsServicer(manager),
+        GroupOffsetsServicer(manager, groups),
         group_offsets_service_pb2.DESCRIPTOR.services_by_name["GroupOffsetsService"].full_name,
     )
 
+    sweeper: list[asyncio.Task[None]] = []
+
+    async def sweep() -> None:
+        while True:
+            try:
+                removed = await asyncio.to_thread(groups.expire)
+                for group_id, member_id in removed:
+                    log.info("group %s: member %s removed (session or rebalance timeout)", group_id, member_id)
+            except Exception:  # the next sweep retries; a lost shard is re-checked there
+                log.exception("consumer group sweep failed")
+            await asyncio.sleep(settings.group_sweep_ms / 1000)
+
     async def start(address: str) -> None:
         await leases.start()  # shards are claimed before the server reports SERVING
+        sweeper.append(asyncio.create_task(sweep(), name="consumer-group-sweep"))
+
+    async def stop_sweep() -> None:
+        for task in sweeper:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
 
     node.spec.on_start.append(start)
 
@@ -83,6 +116,7 @@ def build(settings: GroupOffsetsSettings) -> ServiceSpec:
     # on_stop runs in reverse: shards are released (catalog still open), then the state engine closes
     node.spec.on_stop.append(dispose)
     node.spec.on_stop.append(leases.stop)
+    node.spec.on_stop.append(stop_sweep)
     return node.spec
 
 

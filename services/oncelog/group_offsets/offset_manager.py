@@ -37,11 +37,12 @@ Fencing, per (group, producer id), in the ``ProducerRecord``:
   checked: the
   coordinator epoch is what fences markers, and refusing an authoritative abort would leave offsets pending.
 
-Group membership: the join protocol is a later piece of work, so the manager learns the generation from
-commits. A commit naming a newer generation moves the group to it; an older one gets ILLEGAL_GENERATION; a
-generation without a member id gets UNKNOWN_MEMBER_ID; a request without membership information skips the
-checks (simple groups and admin tools, as in Kafka). Member lists, and with them UNKNOWN_MEMBER_ID for a member
-the group does not know, arrive with the join protocol.
+Group membership: a group with consumer-group state (members joined through ConsumerGroupHeartbeat) fences
+commits by member id and member epoch (design/consumer-groups.md §6: UNKNOWN_MEMBER_ID, FENCED_MEMBER_EPOCH,
+STALE_MEMBER_EPOCH). Any other group learns the generation from commits: a commit naming a newer generation
+moves the group to it; an older one gets ILLEGAL_GENERATION; a generation without a member id gets
+UNKNOWN_MEMBER_ID; a request without membership information skips the checks (simple groups and admin tools,
+as in Kafka).
 
 Shards: every group belongs to one shard (``shard_for(group, n)``, like ``__consumer_offsets`` partitions).
 The :class:`ShardOwnership` says whether this process owns the group's shard and at which coordinator epoch;
@@ -246,8 +247,22 @@ class GroupView:
 # ---------------------------------------------------------------------------------------------- ports
 
 
+class MemberFence(Protocol):
+    """A consumer group's commit fencing (``ConsumerGroupState``, design/consumer-groups.md §6)."""
+
+    def check_commit(
+        self, member_id: str, member_epoch: int, partitions: Collection[TopicPartition], *, transactional: bool
+    ) -> None:
+        """Raise UnknownMemberId, FencedMemberEpoch or StaleMemberEpoch when the committer is fenced."""
+        ...
+
+
 class OffsetTransaction(Protocol):
     """Reads and writes inside one atomic store transaction (all or nothing)."""
+
+    def consumer_group(self, group_id: str) -> MemberFence | None:
+        """The group's consumer-group state, or None for a group without one (simple groups)."""
+        ...
 
     def group(self, group_id: str) -> GroupRecord:
         """The group's record; a default record for a group never written."""
@@ -370,7 +385,8 @@ class OffsetMetadataManager:
             InvalidRequest: malformed group id or offsets.
             UnknownTopicOrPartition: an offset names a partition that does not exist.
             NotCoordinator: this process does not own the group's shard.
-            IllegalGeneration, UnknownMemberId: the member is fenced (see the module docstring).
+            IllegalGeneration, UnknownMemberId, FencedMemberEpoch, StaleMemberEpoch: the member is fenced (see the
+                module docstring).
         """
         self._check_group_id(group_id)
         self._check_offsets(offsets)
@@ -379,7 +395,7 @@ class OffsetMetadataManager:
         self._check_partitions_exist(offsets)
 
         def work(tx: OffsetTransaction) -> None:
-            record = _check_member(group_id, tx.group(group_id), member)
+            record = _check_member(tx, group_id, member, offsets, transactional=False)
             seq = record.next_commit_seq
             tx.put_committed(group_id, [CommittedOffset(o, seq + i) for i, o in enumerate(offsets)])
             tx.put_group(group_id, replace(record, next_commit_seq=seq + len(offsets)))
@@ -407,7 +423,8 @@ class OffsetMetadataManager:
             InvalidRequest: missing transactional id or producer, malformed group id or offsets.
             UnknownTopicOrPartition: an offset names a partition that does not exist.
             NotCoordinator: this process does not own the group's shard.
-            IllegalGeneration, UnknownMemberId: the consumer is a zombie of an older generation (KIP-447).
+            IllegalGeneration, UnknownMemberId, FencedMemberEpoch, StaleMemberEpoch: the consumer is a zombie
+                (KIP-447).
             InvalidProducerEpoch: a newer epoch of this producer id was already seen in the group.
         """
         if not transactional_id:
@@ -424,7 +441,7 @@ class OffsetMetadataManager:
         self._check_partitions_exist(offsets)
 
         def work(tx: OffsetTransaction) -> None:
-            record = _check_member(group_id, tx.group(group_id), member)
+            record = _check_member(tx, group_id, member, offsets, transactional=True)
             producer = tx.producer(group_id, producer_id)
             if producer is not None and producer_epoch < producer.producer_epoch:
                 raise InvalidProducerEpoch(
@@ -609,8 +626,25 @@ class OffsetMetadataManager:
             seen.add(group_id)
 
 
-def _check_member(group_id: str, record: GroupRecord, member: GroupMember) -> GroupRecord:
-    """KIP-447 fencing against the generation learned so far; returns the record with the generation to store."""
+def _check_member(
+    tx: OffsetTransaction,
+    group_id: str,
+    member: GroupMember,
+    offsets: Sequence[PartitionOffset],
+    *,
+    transactional: bool,
+) -> GroupRecord:
+    """KIP-447 fencing; returns the group record (with the generation to store, for a simple group).
+
+    A consumer group (design/consumer-groups.md §6) checks member id and member epoch against its members;
+    any other group checks against the generation learned from commits so far.
+    """
+    record = tx.group(group_id)
+    consumer_group = tx.consumer_group(group_id)
+    if consumer_group is not None:
+        partitions = [o.topic_partition for o in offsets]
+        consumer_group.check_commit(member.member_id, member.generation_id, partitions, transactional=transactional)
+        return record
     if not member.given:
         return record
     if not member.member_id:

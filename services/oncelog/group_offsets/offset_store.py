@@ -6,7 +6,9 @@ Tables (the group-offsets state database, ``ONCELOG_GROUP_OFFSETS_STATE_DATABASE
 * ``pending_txn_offsets`` — transactional offsets per (group, producer id, producer epoch, topic, partition);
 * ``offset_groups`` — per group: learned generation and the next ``commit_seq``;
 * ``offset_producers`` — per (group, producer id): newest producer epoch and coordinator epoch seen;
-* ``offset_shard_epochs`` — per shard: the coordinator epoch of the replica allowed to write it.
+* ``offset_shard_epochs`` — per shard: the coordinator epoch of the replica allowed to write it;
+* ``consumer_groups`` — per consumer group: its whole state as JSON (design/consumer-groups.md §5);
+* ``consumer_group_ownership`` — per consumer group: the history of its members' ownership changes.
 
 Fencing: every write transaction first runs ``UPDATE offset_shard_epochs SET coordinator_epoch = :e WHERE shard
 = :s AND coordinator_epoch = :e`` for each shard it touches (in shard order). A row count of 0 means a newer
@@ -32,13 +34,15 @@ import threading
 import time
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
 from oncelog.errors import StorageUnavailable
+from oncelog.group_offsets.group_coordinator import OwnershipChange
+from oncelog.group_offsets.group_state import ConsumerGroupState, decode_group, encode_group
 from oncelog.group_offsets.offset_manager import (
     CommittedOffset,
     GroupRecord,
@@ -108,6 +112,24 @@ offset_producers = sa.Table(
     sa.Column("producer_id", sa.BigInteger, primary_key=True),
     sa.Column("producer_epoch", sa.Integer, nullable=False),
     sa.Column("coordinator_epoch", sa.Integer, nullable=False),
+)
+
+consumer_groups = sa.Table(
+    "consumer_groups",
+    metadata,
+    sa.Column("group_id", sa.String(255), primary_key=True),
+    sa.Column("group_epoch", sa.Integer, nullable=False),
+    sa.Column("state", sa.Text, nullable=False),
+)
+
+consumer_group_ownership = sa.Table(
+    "consumer_group_ownership",
+    metadata,
+    sa.Column("group_id", sa.String(255), primary_key=True),
+    sa.Column("seq", sa.BigInteger, primary_key=True),
+    sa.Column("member_id", sa.String(255), nullable=False),
+    sa.Column("member_epoch", sa.Integer, nullable=False),
+    sa.Column("owned", sa.Text, nullable=False),
 )
 
 MIGRATIONS: list[Callable[[Connection], None]] = []
@@ -226,6 +248,24 @@ class SqlOffsetStore:
                 )
             )
         return GroupView(committed, pending)
+
+    def read_consumer_group(self, group_id: str) -> ConsumerGroupState | None:
+        """The consumer group as last written, or None."""
+        with _transaction(self.engine) as conn:
+            return _SqlTransaction(conn).consumer_group(group_id)
+
+    def list_consumer_groups(self) -> list[ConsumerGroupState]:
+        """Every consumer group."""
+        with _transaction(self.engine) as conn:
+            rows = conn.execute(sa.select(consumer_groups.c.group_id, consumer_groups.c.state)).all()
+        return [decode_group(r.group_id, r.state) for r in rows]
+
+    def ownership_history(self, group_id: str) -> list[OwnershipChange]:
+        """The group's ownership changes, oldest first."""
+        t = consumer_group_ownership
+        with _transaction(self.engine) as conn:
+            rows = conn.execute(sa.select(t).where(t.c.group_id == group_id).order_by(t.c.seq)).all()
+        return [OwnershipChange(r.member_id, r.member_epoch, _decode_owned(r.owned), r.seq) for r in rows]
 
     def _read(self) -> AbstractContextManager[Connection]:
         if not self._postgres:
@@ -365,6 +405,50 @@ class _SqlTransaction:
             )
         )
 
+    def consumer_group(self, group_id: str) -> ConsumerGroupState | None:
+        row = self._conn.execute(
+            sa.select(consumer_groups.c.state).where(consumer_groups.c.group_id == group_id)
+        ).first()
+        return None if row is None else decode_group(group_id, row.state)
+
+    def put_consumer_group(self, group: ConsumerGroupState) -> None:
+        values = {"group_epoch": group.group_epoch, "state": encode_group(group)}
+        updated = self._conn.execute(
+            sa.update(consumer_groups).where(consumer_groups.c.group_id == group.group_id).values(**values)
+        ).rowcount
+        if updated == 0:
+            self._conn.execute(sa.insert(consumer_groups).values(group_id=group.group_id, **values))
+
+    def delete_consumer_group(self, group_id: str) -> None:
+        for table in (consumer_groups, consumer_group_ownership, group_offsets, pending_txn_offsets):
+            self._conn.execute(sa.delete(table).where(table.c.group_id == group_id))
+
+    def add_ownership_changes(self, group_id: str, changes: Sequence[OwnershipChange]) -> None:
+        t = consumer_group_ownership
+        last = self._conn.execute(sa.select(sa.func.max(t.c.seq)).where(t.c.group_id == group_id)).scalar()
+        start = 0 if last is None else last + 1
+        self._conn.execute(
+            sa.insert(t),
+            [
+                {
+                    "group_id": group_id,
+                    "seq": start + i,
+                    "member_id": c.member_id,
+                    "member_epoch": c.member_epoch,
+                    "owned": _encode_owned(c.owned),
+                }
+                for i, c in enumerate(changes)
+            ],
+        )
+
+
+def _encode_owned(owned: Collection[TopicPartition]) -> str:
+    return json.dumps([[tp.topic, tp.partition] for tp in sorted(owned)], separators=(",", ":"))
+
+
+def _decode_owned(raw: str) -> frozenset[TopicPartition]:
+    return frozenset(TopicPartition(t, p) for t, p in json.loads(raw))
+
 
 # ---------------------------------------------------------------------------------------------- in memory
 
@@ -376,6 +460,8 @@ class _MemoryState:
     producers: dict[tuple[str, int], ProducerRecord] = field(default_factory=dict)
     committed: dict[str, dict[TopicPartition, CommittedOffset]] = field(default_factory=dict)
     pending: dict[tuple[str, int], dict[tuple[int, TopicPartition], PendingOffset]] = field(default_factory=dict)
+    consumer_groups: dict[str, ConsumerGroupState] = field(default_factory=dict)
+    ownership: dict[str, list[OwnershipChange]] = field(default_factory=dict)
 
 
 class MemoryOffsetStore:
@@ -418,6 +504,21 @@ class MemoryOffsetStore:
             )
         return GroupView(committed, pending)
 
+    def read_consumer_group(self, group_id: str) -> ConsumerGroupState | None:
+        """The consumer group, or None."""
+        with self._lock:
+            return self._state.consumer_groups.get(group_id)
+
+    def list_consumer_groups(self) -> list[ConsumerGroupState]:
+        """Every consumer group."""
+        with self._lock:
+            return list(self._state.consumer_groups.values())
+
+    def ownership_history(self, group_id: str) -> list[OwnershipChange]:
+        """The group's ownership changes, oldest first."""
+        with self._lock:
+            return list(self._state.ownership.get(group_id, []))
+
 
 class _MemoryTransaction:
     def __init__(self, state: _MemoryState) -> None:
@@ -459,6 +560,24 @@ class _MemoryTransaction:
             del rows[key]
         if not rows:
             self._s.pending.pop((group_id, producer_id), None)
+
+    def consumer_group(self, group_id: str) -> ConsumerGroupState | None:
+        return self._s.consumer_groups.get(group_id)
+
+    def put_consumer_group(self, group: ConsumerGroupState) -> None:
+        self._s.consumer_groups[group.group_id] = group
+
+    def delete_consumer_group(self, group_id: str) -> None:
+        self._s.consumer_groups.pop(group_id, None)
+        self._s.ownership.pop(group_id, None)
+        self._s.committed.pop(group_id, None)
+        for key in [k for k in self._s.pending if k[0] == group_id]:
+            del self._s.pending[key]
+
+    def add_ownership_changes(self, group_id: str, changes: Sequence[OwnershipChange]) -> None:
+        history = self._s.ownership.setdefault(group_id, [])
+        for c in changes:
+            history.append(replace(c, seq=len(history)))
 
 
 # ---------------------------------------------------------------------------------------------- Redis cache
@@ -508,6 +627,18 @@ class CachedOffsetStore:
     def claim_shard(self, shard: int, coordinator_epoch: int) -> bool:
         """Delegates to the inner store (entries of older epochs stop matching by their tag)."""
         return self.inner.claim_shard(shard, coordinator_epoch)
+
+    def read_consumer_group(self, group_id: str) -> ConsumerGroupState | None:
+        """Delegates to the inner store (consumer groups are not cached in Redis)."""
+        return self.inner.read_consumer_group(group_id)  # type: ignore[attr-defined,no-any-return]
+
+    def list_consumer_groups(self) -> list[ConsumerGroupState]:
+        """Delegates to the inner store."""
+        return self.inner.list_consumer_groups()  # type: ignore[attr-defined,no-any-return]
+
+    def ownership_history(self, group_id: str) -> list[OwnershipChange]:
+        """Delegates to the inner store."""
+        return self.inner.ownership_history(group_id)  # type: ignore[attr-defined,no-any-return]
 
     def write(self, fences: Mapping[str, ShardFence], work: Callable[[OffsetTransaction], T]) -> T:
         """Give each group a fresh version (invalidating its entry), then write through to the inner store."""

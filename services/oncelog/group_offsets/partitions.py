@@ -10,7 +10,7 @@ stays known until restart; accepting an offset for it is harmless.
 from __future__ import annotations
 
 import threading
-from collections.abc import Collection
+from collections.abc import Callable, Collection, Mapping
 
 from oncelog.catalog import CatalogStore
 from oncelog.errors import UnknownTopicOrPartition
@@ -40,3 +40,26 @@ class CatalogPartitions:
     def _known(self, tp: TopicPartition) -> bool:
         with self._lock:
             return tp.partition < self._counts.get(tp.topic, 0)
+
+
+class CatalogTopics:
+    """Every topic's partition count for consumer group assignment (a ``TopicDirectory``), read from the catalog
+    at most once per ``refresh_ms`` (design/consumer-groups.md §3): a new topic or partition reaches the assignor
+    within that time."""
+
+    def __init__(self, catalog: CatalogStore, clock: Callable[[], int], refresh_ms: int = 1000) -> None:
+        self.catalog = catalog
+        self._clock = clock
+        self._refresh_ms = refresh_ms
+        self._counts: Mapping[str, int] = {}
+        self._read_at: int | None = None
+        self._lock = threading.Lock()
+
+    def partition_counts(self) -> Mapping[str, int]:
+        """Topic → partition count, as of at most ``refresh_ms`` ago."""
+        with self._lock:
+            now = self._clock()
+            if self._read_at is None or now - self._read_at >= self._refresh_ms:
+                self._counts = {t.name: len(t.partitions) for t in self.catalog.describe_topics(None)}
+                self._read_at = now
+            return self._counts

@@ -1,4 +1,4 @@
-"""GroupOffsetsServicer: protobuf ↔ OffsetMetadataManager."""
+"""GroupOffsetsServicer: protobuf ↔ OffsetMetadataManager and GroupCoordinator."""
 
 from __future__ import annotations
 
@@ -7,6 +7,9 @@ from collections.abc import Iterable
 
 from oncelog.api.common import v1 as common
 from oncelog.api.offsets import v1 as pb
+from oncelog.errors import OncelogError
+from oncelog.group_offsets.group_coordinator import GroupCoordinator, HeartbeatRequest, OwnershipChange
+from oncelog.group_offsets.group_state import ConsumerGroupState
 from oncelog.group_offsets.offset_manager import (
     NO_MEMBER,
     NO_PRODUCER_EPOCH,
@@ -27,8 +30,9 @@ _RESULTS = {common.TRANSACTION_RESULT_COMMIT: TxnResult.COMMIT, common.TRANSACTI
 class GroupOffsetsServicer(pb.GroupOffsetsServiceServicer):
     """Serve GroupOffsetsService; every store round trip runs off the event loop."""
 
-    def __init__(self, manager: OffsetMetadataManager) -> None:
+    def __init__(self, manager: OffsetMetadataManager, groups: GroupCoordinator) -> None:
         self.manager = manager
+        self.groups = groups
 
     async def CommitOffsets(self, request: pb.CommitOffsetsRequest, context: object) -> pb.CommitOffsetsResponse:
         stored = await asyncio.to_thread(
@@ -70,6 +74,102 @@ class GroupOffsetsServicer(pb.GroupOffsetsServiceServicer):
                 for m, rs in zip(markers, results, strict=True)
             ]
         )
+
+    async def ConsumerGroupHeartbeat(
+        self, request: pb.ConsumerGroupHeartbeatRequest, context: object
+    ) -> pb.ConsumerGroupHeartbeatResponse:
+        heartbeat = HeartbeatRequest(
+            group_id=request.group_id,
+            member_id=request.member_id,
+            member_epoch=request.member_epoch,
+            instance_id=request.group_instance_id,
+            rebalance_timeout_ms=request.rebalance_timeout_ms,
+            topics=tuple(request.subscribed_topic_names),
+            regex=request.subscribed_topic_regex,
+            assignor=request.server_assignor,
+            owned=frozenset(_tps(request.owned_partitions)),
+            client_id=request.client_id,
+        )
+        answer = await asyncio.to_thread(self.groups.heartbeat, heartbeat)
+        return pb.ConsumerGroupHeartbeatResponse(
+            member_id=answer.member_id,
+            member_epoch=answer.member_epoch,
+            heartbeat_interval_ms=answer.heartbeat_interval_ms,
+            session_timeout_ms=answer.session_timeout_ms,
+            assignment=_pb_tps(answer.assignment),
+        )
+
+    async def DescribeConsumerGroups(
+        self, request: pb.DescribeConsumerGroupsRequest, context: object
+    ) -> pb.DescribeConsumerGroupsResponse:
+        def describe() -> list[pb.ConsumerGroupDescription]:
+            out = []
+            for group_id in request.group_ids:
+                try:
+                    group = self.groups.describe(group_id)
+                except OncelogError as err:
+                    out.append(pb.ConsumerGroupDescription(group_id=group_id, error=to_error_info(err)))
+                    continue
+                history = self.groups.history(group_id) if request.include_history else []
+                out.append(_description(group, history))
+            return out
+
+        return pb.DescribeConsumerGroupsResponse(groups=await asyncio.to_thread(describe))
+
+    async def ListConsumerGroups(
+        self, request: pb.ListConsumerGroupsRequest, context: object
+    ) -> pb.ListConsumerGroupsResponse:
+        groups = await asyncio.to_thread(self.groups.list_groups)
+        return pb.ListConsumerGroupsResponse(
+            groups=[
+                pb.ConsumerGroupListing(
+                    group_id=g.group_id, state=g.state, group_epoch=g.group_epoch, member_count=len(g.members)
+                )
+                for g in groups
+            ]
+        )
+
+    async def DeleteConsumerGroup(
+        self, request: pb.DeleteConsumerGroupRequest, context: object
+    ) -> pb.DeleteConsumerGroupResponse:
+        await asyncio.to_thread(self.groups.delete, request.group_id)
+        return pb.DeleteConsumerGroupResponse()
+
+
+def _tps(items: Iterable[common.TopicPartition]) -> list[TopicPartition]:
+    return [TopicPartition(tp.topic, tp.partition) for tp in items]
+
+
+def _pb_tps(items: Iterable[TopicPartition]) -> list[common.TopicPartition]:
+    return [common.TopicPartition(topic=tp.topic, partition=tp.partition) for tp in sorted(items)]
+
+
+def _description(group: ConsumerGroupState, history: list[OwnershipChange]) -> pb.ConsumerGroupDescription:
+    return pb.ConsumerGroupDescription(
+        group_id=group.group_id,
+        state=group.state,
+        group_epoch=group.group_epoch,
+        assignment_epoch=group.assignment_epoch,
+        assignor=group.assignor,
+        members=[
+            pb.ConsumerGroupMemberDescription(
+                member_id=m.member_id,
+                group_instance_id=m.instance_id,
+                client_id=m.client_id,
+                member_epoch=m.member_epoch,
+                subscribed_topic_names=list(m.subscribed_topics),
+                subscribed_topic_regex=m.subscribed_regex,
+                assignment=_pb_tps(m.assigned),
+                pending_revocation=_pb_tps(m.pending_revocation),
+                target_assignment=_pb_tps(group.target.get(m.member_id, frozenset())),
+            )
+            for _, m in sorted(group.members.items())
+        ],
+        history=[
+            pb.OwnershipChange(seq=c.seq, member_id=c.member_id, member_epoch=c.member_epoch, owned=_pb_tps(c.owned))
+            for c in history
+        ],
+    )
 
 
 def _member(member: pb.GroupMember | None) -> GroupMember:

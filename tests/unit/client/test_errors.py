@@ -91,6 +91,14 @@ EXPECTED: dict[Reason, tuple[str, ...]] = {
     # KIP-447: a stale generation fails a consumer commit and makes a transactional one abortable
     Reason.ILLEGAL_GENERATION: GROUP_MEMBERSHIP,
     Reason.UNKNOWN_MEMBER_ID: GROUP_MEMBERSHIP,
+    # KIP-848 member epochs fence the same way (design/consumer-groups.md §6)
+    Reason.STALE_MEMBER_EPOCH: GROUP_MEMBERSHIP,
+    Reason.FENCED_MEMBER_EPOCH: GROUP_MEMBERSHIP,
+    Reason.UNRELEASED_INSTANCE_ID: DEFINITE_FAILURE,
+    Reason.UNSUPPORTED_ASSIGNOR: DEFINITE_FAILURE,
+    Reason.INVALID_REGULAR_EXPRESSION: DEFINITE_FAILURE,
+    Reason.GROUP_ID_NOT_FOUND: DEFINITE_FAILURE,
+    Reason.NON_EMPTY_GROUP: DEFINITE_FAILURE,
     Reason.STALE_REQUESTER_EPOCH: DEFINITE_FAILURE,
     Reason.PRODUCER_ID_SPACE_EXHAUSTED: DEFINITE_FAILURE,
     Reason.REQUEST_TIMED_OUT: ("retry", "retry", "retry", "retry:coordinator", "retry:coordinator", "retry"),

@@ -105,6 +105,20 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     """ERROR_REASON_INVALID_REPLICATION_FACTOR means the replication factor is below 1 or above the live storage nodes."""
     ERROR_REASON_NOT_ENOUGH_REPLICAS: _ErrorReason.ValueType  # 39
     """ERROR_REASON_NOT_ENOUGH_REPLICAS means fewer in-sync replicas than min_insync_replicas; definite=false if written."""
+    ERROR_REASON_STALE_MEMBER_EPOCH: _ErrorReason.ValueType  # 40
+    """ERROR_REASON_STALE_MEMBER_EPOCH means a commit's member epoch is older than the member's and it no longer owns the partition; heartbeat, then retry."""
+    ERROR_REASON_FENCED_MEMBER_EPOCH: _ErrorReason.ValueType  # 41
+    """ERROR_REASON_FENCED_MEMBER_EPOCH means the member epoch is not the member's current one; rejoin the group with epoch 0."""
+    ERROR_REASON_UNRELEASED_INSTANCE_ID: _ErrorReason.ValueType  # 42
+    """ERROR_REASON_UNRELEASED_INSTANCE_ID means a static group_instance_id is held by another active member."""
+    ERROR_REASON_UNSUPPORTED_ASSIGNOR: _ErrorReason.ValueType  # 43
+    """ERROR_REASON_UNSUPPORTED_ASSIGNOR means the group names a server assignor that does not exist."""
+    ERROR_REASON_INVALID_REGULAR_EXPRESSION: _ErrorReason.ValueType  # 44
+    """ERROR_REASON_INVALID_REGULAR_EXPRESSION means the subscription regex does not compile."""
+    ERROR_REASON_GROUP_ID_NOT_FOUND: _ErrorReason.ValueType  # 45
+    """ERROR_REASON_GROUP_ID_NOT_FOUND means no consumer group of that id exists."""
+    ERROR_REASON_NON_EMPTY_GROUP: _ErrorReason.ValueType  # 46
+    """ERROR_REASON_NON_EMPTY_GROUP means the operation needs a group without members."""
 
 class ErrorReason(_ErrorReason, metaclass=_ErrorReasonEnumTypeWrapper):
     """ErrorReason names why a request failed; values follow Kafka's error codes where Kafka has one."""
@@ -189,6 +203,20 @@ ERROR_REASON_INVALID_REPLICATION_FACTOR: ErrorReason.ValueType  # 38
 """ERROR_REASON_INVALID_REPLICATION_FACTOR means the replication factor is below 1 or above the live storage nodes."""
 ERROR_REASON_NOT_ENOUGH_REPLICAS: ErrorReason.ValueType  # 39
 """ERROR_REASON_NOT_ENOUGH_REPLICAS means fewer in-sync replicas than min_insync_replicas; definite=false if written."""
+ERROR_REASON_STALE_MEMBER_EPOCH: ErrorReason.ValueType  # 40
+"""ERROR_REASON_STALE_MEMBER_EPOCH means a commit's member epoch is older than the member's and it no longer owns the partition; heartbeat, then retry."""
+ERROR_REASON_FENCED_MEMBER_EPOCH: ErrorReason.ValueType  # 41
+"""ERROR_REASON_FENCED_MEMBER_EPOCH means the member epoch is not the member's current one; rejoin the group with epoch 0."""
+ERROR_REASON_UNRELEASED_INSTANCE_ID: ErrorReason.ValueType  # 42
+"""ERROR_REASON_UNRELEASED_INSTANCE_ID means a static group_instance_id is held by another active member."""
+ERROR_REASON_UNSUPPORTED_ASSIGNOR: ErrorReason.ValueType  # 43
+"""ERROR_REASON_UNSUPPORTED_ASSIGNOR means the group names a server assignor that does not exist."""
+ERROR_REASON_INVALID_REGULAR_EXPRESSION: ErrorReason.ValueType  # 44
+"""ERROR_REASON_INVALID_REGULAR_EXPRESSION means the subscription regex does not compile."""
+ERROR_REASON_GROUP_ID_NOT_FOUND: ErrorReason.ValueType  # 45
+"""ERROR_REASON_GROUP_ID_NOT_FOUND means no consumer group of that id exists."""
+ERROR_REASON_NON_EMPTY_GROUP: ErrorReason.ValueType  # 46
+"""ERROR_REASON_NON_EMPTY_GROUP means the operation needs a group without members."""
 Global___ErrorReason: _TypeAlias = ErrorReason  # noqa: Y015
 
 @_typing.final

@@ -22,36 +22,61 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
+from oncelog.api.common.v1 import errors_pb2 as oncelog_dot_api_dot_common_dot_v1_dot_errors__pb2
 from oncelog.api.common.v1 import identity_pb2 as oncelog_dot_api_dot_common_dot_v1_dot_identity__pb2
 from oncelog.api.common.v1 import marker_pb2 as oncelog_dot_api_dot_common_dot_v1_dot_marker__pb2
 from oncelog.api.common.v1 import partition_pb2 as oncelog_dot_api_dot_common_dot_v1_dot_partition__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n2oncelog/api/offsets/v1/group_offsets_service.proto\x12\x16oncelog.api.offsets.v1\x1a$oncelog/api/common/v1/identity.proto\x1a\"oncelog/api/common/v1/marker.proto\x1a%oncelog/api/common/v1/partition.proto\"R\n\x0bGroupMember\x12\x15\n\rgeneration_id\x18\x01 \x01(\x05\x12\x11\n\tmember_id\x18\x02 \x01(\t\x12\x19\n\x11group_instance_id\x18\x03 \x01(\t\"\x96\x01\n\x14\x43ommitOffsetsRequest\x12\x10\n\x08group_id\x18\x01 \x01(\t\x12\x33\n\x06member\x18\x02 \x01(\x0b\x32#.oncelog.api.offsets.v1.GroupMember\x12\x37\n\x07offsets\x18\x03 \x03(\x0b\x32&.oncelog.api.common.v1.PartitionOffset\"P\n\x15\x43ommitOffsetsResponse\x12\x37\n\x07offsets\x18\x01 \x03(\x0b\x32&.oncelog.api.common.v1.PartitionOffset\"z\n\x13\x46\x65tchOffsetsRequest\x12\x10\n\x08group_id\x18\x01 \x01(\t\x12\x39\n\npartitions\x18\x02 \x03(\x0b\x32%.oncelog.api.common.v1.TopicPartition\x12\x16\n\x0erequire_stable\x18\x03 \x01(\x08\"O\n\x14\x46\x65tchOffsetsResponse\x12\x37\n\x07offsets\x18\x01 \x03(\x0b\x32&.oncelog.api.common.v1.PartitionOffset\"\xed\x01\n\x16TxnOffsetCommitRequest\x12\x18\n\x10transactional_id\x18\x01 \x01(\t\x12\x39\n\x08producer\x18\x02 \x01(\x0b\x32\'.oncelog.api.common.v1.ProducerIdentity\x12\x10\n\x08group_id\x18\x03 \x01(\t\x12\x33\n\x06member\x18\x04 \x01(\x0b\x32#.oncelog.api.offsets.v1.GroupMember\x12\x37\n\x07offsets\x18\x05 \x03(\x0b\x32&.oncelog.api.common.v1.PartitionOffset\"R\n\x17TxnOffsetCommitResponse\x12\x37\n\x07offsets\x18\x01 \x03(\x0b\x32&.oncelog.api.common.v1.PartitionOffset\"K\n\x16WriteTxnMarkersRequest\x12\x31\n\x07markers\x18\x01 \x03(\x0b\x32 .oncelog.api.common.v1.TxnMarker\"R\n\x17WriteTxnMarkersResponse\x12\x37\n\x07results\x18\x01 \x03(\x0b\x32&.oncelog.api.common.v1.TxnMarkerResult2\xd6\x03\n\x13GroupOffsetsService\x12l\n\rCommitOffsets\x12,.oncelog.api.offsets.v1.CommitOffsetsRequest\x1a-.oncelog.api.offsets.v1.CommitOffsetsResponse\x12i\n\x0c\x46\x65tchOffsets\x12+.oncelog.api.offsets.v1.FetchOffsetsRequest\x1a,.oncelog.api.offsets.v1.FetchOffsetsResponse\x12r\n\x0fTxnOffsetCommit\x12..oncelog.api.offsets.v1.TxnOffsetCommitRequest\x1a/.oncelog.api.offsets.v1.TxnOffsetCommitResponse\x12r\n\x0fWriteTxnMarkers\x12..oncelog.api.offsets.v1.WriteTxnMarkersRequest\x1a/.oncelog.api.offsets.v1.WriteTxnMarkersResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n2oncelog/api/offsets/v1/group_offsets_service.proto\x12\x16oncelog.api.offsets.v1\x1a\"oncelog/api/common/v1/errors.proto\x1a$oncelog/api/common/v1/identity.proto\x1a\"oncelog/api/common/v1/marker.proto\x1a%oncelog/api/common/v1/partition.proto\"R\n\x0bGroupMember\x12\x15\n\rgeneration_id\x18\x01 \x01(\x05\x12\x11\n\tmember_id\x18\x02 \x01(\t\x12\x19\n\x11group_instance_id\x18\x03 \x01(\t\"\x96\x01\n\x14\x43ommitOffsetsRequest\x12\x10\n\x08group_id\x18\x01 \x01(\t\x12\x33\n\x06member\x18\x02 \x01(\x0b\x32#.oncelog.api.offsets.v1.GroupMember\x12\x37\n\x07offsets\x18\x03 \x03(\x0b\x32&.oncelog.api.common.v1.PartitionOffset\"P\n\x15\x43ommitOffsetsResponse\x12\x37\n\x07offsets\x18\x01 \x03(\x0b\x32&.oncelog.api.common.v1.PartitionOffset\"z\n\x13\x46\x65tchOffsetsRequest\x12\x10\n\x08group_id\x18\x01 \x01(\t\x12\x39\n\npartitions\x18\x02 \x03(\x0b\x32%.oncelog.api.common.v1.TopicPartition\x12\x16\n\x0erequire_stable\x18\x03 \x01(\x08\"O\n\x14\x46\x65tchOffsetsResponse\x12\x37\n\x07offsets\x18\x01 \x03(\x0b\x32&.oncelog.api.common.v1.PartitionOffset\"\xed\x01\n\x16TxnOffsetCommitRequest\x12\x18\n\x10transactional_id\x18\x01 \x01(\t\x12\x39\n\x08producer\x18\x02 \x01(\x0b\x32\'.oncelog.api.common.v1.ProducerIdentity\x12\x10\n\x08group_id\x18\x03 \x01(\t\x12\x33\n\x06member\x18\x04 \x01(\x0b\x32#.oncelog.api.offsets.v1.GroupMember\x12\x37\n\x07offsets\x18\x05 \x03(\x0b\x32&.oncelog.api.common.v1.PartitionOffset\"R\n\x17TxnOffsetCommitResponse\x12\x37\n\x07offsets\x18\x01 \x03(\x0b\x32&.oncelog.api.common.v1.PartitionOffset\"K\n\x16WriteTxnMarkersRequest\x12\x31\n\x07markers\x18\x01 \x03(\x0b\x32 .oncelog.api.common.v1.TxnMarker\"R\n\x17WriteTxnMarkersResponse\x12\x37\n\x07results\x18\x01 \x03(\x0b\x32&.oncelog.api.common.v1.TxnMarkerResult\"\xc0\x02\n\x1d\x43onsumerGroupHeartbeatRequest\x12\x10\n\x08group_id\x18\x01 \x01(\t\x12\x11\n\tmember_id\x18\x02 \x01(\t\x12\x14\n\x0cmember_epoch\x18\x03 \x01(\x05\x12\x19\n\x11group_instance_id\x18\x04 \x01(\t\x12\x1c\n\x14rebalance_timeout_ms\x18\x05 \x01(\x05\x12\x1e\n\x16subscribed_topic_names\x18\x06 \x03(\t\x12\x1e\n\x16subscribed_topic_regex\x18\x07 \x01(\t\x12\x17\n\x0fserver_assignor\x18\x08 \x01(\t\x12?\n\x10owned_partitions\x18\t \x03(\x0b\x32%.oncelog.api.common.v1.TopicPartition\x12\x11\n\tclient_id\x18\n \x01(\t\"\xbf\x01\n\x1e\x43onsumerGroupHeartbeatResponse\x12\x11\n\tmember_id\x18\x01 \x01(\t\x12\x14\n\x0cmember_epoch\x18\x02 \x01(\x05\x12\x1d\n\x15heartbeat_interval_ms\x18\x03 \x01(\x05\x12\x39\n\nassignment\x18\x04 \x03(\x0b\x32%.oncelog.api.common.v1.TopicPartition\x12\x1a\n\x12session_timeout_ms\x18\x05 \x01(\x05\"K\n\x1d\x44\x65scribeConsumerGroupsRequest\x12\x11\n\tgroup_ids\x18\x01 \x03(\t\x12\x17\n\x0finclude_history\x18\x02 \x01(\x08\"\xf7\x02\n\x1e\x43onsumerGroupMemberDescription\x12\x11\n\tmember_id\x18\x01 \x01(\t\x12\x19\n\x11group_instance_id\x18\x02 \x01(\t\x12\x11\n\tclient_id\x18\x03 \x01(\t\x12\x14\n\x0cmember_epoch\x18\x04 \x01(\x05\x12\x1e\n\x16subscribed_topic_names\x18\x05 \x03(\t\x12\x1e\n\x16subscribed_topic_regex\x18\x06 \x01(\t\x12\x39\n\nassignment\x18\x07 \x03(\x0b\x32%.oncelog.api.common.v1.TopicPartition\x12\x41\n\x12pending_revocation\x18\x08 \x03(\x0b\x32%.oncelog.api.common.v1.TopicPartition\x12@\n\x11target_assignment\x18\t \x03(\x0b\x32%.oncelog.api.common.v1.TopicPartition\"}\n\x0fOwnershipChange\x12\x0b\n\x03seq\x18\x01 \x01(\x03\x12\x11\n\tmember_id\x18\x02 \x01(\t\x12\x14\n\x0cmember_epoch\x18\x03 \x01(\x05\x12\x34\n\x05owned\x18\x04 \x03(\x0b\x32%.oncelog.api.common.v1.TopicPartition\"\xb0\x02\n\x18\x43onsumerGroupDescription\x12\x10\n\x08group_id\x18\x01 \x01(\t\x12/\n\x05\x65rror\x18\x02 \x01(\x0b\x32 .oncelog.api.common.v1.ErrorInfo\x12\r\n\x05state\x18\x03 \x01(\t\x12\x13\n\x0bgroup_epoch\x18\x04 \x01(\x05\x12\x18\n\x10\x61ssignment_epoch\x18\x05 \x01(\x05\x12\x10\n\x08\x61ssignor\x18\x06 \x01(\t\x12G\n\x07members\x18\x07 \x03(\x0b\x32\x36.oncelog.api.offsets.v1.ConsumerGroupMemberDescription\x12\x38\n\x07history\x18\x08 \x03(\x0b\x32\'.oncelog.api.offsets.v1.OwnershipChange\"b\n\x1e\x44\x65scribeConsumerGroupsResponse\x12@\n\x06groups\x18\x01 \x03(\x0b\x32\x30.oncelog.api.offsets.v1.ConsumerGroupDescription\"\x1b\n\x19ListConsumerGroupsRequest\"b\n\x14\x43onsumerGroupListing\x12\x10\n\x08group_id\x18\x01 \x01(\t\x12\r\n\x05state\x18\x02 \x01(\t\x12\x13\n\x0bgroup_epoch\x18\x03 \x01(\x05\x12\x14\n\x0cmember_count\x18\x04 \x01(\x05\"Z\n\x1aListConsumerGroupsResponse\x12<\n\x06groups\x18\x01 \x03(\x0b\x32,.oncelog.api.offsets.v1.ConsumerGroupListing\".\n\x1a\x44\x65leteConsumerGroupRequest\x12\x10\n\x08group_id\x18\x01 \x01(\t\"\x1d\n\x1b\x44\x65leteConsumerGroupResponse2\xe7\x07\n\x13GroupOffsetsService\x12l\n\rCommitOffsets\x12,.oncelog.api.offsets.v1.CommitOffsetsRequest\x1a-.oncelog.api.offsets.v1.CommitOffsetsResponse\x12i\n\x0c\x46\x65tchOffsets\x12+.oncelog.api.offsets.v1.FetchOffsetsRequest\x1a,.oncelog.api.offsets.v1.FetchOffsetsResponse\x12r\n\x0fTxnOffsetCommit\x12..oncelog.api.offsets.v1.TxnOffsetCommitRequest\x1a/.oncelog.api.offsets.v1.TxnOffsetCommitResponse\x12r\n\x0fWriteTxnMarkers\x12..oncelog.api.offsets.v1.WriteTxnMarkersRequest\x1a/.oncelog.api.offsets.v1.WriteTxnMarkersResponse\x12\x87\x01\n\x16\x43onsumerGroupHeartbeat\x12\x35.oncelog.api.offsets.v1.ConsumerGroupHeartbeatRequest\x1a\x36.oncelog.api.offsets.v1.ConsumerGroupHeartbeatResponse\x12\x87\x01\n\x16\x44\x65scribeConsumerGroups\x12\x35.oncelog.api.offsets.v1.DescribeConsumerGroupsRequest\x1a\x36.oncelog.api.offsets.v1.DescribeConsumerGroupsResponse\x12{\n\x12ListConsumerGroups\x12\x31.oncelog.api.offsets.v1.ListConsumerGroupsRequest\x1a\x32.oncelog.api.offsets.v1.ListConsumerGroupsResponse\x12~\n\x13\x44\x65leteConsumerGroup\x12\x32.oncelog.api.offsets.v1.DeleteConsumerGroupRequest\x1a\x33.oncelog.api.offsets.v1.DeleteConsumerGroupResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'oncelog.api.offsets.v1.group_offsets_service_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_GROUPMEMBER']._serialized_start=191
-  _globals['_GROUPMEMBER']._serialized_end=273
-  _globals['_COMMITOFFSETSREQUEST']._serialized_start=276
-  _globals['_COMMITOFFSETSREQUEST']._serialized_end=426
-  _globals['_COMMITOFFSETSRESPONSE']._serialized_start=428
-  _globals['_COMMITOFFSETSRESPONSE']._serialized_end=508
-  _globals['_FETCHOFFSETSREQUEST']._serialized_start=510
-  _globals['_FETCHOFFSETSREQUEST']._serialized_end=632
-  _globals['_FETCHOFFSETSRESPONSE']._serialized_start=634
-  _globals['_FETCHOFFSETSRESPONSE']._serialized_end=713
-  _globals['_TXNOFFSETCOMMITREQUEST']._serialized_start=716
-  _globals['_TXNOFFSETCOMMITREQUEST']._serialized_end=953
-  _globals['_TXNOFFSETCOMMITRESPONSE']._serialized_start=955
-  _globals['_TXNOFFSETCOMMITRESPONSE']._serialized_end=1037
-  _globals['_WRITETXNMARKERSREQUEST']._serialized_start=1039
-  _globals['_WRITETXNMARKERSREQUEST']._serialized_end=1114
-  _globals['_WRITETXNMARKERSRESPONSE']._serialized_start=1116
-  _globals['_WRITETXNMARKERSRESPONSE']._serialized_end=1198
-  _globals['_GROUPOFFSETSSERVICE']._serialized_start=1201
-  _globals['_GROUPOFFSETSSERVICE']._serialized_end=1671
+  _globals['_GROUPMEMBER']._serialized_start=227
+  _globals['_GROUPMEMBER']._serialized_end=309
+  _globals['_COMMITOFFSETSREQUEST']._serialized_start=312
+  _globals['_COMMITOFFSETSREQUEST']._serialized_end=462
+  _globals['_COMMITOFFSETSRESPONSE']._serialized_start=464
+  _globals['_COMMITOFFSETSRESPONSE']._serialized_end=544
+  _globals['_FETCHOFFSETSREQUEST']._serialized_start=546
+  _globals['_FETCHOFFSETSREQUEST']._serialized_end=668
+  _globals['_FETCHOFFSETSRESPONSE']._serialized_start=670
+  _globals['_FETCHOFFSETSRESPONSE']._serialized_end=749
+  _globals['_TXNOFFSETCOMMITREQUEST']._serialized_start=752
+  _globals['_TXNOFFSETCOMMITREQUEST']._serialized_end=989
+  _globals['_TXNOFFSETCOMMITRESPONSE']._serialized_start=991
+  _globals['_TXNOFFSETCOMMITRESPONSE']._serialized_end=1073
+  _globals['_WRITETXNMARKERSREQUEST']._serialized_start=1075
+  _globals['_WRITETXNMARKERSREQUEST']._serialized_end=1150
+  _globals['_WRITETXNMARKERSRESPONSE']._serialized_start=1152
+  _globals['_WRITETXNMARKERSRESPONSE']._serialized_end=1234
+  _globals['_CONSUMERGROUPHEARTBEATREQUEST']._serialized_start=1237
+  _globals['_CONSUMERGROUPHEARTBEATREQUEST']._serialized_end=1557
+  _globals['_CONSUMERGROUPHEARTBEATRESPONSE']._serialized_start=1560
+  _globals['_CONSUMERGROUPHEARTBEATRESPONSE']._serialized_end=1751
+  _globals['_DESCRIBECONSUMERGROUPSREQUEST']._serialized_start=1753
+  _globals['_DESCRIBECONSUMERGROUPSREQUEST']._serialized_end=1828
+  _globals['_CONSUMERGROUPMEMBERDESCRIPTION']._serialized_start=1831
+  _globals['_CONSUMERGROUPMEMBERDESCRIPTION']._serialized_end=2206
+  _globals['_OWNERSHIPCHANGE']._serialized_start=2208
+  _globals['_OWNERSHIPCHANGE']._serialized_end=2333
+  _globals['_CONSUMERGROUPDESCRIPTION']._serialized_start=2336
+  _globals['_CONSUMERGROUPDESCRIPTION']._serialized_end=2640
+  _globals['_DESCRIBECONSUMERGROUPSRESPONSE']._serialized_start=2642
+  _globals['_DESCRIBECONSUMERGROUPSRESPONSE']._serialized_end=2740
+  _globals['_LISTCONSUMERGROUPSREQUEST']._serialized_start=2742
+  _globals['_LISTCONSUMERGROUPSREQUEST']._serialized_end=2769
+  _globals['_CONSUMERGROUPLISTING']._serialized_start=2771
+  _globals['_CONSUMERGROUPLISTING']._serialized_end=2869
+  _globals['_LISTCONSUMERGROUPSRESPONSE']._serialized_start=2871
+  _globals['_LISTCONSUMERGROUPSRESPONSE']._serialized_end=2961
+  _globals['_DELETECONSUMERGROUPREQUEST']._serialized_start=2963
+  _globals['_DELETECONSUMERGROUPREQUEST']._serialized_end=3009
+  _globals['_DELETECONSUMERGROUPRESPONSE']._serialized_start=3011
+  _globals['_DELETECONSUMERGROUPRESPONSE']._serialized_end=3040
+  _globals['_GROUPOFFSETSSERVICE']._serialized_start=3043
+  _globals['_GROUPOFFSETSSERVICE']._serialized_end=4042
 # @@protoc_insertion_point(module_scope)

@@ -7,6 +7,7 @@ from collections import abc as _abc
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from google.protobuf.internal import containers as _containers
+from oncelog.api.common.v1 import errors_pb2 as _errors_pb2
 from oncelog.api.common.v1 import identity_pb2 as _identity_pb2
 from oncelog.api.common.v1 import marker_pb2 as _marker_pb2
 from oncelog.api.common.v1 import partition_pb2 as _partition_pb2
@@ -31,7 +32,7 @@ class GroupMember(_message.Message):
     MEMBER_ID_FIELD_NUMBER: _builtins.int
     GROUP_INSTANCE_ID_FIELD_NUMBER: _builtins.int
     generation_id: _builtins.int
-    """generation_id is the group generation the member joined; -1 skips the check."""
+    """generation_id is the member epoch for a consumer group (ConsumerGroupHeartbeat), else the generation; -1 skips the check."""
     member_id: _builtins.str
     """member_id is the member's id; empty skips the check."""
     group_instance_id: _builtins.str
@@ -280,3 +281,425 @@ class WriteTxnMarkersResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___WriteTxnMarkersResponse: _TypeAlias = WriteTxnMarkersResponse  # noqa: Y015
+
+@_typing.final
+class ConsumerGroupHeartbeatRequest(_message.Message):
+    """ConsumerGroupHeartbeatRequest is one member's heartbeat; it carries its whole subscription and ownership."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    GROUP_ID_FIELD_NUMBER: _builtins.int
+    MEMBER_ID_FIELD_NUMBER: _builtins.int
+    MEMBER_EPOCH_FIELD_NUMBER: _builtins.int
+    GROUP_INSTANCE_ID_FIELD_NUMBER: _builtins.int
+    REBALANCE_TIMEOUT_MS_FIELD_NUMBER: _builtins.int
+    SUBSCRIBED_TOPIC_NAMES_FIELD_NUMBER: _builtins.int
+    SUBSCRIBED_TOPIC_REGEX_FIELD_NUMBER: _builtins.int
+    SERVER_ASSIGNOR_FIELD_NUMBER: _builtins.int
+    OWNED_PARTITIONS_FIELD_NUMBER: _builtins.int
+    CLIENT_ID_FIELD_NUMBER: _builtins.int
+    group_id: _builtins.str
+    """group_id is the consumer group."""
+    member_id: _builtins.str
+    """member_id is the member's id; on joining, a client-generated id (empty: the server generates one)."""
+    member_epoch: _builtins.int
+    """member_epoch is 0 to join, -1 to leave, -2 for a static member's temporary leave, else the current epoch."""
+    group_instance_id: _builtins.str
+    """group_instance_id makes the member static: its assignment survives a restart within the session timeout."""
+    rebalance_timeout_ms: _builtins.int
+    """rebalance_timeout_ms bounds how long the member may take to revoke partitions; 0 uses the server default."""
+    subscribed_topic_regex: _builtins.str
+    """subscribed_topic_regex subscribes to every topic whose whole name matches (Python re syntax)."""
+    server_assignor: _builtins.str
+    """server_assignor is "uniform" (default) or "range"; the group's first member chooses."""
+    client_id: _builtins.str
+    """client_id names the client in describe output."""
+    @_builtins.property
+    def subscribed_topic_names(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """subscribed_topic_names are the topics the member subscribes to (ignored when subscribed_topic_regex is set)."""
+
+    @_builtins.property
+    def owned_partitions(self) -> _containers.RepeatedCompositeFieldContainer[_partition_pb2.TopicPartition]:
+        """owned_partitions are the partitions the member holds now (after any revocation it completed)."""
+
+    def __init__(
+        self,
+        *,
+        group_id: _builtins.str = ...,
+        member_id: _builtins.str = ...,
+        member_epoch: _builtins.int = ...,
+        group_instance_id: _builtins.str = ...,
+        rebalance_timeout_ms: _builtins.int = ...,
+        subscribed_topic_names: _abc.Iterable[_builtins.str] | None = ...,
+        subscribed_topic_regex: _builtins.str = ...,
+        server_assignor: _builtins.str = ...,
+        owned_partitions: _abc.Iterable[_partition_pb2.TopicPartition] | None = ...,
+        client_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["client_id", b"client_id", "group_id", b"group_id", "group_instance_id", b"group_instance_id", "member_epoch", b"member_epoch", "member_id", b"member_id", "owned_partitions", b"owned_partitions", "rebalance_timeout_ms", b"rebalance_timeout_ms", "server_assignor", b"server_assignor", "subscribed_topic_names", b"subscribed_topic_names", "subscribed_topic_regex", b"subscribed_topic_regex"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ConsumerGroupHeartbeatRequest: _TypeAlias = ConsumerGroupHeartbeatRequest  # noqa: Y015
+
+@_typing.final
+class ConsumerGroupHeartbeatResponse(_message.Message):
+    """ConsumerGroupHeartbeatResponse gives the member its epoch and the partitions it may own."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MEMBER_ID_FIELD_NUMBER: _builtins.int
+    MEMBER_EPOCH_FIELD_NUMBER: _builtins.int
+    HEARTBEAT_INTERVAL_MS_FIELD_NUMBER: _builtins.int
+    ASSIGNMENT_FIELD_NUMBER: _builtins.int
+    SESSION_TIMEOUT_MS_FIELD_NUMBER: _builtins.int
+    member_id: _builtins.str
+    """member_id is the member's id (generated by the server when the request had none)."""
+    member_epoch: _builtins.int
+    """member_epoch is the member's epoch; commits carry it (GroupMember.generation_id)."""
+    heartbeat_interval_ms: _builtins.int
+    """heartbeat_interval_ms is how often the member should heartbeat."""
+    session_timeout_ms: _builtins.int
+    """session_timeout_ms is how long the group keeps a member that stopped heartbeating."""
+    @_builtins.property
+    def assignment(self) -> _containers.RepeatedCompositeFieldContainer[_partition_pb2.TopicPartition]:
+        """assignment is the full set of partitions the member may own now; anything else it holds it must revoke."""
+
+    def __init__(
+        self,
+        *,
+        member_id: _builtins.str = ...,
+        member_epoch: _builtins.int = ...,
+        heartbeat_interval_ms: _builtins.int = ...,
+        assignment: _abc.Iterable[_partition_pb2.TopicPartition] | None = ...,
+        session_timeout_ms: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["assignment", b"assignment", "heartbeat_interval_ms", b"heartbeat_interval_ms", "member_epoch", b"member_epoch", "member_id", b"member_id", "session_timeout_ms", b"session_timeout_ms"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ConsumerGroupHeartbeatResponse: _TypeAlias = ConsumerGroupHeartbeatResponse  # noqa: Y015
+
+@_typing.final
+class DescribeConsumerGroupsRequest(_message.Message):
+    """DescribeConsumerGroupsRequest names the groups to describe."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    GROUP_IDS_FIELD_NUMBER: _builtins.int
+    INCLUDE_HISTORY_FIELD_NUMBER: _builtins.int
+    include_history: _builtins.bool
+    """include_history adds the group's ownership history (ConsumerGroupDescription.history)."""
+    @_builtins.property
+    def group_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """group_ids to describe."""
+
+    def __init__(
+        self,
+        *,
+        group_ids: _abc.Iterable[_builtins.str] | None = ...,
+        include_history: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["group_ids", b"group_ids", "include_history", b"include_history"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DescribeConsumerGroupsRequest: _TypeAlias = DescribeConsumerGroupsRequest  # noqa: Y015
+
+@_typing.final
+class ConsumerGroupMemberDescription(_message.Message):
+    """ConsumerGroupMemberDescription is one member as the coordinator holds it."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MEMBER_ID_FIELD_NUMBER: _builtins.int
+    GROUP_INSTANCE_ID_FIELD_NUMBER: _builtins.int
+    CLIENT_ID_FIELD_NUMBER: _builtins.int
+    MEMBER_EPOCH_FIELD_NUMBER: _builtins.int
+    SUBSCRIBED_TOPIC_NAMES_FIELD_NUMBER: _builtins.int
+    SUBSCRIBED_TOPIC_REGEX_FIELD_NUMBER: _builtins.int
+    ASSIGNMENT_FIELD_NUMBER: _builtins.int
+    PENDING_REVOCATION_FIELD_NUMBER: _builtins.int
+    TARGET_ASSIGNMENT_FIELD_NUMBER: _builtins.int
+    member_id: _builtins.str
+    """member_id is the member's id."""
+    group_instance_id: _builtins.str
+    """group_instance_id is the static instance id, if any."""
+    client_id: _builtins.str
+    """client_id is the client's name."""
+    member_epoch: _builtins.int
+    """member_epoch is the epoch the member reconciled to."""
+    subscribed_topic_regex: _builtins.str
+    """subscribed_topic_regex is its subscription regex."""
+    @_builtins.property
+    def subscribed_topic_names(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """subscribed_topic_names are its subscribed topics."""
+
+    @_builtins.property
+    def assignment(self) -> _containers.RepeatedCompositeFieldContainer[_partition_pb2.TopicPartition]:
+        """assignment are the partitions it may own now."""
+
+    @_builtins.property
+    def pending_revocation(self) -> _containers.RepeatedCompositeFieldContainer[_partition_pb2.TopicPartition]:
+        """pending_revocation are partitions it still holds but must give up."""
+
+    @_builtins.property
+    def target_assignment(self) -> _containers.RepeatedCompositeFieldContainer[_partition_pb2.TopicPartition]:
+        """target_assignment are the partitions the assignor gave it."""
+
+    def __init__(
+        self,
+        *,
+        member_id: _builtins.str = ...,
+        group_instance_id: _builtins.str = ...,
+        client_id: _builtins.str = ...,
+        member_epoch: _builtins.int = ...,
+        subscribed_topic_names: _abc.Iterable[_builtins.str] | None = ...,
+        subscribed_topic_regex: _builtins.str = ...,
+        assignment: _abc.Iterable[_partition_pb2.TopicPartition] | None = ...,
+        pending_revocation: _abc.Iterable[_partition_pb2.TopicPartition] | None = ...,
+        target_assignment: _abc.Iterable[_partition_pb2.TopicPartition] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["assignment", b"assignment", "client_id", b"client_id", "group_instance_id", b"group_instance_id", "member_epoch", b"member_epoch", "member_id", b"member_id", "pending_revocation", b"pending_revocation", "subscribed_topic_names", b"subscribed_topic_names", "subscribed_topic_regex", b"subscribed_topic_regex", "target_assignment", b"target_assignment"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ConsumerGroupMemberDescription: _TypeAlias = ConsumerGroupMemberDescription  # noqa: Y015
+
+@_typing.final
+class OwnershipChange(_message.Message):
+    """OwnershipChange is one entry of a group's ownership history: what a member may hold from then on."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SEQ_FIELD_NUMBER: _builtins.int
+    MEMBER_ID_FIELD_NUMBER: _builtins.int
+    MEMBER_EPOCH_FIELD_NUMBER: _builtins.int
+    OWNED_FIELD_NUMBER: _builtins.int
+    seq: _builtins.int
+    """seq orders the entries of one group."""
+    member_id: _builtins.str
+    """member_id is the member whose ownership changed."""
+    member_epoch: _builtins.int
+    """member_epoch is the member's epoch after the change (-1: removed)."""
+    @_builtins.property
+    def owned(self) -> _containers.RepeatedCompositeFieldContainer[_partition_pb2.TopicPartition]:
+        """owned are the partitions it may hold (assigned or pending revocation) from this entry on."""
+
+    def __init__(
+        self,
+        *,
+        seq: _builtins.int = ...,
+        member_id: _builtins.str = ...,
+        member_epoch: _builtins.int = ...,
+        owned: _abc.Iterable[_partition_pb2.TopicPartition] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["member_epoch", b"member_epoch", "member_id", b"member_id", "owned", b"owned", "seq", b"seq"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___OwnershipChange: _TypeAlias = OwnershipChange  # noqa: Y015
+
+@_typing.final
+class ConsumerGroupDescription(_message.Message):
+    """ConsumerGroupDescription is one group."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    GROUP_ID_FIELD_NUMBER: _builtins.int
+    ERROR_FIELD_NUMBER: _builtins.int
+    STATE_FIELD_NUMBER: _builtins.int
+    GROUP_EPOCH_FIELD_NUMBER: _builtins.int
+    ASSIGNMENT_EPOCH_FIELD_NUMBER: _builtins.int
+    ASSIGNOR_FIELD_NUMBER: _builtins.int
+    MEMBERS_FIELD_NUMBER: _builtins.int
+    HISTORY_FIELD_NUMBER: _builtins.int
+    group_id: _builtins.str
+    """group_id is the group."""
+    state: _builtins.str
+    """state is EMPTY, ASSIGNING, RECONCILING or STABLE."""
+    group_epoch: _builtins.int
+    """group_epoch is the group's epoch."""
+    assignment_epoch: _builtins.int
+    """assignment_epoch is the epoch of the target assignment."""
+    assignor: _builtins.str
+    """assignor is the server assignor in use."""
+    @_builtins.property
+    def error(self) -> _errors_pb2.ErrorInfo:
+        """error is set when the group could not be described (GROUP_ID_NOT_FOUND)."""
+
+    @_builtins.property
+    def members(self) -> _containers.RepeatedCompositeFieldContainer[Global___ConsumerGroupMemberDescription]:
+        """members of the group."""
+
+    @_builtins.property
+    def history(self) -> _containers.RepeatedCompositeFieldContainer[Global___OwnershipChange]:
+        """history of ownership changes, oldest first (only with include_history)."""
+
+    def __init__(
+        self,
+        *,
+        group_id: _builtins.str = ...,
+        error: _errors_pb2.ErrorInfo | None = ...,
+        state: _builtins.str = ...,
+        group_epoch: _builtins.int = ...,
+        assignment_epoch: _builtins.int = ...,
+        assignor: _builtins.str = ...,
+        members: _abc.Iterable[Global___ConsumerGroupMemberDescription] | None = ...,
+        history: _abc.Iterable[Global___OwnershipChange] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["error", b"error"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["assignment_epoch", b"assignment_epoch", "assignor", b"assignor", "error", b"error", "group_epoch", b"group_epoch", "group_id", b"group_id", "history", b"history", "members", b"members", "state", b"state"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ConsumerGroupDescription: _TypeAlias = ConsumerGroupDescription  # noqa: Y015
+
+@_typing.final
+class DescribeConsumerGroupsResponse(_message.Message):
+    """DescribeConsumerGroupsResponse describes each requested group, in request order."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    GROUPS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def groups(self) -> _containers.RepeatedCompositeFieldContainer[Global___ConsumerGroupDescription]:
+        """groups in request order."""
+
+    def __init__(
+        self,
+        *,
+        groups: _abc.Iterable[Global___ConsumerGroupDescription] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["groups", b"groups"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DescribeConsumerGroupsResponse: _TypeAlias = DescribeConsumerGroupsResponse  # noqa: Y015
+
+@_typing.final
+class ListConsumerGroupsRequest(_message.Message):
+    """ListConsumerGroupsRequest lists every consumer group."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListConsumerGroupsRequest: _TypeAlias = ListConsumerGroupsRequest  # noqa: Y015
+
+@_typing.final
+class ConsumerGroupListing(_message.Message):
+    """ConsumerGroupListing is one group in a listing."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    GROUP_ID_FIELD_NUMBER: _builtins.int
+    STATE_FIELD_NUMBER: _builtins.int
+    GROUP_EPOCH_FIELD_NUMBER: _builtins.int
+    MEMBER_COUNT_FIELD_NUMBER: _builtins.int
+    group_id: _builtins.str
+    """group_id is the group."""
+    state: _builtins.str
+    """state is EMPTY, ASSIGNING, RECONCILING or STABLE."""
+    group_epoch: _builtins.int
+    """group_epoch is the group's epoch."""
+    member_count: _builtins.int
+    """member_count is the number of members."""
+    def __init__(
+        self,
+        *,
+        group_id: _builtins.str = ...,
+        state: _builtins.str = ...,
+        group_epoch: _builtins.int = ...,
+        member_count: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["group_epoch", b"group_epoch", "group_id", b"group_id", "member_count", b"member_count", "state", b"state"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ConsumerGroupListing: _TypeAlias = ConsumerGroupListing  # noqa: Y015
+
+@_typing.final
+class ListConsumerGroupsResponse(_message.Message):
+    """ListConsumerGroupsResponse lists the groups, sorted by id."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    GROUPS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def groups(self) -> _containers.RepeatedCompositeFieldContainer[Global___ConsumerGroupListing]:
+        """groups sorted by id."""
+
+    def __init__(
+        self,
+        *,
+        groups: _abc.Iterable[Global___ConsumerGroupListing] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["groups", b"groups"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListConsumerGroupsResponse: _TypeAlias = ListConsumerGroupsResponse  # noqa: Y015
+
+@_typing.final
+class DeleteConsumerGroupRequest(_message.Message):
+    """DeleteConsumerGroupRequest names the group to delete."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    GROUP_ID_FIELD_NUMBER: _builtins.int
+    group_id: _builtins.str
+    """group_id is the group; it must have no members."""
+    def __init__(
+        self,
+        *,
+        group_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["group_id", b"group_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeleteConsumerGroupRequest: _TypeAlias = DeleteConsumerGroupRequest  # noqa: Y015
+
+@_typing.final
+class DeleteConsumerGroupResponse(_message.Message):
+    """DeleteConsumerGroupResponse confirms the deletion."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeleteConsumerGroupResponse: _TypeAlias = DeleteConsumerGroupResponse  # noqa: Y015

@@ -55,6 +55,26 @@ class GroupOffsetsServiceStub:
                 request_serializer=oncelog_dot_api_dot_offsets_dot_v1_dot_group__offsets__service__pb2.WriteTxnMarkersRequest.SerializeToString,
                 response_deserializer=oncelog_dot_api_dot_offsets_dot_v1_dot_group__offsets__service__pb2.WriteTxnMarkersResponse.FromString,
                 _registered_method=True)
+        self.ConsumerGroupHeartbeat = channel.unary_unary(
+                '/oncelog.api.offsets.v1.GroupOffsetsService/ConsumerGroupHeartbeat',
+                request_serializer=oncelog_dot_api_dot_offsets_dot_v1_dot_group__offsets__service__pb2.ConsumerGroupHeartbeatRequest.SerializeToString,
+                response_deserializer=oncelog_dot_api_dot_offsets_dot_v1_dot_group__offsets__service__pb2.ConsumerGroupHeartbeatResponse.FromString,
+                _registered_method=True)
+        self.DescribeConsumerGroups = channel.unary_unary(
+                '/oncelog.api.offsets.v1.GroupOffsetsService/DescribeConsumerGroups',
+                request_serializer=oncelog_dot_api_dot_offsets_dot_v1_dot_group__offsets__service__pb2.DescribeConsumerGroupsRequest.SerializeToString,
+                response_deserializer=oncelog_dot_api_dot_offsets_dot_v1_dot_group__offsets__service__pb2.DescribeConsumerGroupsResponse.FromString,
+                _registered_method=True)
+        self.ListConsumerGroups = channel.unary_unary(
+                '/oncelog.api.offsets.v1.GroupOffsetsService/ListConsumerGroups',
+                request_serializer=oncelog_dot_api_dot_offsets_dot_v1_dot_group__offsets__service__pb2.ListConsumerGroupsRequest.SerializeToString,
+                response_deserializer=oncelog_dot_api_dot_offsets_dot_v1_dot_group__offsets__service__pb2.ListConsumerGroupsResponse.FromString,
+                _registered_method=True)
+        self.DeleteConsumerGroup = channel.unary_unary(
+                '/oncelog.api.offsets.v1.GroupOffsetsService/DeleteConsumerGroup',
+                request_serializer=oncelog_dot_api_dot_offsets_dot_v1_dot_group__offsets__service__pb2.DeleteConsumerGroupRequest.SerializeToString,
+                response_deserializer=oncelog_dot_api_dot_offsets_dot_v1_dot_group__offsets__service__pb2.DeleteConsumerGroupResponse.FromString,
+                _registered_method=True)
 
 
 class GroupOffsetsServiceServicer:
@@ -89,6 +109,34 @@ class GroupOffsetsServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ConsumerGroupHeartbeat(self, request, context):
+        """ConsumerGroupHeartbeat joins, stays in or leaves a consumer group and returns the member's assignment (KIP-848).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DescribeConsumerGroups(self, request, context):
+        """DescribeConsumerGroups returns consumer groups' state, members and assignments (any replica answers).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListConsumerGroups(self, request, context):
+        """ListConsumerGroups lists every consumer group with its state (any replica answers).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteConsumerGroup(self, request, context):
+        """DeleteConsumerGroup deletes a group without members, with its committed offsets.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_GroupOffsetsServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -111,6 +159,26 @@ def add_GroupOffsetsServiceServicer_to_server(servicer, server):
                     servicer.WriteTxnMarkers,
                     request_deserializer=oncelog_dot_api_dot_offsets_dot_v1_dot_group__offsets__service__pb2.WriteTxnMarkersRequest.FromString,
                     response_serializer=oncelog_dot_api_dot_offsets_dot_v1_dot_group__offsets__service__pb2.WriteTxnMarkersResponse.SerializeToString,
+            ),
+            'ConsumerGroupHeartbeat': grpc.unary_unary_rpc_method_handler(
+                    servicer.ConsumerGroupHeartbeat,
+                    request_deserializer=oncelog_dot_api_dot_offsets_dot_v1_dot_group__offsets__service__pb2.ConsumerGroupHeartbeatRequest.FromString,
+                    response_serializer=oncelog_dot_api_dot_offsets_dot_v1_dot_group__offsets__service__pb2.ConsumerGroupHeartbeatResponse.SerializeToString,
+            ),
+            'DescribeConsumerGroups': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeConsumerGroups,
+                    request_deserializer=oncelog_dot_api_dot_offsets_dot_v1_dot_group__offsets__service__pb2.DescribeConsumerGroupsRequest.FromString,
+                    response_serializer=oncelog_dot_api_dot_offsets_dot_v1_dot_group__offsets__service__pb2.DescribeConsumerGroupsResponse.SerializeToString,
+            ),
+            'ListConsumerGroups': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListConsumerGroups,
+                    request_deserializer=oncelog_dot_api_dot_offsets_dot_v1_dot_group__offsets__service__pb2.ListConsumerGroupsRequest.FromString,
+                    response_serializer=oncelog_dot_api_dot_offsets_dot_v1_dot_group__offsets__service__pb2.ListConsumerGroupsResponse.SerializeToString,
+            ),
+            'DeleteConsumerGroup': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteConsumerGroup,
+                    request_deserializer=oncelog_dot_api_dot_offsets_dot_v1_dot_group__offsets__service__pb2.DeleteConsumerGroupRequest.FromString,
+                    response_serializer=oncelog_dot_api_dot_offsets_dot_v1_dot_group__offsets__service__pb2.DeleteConsumerGroupResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -222,6 +290,114 @@ class GroupOffsetsService:
             '/oncelog.api.offsets.v1.GroupOffsetsService/WriteTxnMarkers',
             oncelog_dot_api_dot_offsets_dot_v1_dot_group__offsets__service__pb2.WriteTxnMarkersRequest.SerializeToString,
             oncelog_dot_api_dot_offsets_dot_v1_dot_group__offsets__service__pb2.WriteTxnMarkersResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ConsumerGroupHeartbeat(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/oncelog.api.offsets.v1.GroupOffsetsService/ConsumerGroupHeartbeat',
+            oncelog_dot_api_dot_offsets_dot_v1_dot_group__offsets__service__pb2.ConsumerGroupHeartbeatRequest.SerializeToString,
+            oncelog_dot_api_dot_offsets_dot_v1_dot_group__offsets__service__pb2.ConsumerGroupHeartbeatResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeConsumerGroups(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/oncelog.api.offsets.v1.GroupOffsetsService/DescribeConsumerGroups',
+            oncelog_dot_api_dot_offsets_dot_v1_dot_group__offsets__service__pb2.DescribeConsumerGroupsRequest.SerializeToString,
+            oncelog_dot_api_dot_offsets_dot_v1_dot_group__offsets__service__pb2.DescribeConsumerGroupsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListConsumerGroups(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/oncelog.api.offsets.v1.GroupOffsetsService/ListConsumerGroups',
+            oncelog_dot_api_dot_offsets_dot_v1_dot_group__offsets__service__pb2.ListConsumerGroupsRequest.SerializeToString,
+            oncelog_dot_api_dot_offsets_dot_v1_dot_group__offsets__service__pb2.ListConsumerGroupsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteConsumerGroup(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/oncelog.api.offsets.v1.GroupOffsetsService/DeleteConsumerGroup',
+            oncelog_dot_api_dot_offsets_dot_v1_dot_group__offsets__service__pb2.DeleteConsumerGroupRequest.SerializeToString,
+            oncelog_dot_api_dot_offsets_dot_v1_dot_group__offsets__service__pb2.DeleteConsumerGroupResponse.FromString,
             options,
             channel_credentials,
             insecure,

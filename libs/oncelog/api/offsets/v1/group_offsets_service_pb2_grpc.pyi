@@ -41,6 +41,14 @@ class GroupOffsetsServiceStub:
     """TxnOffsetCommit stores offsets as pending for a producer's open transaction."""
     WriteTxnMarkers: _grpc.UnaryUnaryMultiCallable[_group_offsets_service_pb2.WriteTxnMarkersRequest, _group_offsets_service_pb2.WriteTxnMarkersResponse]
     """WriteTxnMarkers materialises (commit) or drops (abort) a producer's pending offsets."""
+    ConsumerGroupHeartbeat: _grpc.UnaryUnaryMultiCallable[_group_offsets_service_pb2.ConsumerGroupHeartbeatRequest, _group_offsets_service_pb2.ConsumerGroupHeartbeatResponse]
+    """ConsumerGroupHeartbeat joins, stays in or leaves a consumer group and returns the member's assignment (KIP-848)."""
+    DescribeConsumerGroups: _grpc.UnaryUnaryMultiCallable[_group_offsets_service_pb2.DescribeConsumerGroupsRequest, _group_offsets_service_pb2.DescribeConsumerGroupsResponse]
+    """DescribeConsumerGroups returns consumer groups' state, members and assignments (any replica answers)."""
+    ListConsumerGroups: _grpc.UnaryUnaryMultiCallable[_group_offsets_service_pb2.ListConsumerGroupsRequest, _group_offsets_service_pb2.ListConsumerGroupsResponse]
+    """ListConsumerGroups lists every consumer group with its state (any replica answers)."""
+    DeleteConsumerGroup: _grpc.UnaryUnaryMultiCallable[_group_offsets_service_pb2.DeleteConsumerGroupRequest, _group_offsets_service_pb2.DeleteConsumerGroupResponse]
+    """DeleteConsumerGroup deletes a group without members, with its committed offsets."""
 
 @_typing.type_check_only
 class GroupOffsetsServiceAsyncStub(GroupOffsetsServiceStub):
@@ -55,6 +63,14 @@ class GroupOffsetsServiceAsyncStub(GroupOffsetsServiceStub):
     """TxnOffsetCommit stores offsets as pending for a producer's open transaction."""
     WriteTxnMarkers: _aio.UnaryUnaryMultiCallable[_group_offsets_service_pb2.WriteTxnMarkersRequest, _group_offsets_service_pb2.WriteTxnMarkersResponse]  # type: ignore[assignment]
     """WriteTxnMarkers materialises (commit) or drops (abort) a producer's pending offsets."""
+    ConsumerGroupHeartbeat: _aio.UnaryUnaryMultiCallable[_group_offsets_service_pb2.ConsumerGroupHeartbeatRequest, _group_offsets_service_pb2.ConsumerGroupHeartbeatResponse]  # type: ignore[assignment]
+    """ConsumerGroupHeartbeat joins, stays in or leaves a consumer group and returns the member's assignment (KIP-848)."""
+    DescribeConsumerGroups: _aio.UnaryUnaryMultiCallable[_group_offsets_service_pb2.DescribeConsumerGroupsRequest, _group_offsets_service_pb2.DescribeConsumerGroupsResponse]  # type: ignore[assignment]
+    """DescribeConsumerGroups returns consumer groups' state, members and assignments (any replica answers)."""
+    ListConsumerGroups: _aio.UnaryUnaryMultiCallable[_group_offsets_service_pb2.ListConsumerGroupsRequest, _group_offsets_service_pb2.ListConsumerGroupsResponse]  # type: ignore[assignment]
+    """ListConsumerGroups lists every consumer group with its state (any replica answers)."""
+    DeleteConsumerGroup: _aio.UnaryUnaryMultiCallable[_group_offsets_service_pb2.DeleteConsumerGroupRequest, _group_offsets_service_pb2.DeleteConsumerGroupResponse]  # type: ignore[assignment]
+    """DeleteConsumerGroup deletes a group without members, with its committed offsets."""
 
 class GroupOffsetsServiceServicer(metaclass=_abc_1.ABCMeta):
     """GroupOffsetsService stores committed offsets for the groups of its leased shards."""
@@ -90,5 +106,37 @@ class GroupOffsetsServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_group_offsets_service_pb2.WriteTxnMarkersResponse, _abc.Awaitable[_group_offsets_service_pb2.WriteTxnMarkersResponse]]:
         """WriteTxnMarkers materialises (commit) or drops (abort) a producer's pending offsets."""
+
+    @_abc_1.abstractmethod
+    def ConsumerGroupHeartbeat(
+        self,
+        request: _group_offsets_service_pb2.ConsumerGroupHeartbeatRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_group_offsets_service_pb2.ConsumerGroupHeartbeatResponse, _abc.Awaitable[_group_offsets_service_pb2.ConsumerGroupHeartbeatResponse]]:
+        """ConsumerGroupHeartbeat joins, stays in or leaves a consumer group and returns the member's assignment (KIP-848)."""
+
+    @_abc_1.abstractmethod
+    def DescribeConsumerGroups(
+        self,
+        request: _group_offsets_service_pb2.DescribeConsumerGroupsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_group_offsets_service_pb2.DescribeConsumerGroupsResponse, _abc.Awaitable[_group_offsets_service_pb2.DescribeConsumerGroupsResponse]]:
+        """DescribeConsumerGroups returns consumer groups' state, members and assignments (any replica answers)."""
+
+    @_abc_1.abstractmethod
+    def ListConsumerGroups(
+        self,
+        request: _group_offsets_service_pb2.ListConsumerGroupsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_group_offsets_service_pb2.ListConsumerGroupsResponse, _abc.Awaitable[_group_offsets_service_pb2.ListConsumerGroupsResponse]]:
+        """ListConsumerGroups lists every consumer group with its state (any replica answers)."""
+
+    @_abc_1.abstractmethod
+    def DeleteConsumerGroup(
+        self,
+        request: _group_offsets_service_pb2.DeleteConsumerGroupRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_group_offsets_service_pb2.DeleteConsumerGroupResponse, _abc.Awaitable[_group_offsets_service_pb2.DeleteConsumerGroupResponse]]:
+        """DeleteConsumerGroup deletes a group without members, with its committed offsets."""
 
 def add_GroupOffsetsServiceServicer_to_server(servicer: GroupOffsetsServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

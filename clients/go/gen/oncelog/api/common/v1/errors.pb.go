@@ -107,6 +107,20 @@ const (
 	ErrorReason_ERROR_REASON_INVALID_REPLICATION_FACTOR ErrorReason = 38
 	// ERROR_REASON_NOT_ENOUGH_REPLICAS means fewer in-sync replicas than min_insync_replicas; definite=false if written.
 	ErrorReason_ERROR_REASON_NOT_ENOUGH_REPLICAS ErrorReason = 39
+	// ERROR_REASON_STALE_MEMBER_EPOCH means a commit's member epoch is older than the member's and it no longer owns the partition; heartbeat, then retry.
+	ErrorReason_ERROR_REASON_STALE_MEMBER_EPOCH ErrorReason = 40
+	// ERROR_REASON_FENCED_MEMBER_EPOCH means the member epoch is not the member's current one; rejoin the group with epoch 0.
+	ErrorReason_ERROR_REASON_FENCED_MEMBER_EPOCH ErrorReason = 41
+	// ERROR_REASON_UNRELEASED_INSTANCE_ID means a static group_instance_id is held by another active member.
+	ErrorReason_ERROR_REASON_UNRELEASED_INSTANCE_ID ErrorReason = 42
+	// ERROR_REASON_UNSUPPORTED_ASSIGNOR means the group names a server assignor that does not exist.
+	ErrorReason_ERROR_REASON_UNSUPPORTED_ASSIGNOR ErrorReason = 43
+	// ERROR_REASON_INVALID_REGULAR_EXPRESSION means the subscription regex does not compile.
+	ErrorReason_ERROR_REASON_INVALID_REGULAR_EXPRESSION ErrorReason = 44
+	// ERROR_REASON_GROUP_ID_NOT_FOUND means no consumer group of that id exists.
+	ErrorReason_ERROR_REASON_GROUP_ID_NOT_FOUND ErrorReason = 45
+	// ERROR_REASON_NON_EMPTY_GROUP means the operation needs a group without members.
+	ErrorReason_ERROR_REASON_NON_EMPTY_GROUP ErrorReason = 46
 )
 
 // Enum value maps for ErrorReason.
@@ -152,6 +166,13 @@ var (
 		37: "ERROR_REASON_NETWORK_EXCEPTION",
 		38: "ERROR_REASON_INVALID_REPLICATION_FACTOR",
 		39: "ERROR_REASON_NOT_ENOUGH_REPLICAS",
+		40: "ERROR_REASON_STALE_MEMBER_EPOCH",
+		41: "ERROR_REASON_FENCED_MEMBER_EPOCH",
+		42: "ERROR_REASON_UNRELEASED_INSTANCE_ID",
+		43: "ERROR_REASON_UNSUPPORTED_ASSIGNOR",
+		44: "ERROR_REASON_INVALID_REGULAR_EXPRESSION",
+		45: "ERROR_REASON_GROUP_ID_NOT_FOUND",
+		46: "ERROR_REASON_NON_EMPTY_GROUP",
 	}
 	ErrorReason_value = map[string]int32{
 		"ERROR_REASON_UNSPECIFIED":                    0,
@@ -194,6 +215,13 @@ var (
 		"ERROR_REASON_NETWORK_EXCEPTION":              37,
 		"ERROR_REASON_INVALID_REPLICATION_FACTOR":     38,
 		"ERROR_REASON_NOT_ENOUGH_REPLICAS":            39,
+		"ERROR_REASON_STALE_MEMBER_EPOCH":             40,
+		"ERROR_REASON_FENCED_MEMBER_EPOCH":            41,
+		"ERROR_REASON_UNRELEASED_INSTANCE_ID":         42,
+		"ERROR_REASON_UNSUPPORTED_ASSIGNOR":           43,
+		"ERROR_REASON_INVALID_REGULAR_EXPRESSION":     44,
+		"ERROR_REASON_GROUP_ID_NOT_FOUND":             45,
+		"ERROR_REASON_NON_EMPTY_GROUP":                46,
 	}
 )
 
@@ -319,7 +347,7 @@ const file_oncelog_api_common_v1_errors_proto_rawDesc = "" +
 	"\bmetadata\x18\x05 \x03(\v2..oncelog.api.common.v1.ErrorInfo.MetadataEntryR\bmetadata\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01*\x99\f\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01*\xa8\x0e\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12%\n" +
 	"!ERROR_REASON_UNKNOWN_SERVER_ERROR\x10\x01\x12 \n" +
@@ -361,7 +389,14 @@ const file_oncelog_api_common_v1_errors_proto_rawDesc = "" +
 	" ERROR_REASON_STORAGE_UNAVAILABLE\x10$\x12\"\n" +
 	"\x1eERROR_REASON_NETWORK_EXCEPTION\x10%\x12+\n" +
 	"'ERROR_REASON_INVALID_REPLICATION_FACTOR\x10&\x12$\n" +
-	" ERROR_REASON_NOT_ENOUGH_REPLICAS\x10'b\x06proto3"
+	" ERROR_REASON_NOT_ENOUGH_REPLICAS\x10'\x12#\n" +
+	"\x1fERROR_REASON_STALE_MEMBER_EPOCH\x10(\x12$\n" +
+	" ERROR_REASON_FENCED_MEMBER_EPOCH\x10)\x12'\n" +
+	"#ERROR_REASON_UNRELEASED_INSTANCE_ID\x10*\x12%\n" +
+	"!ERROR_REASON_UNSUPPORTED_ASSIGNOR\x10+\x12+\n" +
+	"'ERROR_REASON_INVALID_REGULAR_EXPRESSION\x10,\x12#\n" +
+	"\x1fERROR_REASON_GROUP_ID_NOT_FOUND\x10-\x12 \n" +
+	"\x1cERROR_REASON_NON_EMPTY_GROUP\x10.b\x06proto3"
 
 var (
 	file_oncelog_api_common_v1_errors_proto_rawDescOnce sync.Once

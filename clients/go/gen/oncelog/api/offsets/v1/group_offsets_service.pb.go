@@ -27,7 +27,7 @@ const (
 // GroupMember identifies a group member for generation fencing; all unset means no membership check.
 type GroupMember struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// generation_id is the group generation the member joined; -1 skips the check.
+	// generation_id is the member epoch for a consumer group (ConsumerGroupHeartbeat), else the generation; -1 skips the check.
 	GenerationId int32 `protobuf:"varint,1,opt,name=generation_id,json=generationId,proto3" json:"generation_id,omitempty"`
 	// member_id is the member's id; empty skips the check.
 	MemberId string `protobuf:"bytes,2,opt,name=member_id,json=memberId,proto3" json:"member_id,omitempty"`
@@ -528,11 +528,860 @@ func (x *WriteTxnMarkersResponse) GetResults() []*v1.TxnMarkerResult {
 	return nil
 }
 
+// ConsumerGroupHeartbeatRequest is one member's heartbeat; it carries its whole subscription and ownership.
+type ConsumerGroupHeartbeatRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// group_id is the consumer group.
+	GroupId string `protobuf:"bytes,1,opt,name=group_id,json=groupId,proto3" json:"group_id,omitempty"`
+	// member_id is the member's id; on joining, a client-generated id (empty: the server generates one).
+	MemberId string `protobuf:"bytes,2,opt,name=member_id,json=memberId,proto3" json:"member_id,omitempty"`
+	// member_epoch is 0 to join, -1 to leave, -2 for a static member's temporary leave, else the current epoch.
+	MemberEpoch int32 `protobuf:"varint,3,opt,name=member_epoch,json=memberEpoch,proto3" json:"member_epoch,omitempty"`
+	// group_instance_id makes the member static: its assignment survives a restart within the session timeout.
+	GroupInstanceId string `protobuf:"bytes,4,opt,name=group_instance_id,json=groupInstanceId,proto3" json:"group_instance_id,omitempty"`
+	// rebalance_timeout_ms bounds how long the member may take to revoke partitions; 0 uses the server default.
+	RebalanceTimeoutMs int32 `protobuf:"varint,5,opt,name=rebalance_timeout_ms,json=rebalanceTimeoutMs,proto3" json:"rebalance_timeout_ms,omitempty"`
+	// subscribed_topic_names are the topics the member subscribes to (ignored when subscribed_topic_regex is set).
+	SubscribedTopicNames []string `protobuf:"bytes,6,rep,name=subscribed_topic_names,json=subscribedTopicNames,proto3" json:"subscribed_topic_names,omitempty"`
+	// subscribed_topic_regex subscribes to every topic whose whole name matches (Python re syntax).
+	SubscribedTopicRegex string `protobuf:"bytes,7,opt,name=subscribed_topic_regex,json=subscribedTopicRegex,proto3" json:"subscribed_topic_regex,omitempty"`
+	// server_assignor is "uniform" (default) or "range"; the group's first member chooses.
+	ServerAssignor string `protobuf:"bytes,8,opt,name=server_assignor,json=serverAssignor,proto3" json:"server_assignor,omitempty"`
+	// owned_partitions are the partitions the member holds now (after any revocation it completed).
+	OwnedPartitions []*v1.TopicPartition `protobuf:"bytes,9,rep,name=owned_partitions,json=ownedPartitions,proto3" json:"owned_partitions,omitempty"`
+	// client_id names the client in describe output.
+	ClientId      string `protobuf:"bytes,10,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ConsumerGroupHeartbeatRequest) Reset() {
+	*x = ConsumerGroupHeartbeatRequest{}
+	mi := &file_oncelog_api_offsets_v1_group_offsets_service_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ConsumerGroupHeartbeatRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ConsumerGroupHeartbeatRequest) ProtoMessage() {}
+
+func (x *ConsumerGroupHeartbeatRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_oncelog_api_offsets_v1_group_offsets_service_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ConsumerGroupHeartbeatRequest.ProtoReflect.Descriptor instead.
+func (*ConsumerGroupHeartbeatRequest) Descriptor() ([]byte, []int) {
+	return file_oncelog_api_offsets_v1_group_offsets_service_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *ConsumerGroupHeartbeatRequest) GetGroupId() string {
+	if x != nil {
+		return x.GroupId
+	}
+	return ""
+}
+
+func (x *ConsumerGroupHeartbeatRequest) GetMemberId() string {
+	if x != nil {
+		return x.MemberId
+	}
+	return ""
+}
+
+func (x *ConsumerGroupHeartbeatRequest) GetMemberEpoch() int32 {
+	if x != nil {
+		return x.MemberEpoch
+	}
+	return 0
+}
+
+func (x *ConsumerGroupHeartbeatRequest) GetGroupInstanceId() string {
+	if x != nil {
+		return x.GroupInstanceId
+	}
+	return ""
+}
+
+func (x *ConsumerGroupHeartbeatRequest) GetRebalanceTimeoutMs() int32 {
+	if x != nil {
+		return x.RebalanceTimeoutMs
+	}
+	return 0
+}
+
+func (x *ConsumerGroupHeartbeatRequest) GetSubscribedTopicNames() []string {
+	if x != nil {
+		return x.SubscribedTopicNames
+	}
+	return nil
+}
+
+func (x *ConsumerGroupHeartbeatRequest) GetSubscribedTopicRegex() string {
+	if x != nil {
+		return x.SubscribedTopicRegex
+	}
+	return ""
+}
+
+func (x *ConsumerGroupHeartbeatRequest) GetServerAssignor() string {
+	if x != nil {
+		return x.ServerAssignor
+	}
+	return ""
+}
+
+func (x *ConsumerGroupHeartbeatRequest) GetOwnedPartitions() []*v1.TopicPartition {
+	if x != nil {
+		return x.OwnedPartitions
+	}
+	return nil
+}
+
+func (x *ConsumerGroupHeartbeatRequest) GetClientId() string {
+	if x != nil {
+		return x.ClientId
+	}
+	return ""
+}
+
+// ConsumerGroupHeartbeatResponse gives the member its epoch and the partitions it may own.
+type ConsumerGroupHeartbeatResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// member_id is the member's id (generated by the server when the request had none).
+	MemberId string `protobuf:"bytes,1,opt,name=member_id,json=memberId,proto3" json:"member_id,omitempty"`
+	// member_epoch is the member's epoch; commits carry it (GroupMember.generation_id).
+	MemberEpoch int32 `protobuf:"varint,2,opt,name=member_epoch,json=memberEpoch,proto3" json:"member_epoch,omitempty"`
+	// heartbeat_interval_ms is how often the member should heartbeat.
+	HeartbeatIntervalMs int32 `protobuf:"varint,3,opt,name=heartbeat_interval_ms,json=heartbeatIntervalMs,proto3" json:"heartbeat_interval_ms,omitempty"`
+	// assignment is the full set of partitions the member may own now; anything else it holds it must revoke.
+	Assignment []*v1.TopicPartition `protobuf:"bytes,4,rep,name=assignment,proto3" json:"assignment,omitempty"`
+	// session_timeout_ms is how long the group keeps a member that stopped heartbeating.
+	SessionTimeoutMs int32 `protobuf:"varint,5,opt,name=session_timeout_ms,json=sessionTimeoutMs,proto3" json:"session_timeout_ms,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *ConsumerGroupHeartbeatResponse) Reset() {
+	*x = ConsumerGroupHeartbeatResponse{}
+	mi := &file_oncelog_api_offsets_v1_group_offsets_service_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ConsumerGroupHeartbeatResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ConsumerGroupHeartbeatResponse) ProtoMessage() {}
+
+func (x *ConsumerGroupHeartbeatResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_oncelog_api_offsets_v1_group_offsets_service_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ConsumerGroupHeartbeatResponse.ProtoReflect.Descriptor instead.
+func (*ConsumerGroupHeartbeatResponse) Descriptor() ([]byte, []int) {
+	return file_oncelog_api_offsets_v1_group_offsets_service_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *ConsumerGroupHeartbeatResponse) GetMemberId() string {
+	if x != nil {
+		return x.MemberId
+	}
+	return ""
+}
+
+func (x *ConsumerGroupHeartbeatResponse) GetMemberEpoch() int32 {
+	if x != nil {
+		return x.MemberEpoch
+	}
+	return 0
+}
+
+func (x *ConsumerGroupHeartbeatResponse) GetHeartbeatIntervalMs() int32 {
+	if x != nil {
+		return x.HeartbeatIntervalMs
+	}
+	return 0
+}
+
+func (x *ConsumerGroupHeartbeatResponse) GetAssignment() []*v1.TopicPartition {
+	if x != nil {
+		return x.Assignment
+	}
+	return nil
+}
+
+func (x *ConsumerGroupHeartbeatResponse) GetSessionTimeoutMs() int32 {
+	if x != nil {
+		return x.SessionTimeoutMs
+	}
+	return 0
+}
+
+// DescribeConsumerGroupsRequest names the groups to describe.
+type DescribeConsumerGroupsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// group_ids to describe.
+	GroupIds []string `protobuf:"bytes,1,rep,name=group_ids,json=groupIds,proto3" json:"group_ids,omitempty"`
+	// include_history adds the group's ownership history (ConsumerGroupDescription.history).
+	IncludeHistory bool `protobuf:"varint,2,opt,name=include_history,json=includeHistory,proto3" json:"include_history,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *DescribeConsumerGroupsRequest) Reset() {
+	*x = DescribeConsumerGroupsRequest{}
+	mi := &file_oncelog_api_offsets_v1_group_offsets_service_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DescribeConsumerGroupsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DescribeConsumerGroupsRequest) ProtoMessage() {}
+
+func (x *DescribeConsumerGroupsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_oncelog_api_offsets_v1_group_offsets_service_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DescribeConsumerGroupsRequest.ProtoReflect.Descriptor instead.
+func (*DescribeConsumerGroupsRequest) Descriptor() ([]byte, []int) {
+	return file_oncelog_api_offsets_v1_group_offsets_service_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *DescribeConsumerGroupsRequest) GetGroupIds() []string {
+	if x != nil {
+		return x.GroupIds
+	}
+	return nil
+}
+
+func (x *DescribeConsumerGroupsRequest) GetIncludeHistory() bool {
+	if x != nil {
+		return x.IncludeHistory
+	}
+	return false
+}
+
+// ConsumerGroupMemberDescription is one member as the coordinator holds it.
+type ConsumerGroupMemberDescription struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// member_id is the member's id.
+	MemberId string `protobuf:"bytes,1,opt,name=member_id,json=memberId,proto3" json:"member_id,omitempty"`
+	// group_instance_id is the static instance id, if any.
+	GroupInstanceId string `protobuf:"bytes,2,opt,name=group_instance_id,json=groupInstanceId,proto3" json:"group_instance_id,omitempty"`
+	// client_id is the client's name.
+	ClientId string `protobuf:"bytes,3,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	// member_epoch is the epoch the member reconciled to.
+	MemberEpoch int32 `protobuf:"varint,4,opt,name=member_epoch,json=memberEpoch,proto3" json:"member_epoch,omitempty"`
+	// subscribed_topic_names are its subscribed topics.
+	SubscribedTopicNames []string `protobuf:"bytes,5,rep,name=subscribed_topic_names,json=subscribedTopicNames,proto3" json:"subscribed_topic_names,omitempty"`
+	// subscribed_topic_regex is its subscription regex.
+	SubscribedTopicRegex string `protobuf:"bytes,6,opt,name=subscribed_topic_regex,json=subscribedTopicRegex,proto3" json:"subscribed_topic_regex,omitempty"`
+	// assignment are the partitions it may own now.
+	Assignment []*v1.TopicPartition `protobuf:"bytes,7,rep,name=assignment,proto3" json:"assignment,omitempty"`
+	// pending_revocation are partitions it still holds but must give up.
+	PendingRevocation []*v1.TopicPartition `protobuf:"bytes,8,rep,name=pending_revocation,json=pendingRevocation,proto3" json:"pending_revocation,omitempty"`
+	// target_assignment are the partitions the assignor gave it.
+	TargetAssignment []*v1.TopicPartition `protobuf:"bytes,9,rep,name=target_assignment,json=targetAssignment,proto3" json:"target_assignment,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *ConsumerGroupMemberDescription) Reset() {
+	*x = ConsumerGroupMemberDescription{}
+	mi := &file_oncelog_api_offsets_v1_group_offsets_service_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ConsumerGroupMemberDescription) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ConsumerGroupMemberDescription) ProtoMessage() {}
+
+func (x *ConsumerGroupMemberDescription) ProtoReflect() protoreflect.Message {
+	mi := &file_oncelog_api_offsets_v1_group_offsets_service_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ConsumerGroupMemberDescription.ProtoReflect.Descriptor instead.
+func (*ConsumerGroupMemberDescription) Descriptor() ([]byte, []int) {
+	return file_oncelog_api_offsets_v1_group_offsets_service_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *ConsumerGroupMemberDescription) GetMemberId() string {
+	if x != nil {
+		return x.MemberId
+	}
+	return ""
+}
+
+func (x *ConsumerGroupMemberDescription) GetGroupInstanceId() string {
+	if x != nil {
+		return x.GroupInstanceId
+	}
+	return ""
+}
+
+func (x *ConsumerGroupMemberDescription) GetClientId() string {
+	if x != nil {
+		return x.ClientId
+	}
+	return ""
+}
+
+func (x *ConsumerGroupMemberDescription) GetMemberEpoch() int32 {
+	if x != nil {
+		return x.MemberEpoch
+	}
+	return 0
+}
+
+func (x *ConsumerGroupMemberDescription) GetSubscribedTopicNames() []string {
+	if x != nil {
+		return x.SubscribedTopicNames
+	}
+	return nil
+}
+
+func (x *ConsumerGroupMemberDescription) GetSubscribedTopicRegex() string {
+	if x != nil {
+		return x.SubscribedTopicRegex
+	}
+	return ""
+}
+
+func (x *ConsumerGroupMemberDescription) GetAssignment() []*v1.TopicPartition {
+	if x != nil {
+		return x.Assignment
+	}
+	return nil
+}
+
+func (x *ConsumerGroupMemberDescription) GetPendingRevocation() []*v1.TopicPartition {
+	if x != nil {
+		return x.PendingRevocation
+	}
+	return nil
+}
+
+func (x *ConsumerGroupMemberDescription) GetTargetAssignment() []*v1.TopicPartition {
+	if x != nil {
+		return x.TargetAssignment
+	}
+	return nil
+}
+
+// OwnershipChange is one entry of a group's ownership history: what a member may hold from then on.
+type OwnershipChange struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// seq orders the entries of one group.
+	Seq int64 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	// member_id is the member whose ownership changed.
+	MemberId string `protobuf:"bytes,2,opt,name=member_id,json=memberId,proto3" json:"member_id,omitempty"`
+	// member_epoch is the member's epoch after the change (-1: removed).
+	MemberEpoch int32 `protobuf:"varint,3,opt,name=member_epoch,json=memberEpoch,proto3" json:"member_epoch,omitempty"`
+	// owned are the partitions it may hold (assigned or pending revocation) from this entry on.
+	Owned         []*v1.TopicPartition `protobuf:"bytes,4,rep,name=owned,proto3" json:"owned,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OwnershipChange) Reset() {
+	*x = OwnershipChange{}
+	mi := &file_oncelog_api_offsets_v1_group_offsets_service_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OwnershipChange) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OwnershipChange) ProtoMessage() {}
+
+func (x *OwnershipChange) ProtoReflect() protoreflect.Message {
+	mi := &file_oncelog_api_offsets_v1_group_offsets_service_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OwnershipChange.ProtoReflect.Descriptor instead.
+func (*OwnershipChange) Descriptor() ([]byte, []int) {
+	return file_oncelog_api_offsets_v1_group_offsets_service_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *OwnershipChange) GetSeq() int64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *OwnershipChange) GetMemberId() string {
+	if x != nil {
+		return x.MemberId
+	}
+	return ""
+}
+
+func (x *OwnershipChange) GetMemberEpoch() int32 {
+	if x != nil {
+		return x.MemberEpoch
+	}
+	return 0
+}
+
+func (x *OwnershipChange) GetOwned() []*v1.TopicPartition {
+	if x != nil {
+		return x.Owned
+	}
+	return nil
+}
+
+// ConsumerGroupDescription is one group.
+type ConsumerGroupDescription struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// group_id is the group.
+	GroupId string `protobuf:"bytes,1,opt,name=group_id,json=groupId,proto3" json:"group_id,omitempty"`
+	// error is set when the group could not be described (GROUP_ID_NOT_FOUND).
+	Error *v1.ErrorInfo `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
+	// state is EMPTY, ASSIGNING, RECONCILING or STABLE.
+	State string `protobuf:"bytes,3,opt,name=state,proto3" json:"state,omitempty"`
+	// group_epoch is the group's epoch.
+	GroupEpoch int32 `protobuf:"varint,4,opt,name=group_epoch,json=groupEpoch,proto3" json:"group_epoch,omitempty"`
+	// assignment_epoch is the epoch of the target assignment.
+	AssignmentEpoch int32 `protobuf:"varint,5,opt,name=assignment_epoch,json=assignmentEpoch,proto3" json:"assignment_epoch,omitempty"`
+	// assignor is the server assignor in use.
+	Assignor string `protobuf:"bytes,6,opt,name=assignor,proto3" json:"assignor,omitempty"`
+	// members of the group.
+	Members []*ConsumerGroupMemberDescription `protobuf:"bytes,7,rep,name=members,proto3" json:"members,omitempty"`
+	// history of ownership changes, oldest first (only with include_history).
+	History       []*OwnershipChange `protobuf:"bytes,8,rep,name=history,proto3" json:"history,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ConsumerGroupDescription) Reset() {
+	*x = ConsumerGroupDescription{}
+	mi := &file_oncelog_api_offsets_v1_group_offsets_service_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ConsumerGroupDescription) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ConsumerGroupDescription) ProtoMessage() {}
+
+func (x *ConsumerGroupDescription) ProtoReflect() protoreflect.Message {
+	mi := &file_oncelog_api_offsets_v1_group_offsets_service_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ConsumerGroupDescription.ProtoReflect.Descriptor instead.
+func (*ConsumerGroupDescription) Descriptor() ([]byte, []int) {
+	return file_oncelog_api_offsets_v1_group_offsets_service_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *ConsumerGroupDescription) GetGroupId() string {
+	if x != nil {
+		return x.GroupId
+	}
+	return ""
+}
+
+func (x *ConsumerGroupDescription) GetError() *v1.ErrorInfo {
+	if x != nil {
+		return x.Error
+	}
+	return nil
+}
+
+func (x *ConsumerGroupDescription) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *ConsumerGroupDescription) GetGroupEpoch() int32 {
+	if x != nil {
+		return x.GroupEpoch
+	}
+	return 0
+}
+
+func (x *ConsumerGroupDescription) GetAssignmentEpoch() int32 {
+	if x != nil {
+		return x.AssignmentEpoch
+	}
+	return 0
+}
+
+func (x *ConsumerGroupDescription) GetAssignor() string {
+	if x != nil {
+		return x.Assignor
+	}
+	return ""
+}
+
+func (x *ConsumerGroupDescription) GetMembers() []*ConsumerGroupMemberDescription {
+	if x != nil {
+		return x.Members
+	}
+	return nil
+}
+
+func (x *ConsumerGroupDescription) GetHistory() []*OwnershipChange {
+	if x != nil {
+		return x.History
+	}
+	return nil
+}
+
+// DescribeConsumerGroupsResponse describes each requested group, in request order.
+type DescribeConsumerGroupsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// groups in request order.
+	Groups        []*ConsumerGroupDescription `protobuf:"bytes,1,rep,name=groups,proto3" json:"groups,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DescribeConsumerGroupsResponse) Reset() {
+	*x = DescribeConsumerGroupsResponse{}
+	mi := &file_oncelog_api_offsets_v1_group_offsets_service_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DescribeConsumerGroupsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DescribeConsumerGroupsResponse) ProtoMessage() {}
+
+func (x *DescribeConsumerGroupsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_oncelog_api_offsets_v1_group_offsets_service_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DescribeConsumerGroupsResponse.ProtoReflect.Descriptor instead.
+func (*DescribeConsumerGroupsResponse) Descriptor() ([]byte, []int) {
+	return file_oncelog_api_offsets_v1_group_offsets_service_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *DescribeConsumerGroupsResponse) GetGroups() []*ConsumerGroupDescription {
+	if x != nil {
+		return x.Groups
+	}
+	return nil
+}
+
+// ListConsumerGroupsRequest lists every consumer group.
+type ListConsumerGroupsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListConsumerGroupsRequest) Reset() {
+	*x = ListConsumerGroupsRequest{}
+	mi := &file_oncelog_api_offsets_v1_group_offsets_service_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListConsumerGroupsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListConsumerGroupsRequest) ProtoMessage() {}
+
+func (x *ListConsumerGroupsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_oncelog_api_offsets_v1_group_offsets_service_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListConsumerGroupsRequest.ProtoReflect.Descriptor instead.
+func (*ListConsumerGroupsRequest) Descriptor() ([]byte, []int) {
+	return file_oncelog_api_offsets_v1_group_offsets_service_proto_rawDescGZIP(), []int{16}
+}
+
+// ConsumerGroupListing is one group in a listing.
+type ConsumerGroupListing struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// group_id is the group.
+	GroupId string `protobuf:"bytes,1,opt,name=group_id,json=groupId,proto3" json:"group_id,omitempty"`
+	// state is EMPTY, ASSIGNING, RECONCILING or STABLE.
+	State string `protobuf:"bytes,2,opt,name=state,proto3" json:"state,omitempty"`
+	// group_epoch is the group's epoch.
+	GroupEpoch int32 `protobuf:"varint,3,opt,name=group_epoch,json=groupEpoch,proto3" json:"group_epoch,omitempty"`
+	// member_count is the number of members.
+	MemberCount   int32 `protobuf:"varint,4,opt,name=member_count,json=memberCount,proto3" json:"member_count,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ConsumerGroupListing) Reset() {
+	*x = ConsumerGroupListing{}
+	mi := &file_oncelog_api_offsets_v1_group_offsets_service_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ConsumerGroupListing) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ConsumerGroupListing) ProtoMessage() {}
+
+func (x *ConsumerGroupListing) ProtoReflect() protoreflect.Message {
+	mi := &file_oncelog_api_offsets_v1_group_offsets_service_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ConsumerGroupListing.ProtoReflect.Descriptor instead.
+func (*ConsumerGroupListing) Descriptor() ([]byte, []int) {
+	return file_oncelog_api_offsets_v1_group_offsets_service_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *ConsumerGroupListing) GetGroupId() string {
+	if x != nil {
+		return x.GroupId
+	}
+	return ""
+}
+
+func (x *ConsumerGroupListing) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *ConsumerGroupListing) GetGroupEpoch() int32 {
+	if x != nil {
+		return x.GroupEpoch
+	}
+	return 0
+}
+
+func (x *ConsumerGroupListing) GetMemberCount() int32 {
+	if x != nil {
+		return x.MemberCount
+	}
+	return 0
+}
+
+// ListConsumerGroupsResponse lists the groups, sorted by id.
+type ListConsumerGroupsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// groups sorted by id.
+	Groups        []*ConsumerGroupListing `protobuf:"bytes,1,rep,name=groups,proto3" json:"groups,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListConsumerGroupsResponse) Reset() {
+	*x = ListConsumerGroupsResponse{}
+	mi := &file_oncelog_api_offsets_v1_group_offsets_service_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListConsumerGroupsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListConsumerGroupsResponse) ProtoMessage() {}
+
+func (x *ListConsumerGroupsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_oncelog_api_offsets_v1_group_offsets_service_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListConsumerGroupsResponse.ProtoReflect.Descriptor instead.
+func (*ListConsumerGroupsResponse) Descriptor() ([]byte, []int) {
+	return file_oncelog_api_offsets_v1_group_offsets_service_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *ListConsumerGroupsResponse) GetGroups() []*ConsumerGroupListing {
+	if x != nil {
+		return x.Groups
+	}
+	return nil
+}
+
+// DeleteConsumerGroupRequest names the group to delete.
+type DeleteConsumerGroupRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// group_id is the group; it must have no members.
+	GroupId       string `protobuf:"bytes,1,opt,name=group_id,json=groupId,proto3" json:"group_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteConsumerGroupRequest) Reset() {
+	*x = DeleteConsumerGroupRequest{}
+	mi := &file_oncelog_api_offsets_v1_group_offsets_service_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteConsumerGroupRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteConsumerGroupRequest) ProtoMessage() {}
+
+func (x *DeleteConsumerGroupRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_oncelog_api_offsets_v1_group_offsets_service_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteConsumerGroupRequest.ProtoReflect.Descriptor instead.
+func (*DeleteConsumerGroupRequest) Descriptor() ([]byte, []int) {
+	return file_oncelog_api_offsets_v1_group_offsets_service_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *DeleteConsumerGroupRequest) GetGroupId() string {
+	if x != nil {
+		return x.GroupId
+	}
+	return ""
+}
+
+// DeleteConsumerGroupResponse confirms the deletion.
+type DeleteConsumerGroupResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteConsumerGroupResponse) Reset() {
+	*x = DeleteConsumerGroupResponse{}
+	mi := &file_oncelog_api_offsets_v1_group_offsets_service_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteConsumerGroupResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteConsumerGroupResponse) ProtoMessage() {}
+
+func (x *DeleteConsumerGroupResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_oncelog_api_offsets_v1_group_offsets_service_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteConsumerGroupResponse.ProtoReflect.Descriptor instead.
+func (*DeleteConsumerGroupResponse) Descriptor() ([]byte, []int) {
+	return file_oncelog_api_offsets_v1_group_offsets_service_proto_rawDescGZIP(), []int{20}
+}
+
 var File_oncelog_api_offsets_v1_group_offsets_service_proto protoreflect.FileDescriptor
 
 const file_oncelog_api_offsets_v1_group_offsets_service_proto_rawDesc = "" +
 	"\n" +
-	"2oncelog/api/offsets/v1/group_offsets_service.proto\x12\x16oncelog.api.offsets.v1\x1a$oncelog/api/common/v1/identity.proto\x1a\"oncelog/api/common/v1/marker.proto\x1a%oncelog/api/common/v1/partition.proto\"{\n" +
+	"2oncelog/api/offsets/v1/group_offsets_service.proto\x12\x16oncelog.api.offsets.v1\x1a\"oncelog/api/common/v1/errors.proto\x1a$oncelog/api/common/v1/identity.proto\x1a\"oncelog/api/common/v1/marker.proto\x1a%oncelog/api/common/v1/partition.proto\"{\n" +
 	"\vGroupMember\x12#\n" +
 	"\rgeneration_id\x18\x01 \x01(\x05R\fgenerationId\x12\x1b\n" +
 	"\tmember_id\x18\x02 \x01(\tR\bmemberId\x12*\n" +
@@ -562,12 +1411,80 @@ const file_oncelog_api_offsets_v1_group_offsets_service_proto_rawDesc = "" +
 	"\x16WriteTxnMarkersRequest\x12:\n" +
 	"\amarkers\x18\x01 \x03(\v2 .oncelog.api.common.v1.TxnMarkerR\amarkers\"[\n" +
 	"\x17WriteTxnMarkersResponse\x12@\n" +
-	"\aresults\x18\x01 \x03(\v2&.oncelog.api.common.v1.TxnMarkerResultR\aresults2\xd6\x03\n" +
+	"\aresults\x18\x01 \x03(\v2&.oncelog.api.common.v1.TxnMarkerResultR\aresults\"\xdc\x03\n" +
+	"\x1dConsumerGroupHeartbeatRequest\x12\x19\n" +
+	"\bgroup_id\x18\x01 \x01(\tR\agroupId\x12\x1b\n" +
+	"\tmember_id\x18\x02 \x01(\tR\bmemberId\x12!\n" +
+	"\fmember_epoch\x18\x03 \x01(\x05R\vmemberEpoch\x12*\n" +
+	"\x11group_instance_id\x18\x04 \x01(\tR\x0fgroupInstanceId\x120\n" +
+	"\x14rebalance_timeout_ms\x18\x05 \x01(\x05R\x12rebalanceTimeoutMs\x124\n" +
+	"\x16subscribed_topic_names\x18\x06 \x03(\tR\x14subscribedTopicNames\x124\n" +
+	"\x16subscribed_topic_regex\x18\a \x01(\tR\x14subscribedTopicRegex\x12'\n" +
+	"\x0fserver_assignor\x18\b \x01(\tR\x0eserverAssignor\x12P\n" +
+	"\x10owned_partitions\x18\t \x03(\v2%.oncelog.api.common.v1.TopicPartitionR\x0fownedPartitions\x12\x1b\n" +
+	"\tclient_id\x18\n" +
+	" \x01(\tR\bclientId\"\x89\x02\n" +
+	"\x1eConsumerGroupHeartbeatResponse\x12\x1b\n" +
+	"\tmember_id\x18\x01 \x01(\tR\bmemberId\x12!\n" +
+	"\fmember_epoch\x18\x02 \x01(\x05R\vmemberEpoch\x122\n" +
+	"\x15heartbeat_interval_ms\x18\x03 \x01(\x05R\x13heartbeatIntervalMs\x12E\n" +
+	"\n" +
+	"assignment\x18\x04 \x03(\v2%.oncelog.api.common.v1.TopicPartitionR\n" +
+	"assignment\x12,\n" +
+	"\x12session_timeout_ms\x18\x05 \x01(\x05R\x10sessionTimeoutMs\"e\n" +
+	"\x1dDescribeConsumerGroupsRequest\x12\x1b\n" +
+	"\tgroup_ids\x18\x01 \x03(\tR\bgroupIds\x12'\n" +
+	"\x0finclude_history\x18\x02 \x01(\bR\x0eincludeHistory\"\x86\x04\n" +
+	"\x1eConsumerGroupMemberDescription\x12\x1b\n" +
+	"\tmember_id\x18\x01 \x01(\tR\bmemberId\x12*\n" +
+	"\x11group_instance_id\x18\x02 \x01(\tR\x0fgroupInstanceId\x12\x1b\n" +
+	"\tclient_id\x18\x03 \x01(\tR\bclientId\x12!\n" +
+	"\fmember_epoch\x18\x04 \x01(\x05R\vmemberEpoch\x124\n" +
+	"\x16subscribed_topic_names\x18\x05 \x03(\tR\x14subscribedTopicNames\x124\n" +
+	"\x16subscribed_topic_regex\x18\x06 \x01(\tR\x14subscribedTopicRegex\x12E\n" +
+	"\n" +
+	"assignment\x18\a \x03(\v2%.oncelog.api.common.v1.TopicPartitionR\n" +
+	"assignment\x12T\n" +
+	"\x12pending_revocation\x18\b \x03(\v2%.oncelog.api.common.v1.TopicPartitionR\x11pendingRevocation\x12R\n" +
+	"\x11target_assignment\x18\t \x03(\v2%.oncelog.api.common.v1.TopicPartitionR\x10targetAssignment\"\xa0\x01\n" +
+	"\x0fOwnershipChange\x12\x10\n" +
+	"\x03seq\x18\x01 \x01(\x03R\x03seq\x12\x1b\n" +
+	"\tmember_id\x18\x02 \x01(\tR\bmemberId\x12!\n" +
+	"\fmember_epoch\x18\x03 \x01(\x05R\vmemberEpoch\x12;\n" +
+	"\x05owned\x18\x04 \x03(\v2%.oncelog.api.common.v1.TopicPartitionR\x05owned\"\x80\x03\n" +
+	"\x18ConsumerGroupDescription\x12\x19\n" +
+	"\bgroup_id\x18\x01 \x01(\tR\agroupId\x126\n" +
+	"\x05error\x18\x02 \x01(\v2 .oncelog.api.common.v1.ErrorInfoR\x05error\x12\x14\n" +
+	"\x05state\x18\x03 \x01(\tR\x05state\x12\x1f\n" +
+	"\vgroup_epoch\x18\x04 \x01(\x05R\n" +
+	"groupEpoch\x12)\n" +
+	"\x10assignment_epoch\x18\x05 \x01(\x05R\x0fassignmentEpoch\x12\x1a\n" +
+	"\bassignor\x18\x06 \x01(\tR\bassignor\x12P\n" +
+	"\amembers\x18\a \x03(\v26.oncelog.api.offsets.v1.ConsumerGroupMemberDescriptionR\amembers\x12A\n" +
+	"\ahistory\x18\b \x03(\v2'.oncelog.api.offsets.v1.OwnershipChangeR\ahistory\"j\n" +
+	"\x1eDescribeConsumerGroupsResponse\x12H\n" +
+	"\x06groups\x18\x01 \x03(\v20.oncelog.api.offsets.v1.ConsumerGroupDescriptionR\x06groups\"\x1b\n" +
+	"\x19ListConsumerGroupsRequest\"\x8b\x01\n" +
+	"\x14ConsumerGroupListing\x12\x19\n" +
+	"\bgroup_id\x18\x01 \x01(\tR\agroupId\x12\x14\n" +
+	"\x05state\x18\x02 \x01(\tR\x05state\x12\x1f\n" +
+	"\vgroup_epoch\x18\x03 \x01(\x05R\n" +
+	"groupEpoch\x12!\n" +
+	"\fmember_count\x18\x04 \x01(\x05R\vmemberCount\"b\n" +
+	"\x1aListConsumerGroupsResponse\x12D\n" +
+	"\x06groups\x18\x01 \x03(\v2,.oncelog.api.offsets.v1.ConsumerGroupListingR\x06groups\"7\n" +
+	"\x1aDeleteConsumerGroupRequest\x12\x19\n" +
+	"\bgroup_id\x18\x01 \x01(\tR\agroupId\"\x1d\n" +
+	"\x1bDeleteConsumerGroupResponse2\xe7\a\n" +
 	"\x13GroupOffsetsService\x12l\n" +
 	"\rCommitOffsets\x12,.oncelog.api.offsets.v1.CommitOffsetsRequest\x1a-.oncelog.api.offsets.v1.CommitOffsetsResponse\x12i\n" +
 	"\fFetchOffsets\x12+.oncelog.api.offsets.v1.FetchOffsetsRequest\x1a,.oncelog.api.offsets.v1.FetchOffsetsResponse\x12r\n" +
 	"\x0fTxnOffsetCommit\x12..oncelog.api.offsets.v1.TxnOffsetCommitRequest\x1a/.oncelog.api.offsets.v1.TxnOffsetCommitResponse\x12r\n" +
-	"\x0fWriteTxnMarkers\x12..oncelog.api.offsets.v1.WriteTxnMarkersRequest\x1a/.oncelog.api.offsets.v1.WriteTxnMarkersResponseb\x06proto3"
+	"\x0fWriteTxnMarkers\x12..oncelog.api.offsets.v1.WriteTxnMarkersRequest\x1a/.oncelog.api.offsets.v1.WriteTxnMarkersResponse\x12\x87\x01\n" +
+	"\x16ConsumerGroupHeartbeat\x125.oncelog.api.offsets.v1.ConsumerGroupHeartbeatRequest\x1a6.oncelog.api.offsets.v1.ConsumerGroupHeartbeatResponse\x12\x87\x01\n" +
+	"\x16DescribeConsumerGroups\x125.oncelog.api.offsets.v1.DescribeConsumerGroupsRequest\x1a6.oncelog.api.offsets.v1.DescribeConsumerGroupsResponse\x12{\n" +
+	"\x12ListConsumerGroups\x121.oncelog.api.offsets.v1.ListConsumerGroupsRequest\x1a2.oncelog.api.offsets.v1.ListConsumerGroupsResponse\x12~\n" +
+	"\x13DeleteConsumerGroup\x122.oncelog.api.offsets.v1.DeleteConsumerGroupRequest\x1a3.oncelog.api.offsets.v1.DeleteConsumerGroupResponseb\x06proto3"
 
 var (
 	file_oncelog_api_offsets_v1_group_offsets_service_proto_rawDescOnce sync.Once
@@ -581,48 +1498,80 @@ func file_oncelog_api_offsets_v1_group_offsets_service_proto_rawDescGZIP() []byt
 	return file_oncelog_api_offsets_v1_group_offsets_service_proto_rawDescData
 }
 
-var file_oncelog_api_offsets_v1_group_offsets_service_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
+var file_oncelog_api_offsets_v1_group_offsets_service_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_oncelog_api_offsets_v1_group_offsets_service_proto_goTypes = []any{
-	(*GroupMember)(nil),             // 0: oncelog.api.offsets.v1.GroupMember
-	(*CommitOffsetsRequest)(nil),    // 1: oncelog.api.offsets.v1.CommitOffsetsRequest
-	(*CommitOffsetsResponse)(nil),   // 2: oncelog.api.offsets.v1.CommitOffsetsResponse
-	(*FetchOffsetsRequest)(nil),     // 3: oncelog.api.offsets.v1.FetchOffsetsRequest
-	(*FetchOffsetsResponse)(nil),    // 4: oncelog.api.offsets.v1.FetchOffsetsResponse
-	(*TxnOffsetCommitRequest)(nil),  // 5: oncelog.api.offsets.v1.TxnOffsetCommitRequest
-	(*TxnOffsetCommitResponse)(nil), // 6: oncelog.api.offsets.v1.TxnOffsetCommitResponse
-	(*WriteTxnMarkersRequest)(nil),  // 7: oncelog.api.offsets.v1.WriteTxnMarkersRequest
-	(*WriteTxnMarkersResponse)(nil), // 8: oncelog.api.offsets.v1.WriteTxnMarkersResponse
-	(*v1.PartitionOffset)(nil),      // 9: oncelog.api.common.v1.PartitionOffset
-	(*v1.TopicPartition)(nil),       // 10: oncelog.api.common.v1.TopicPartition
-	(*v1.ProducerIdentity)(nil),     // 11: oncelog.api.common.v1.ProducerIdentity
-	(*v1.TxnMarker)(nil),            // 12: oncelog.api.common.v1.TxnMarker
-	(*v1.TxnMarkerResult)(nil),      // 13: oncelog.api.common.v1.TxnMarkerResult
+	(*GroupMember)(nil),                    // 0: oncelog.api.offsets.v1.GroupMember
+	(*CommitOffsetsRequest)(nil),           // 1: oncelog.api.offsets.v1.CommitOffsetsRequest
+	(*CommitOffsetsResponse)(nil),          // 2: oncelog.api.offsets.v1.CommitOffsetsResponse
+	(*FetchOffsetsRequest)(nil),            // 3: oncelog.api.offsets.v1.FetchOffsetsRequest
+	(*FetchOffsetsResponse)(nil),           // 4: oncelog.api.offsets.v1.FetchOffsetsResponse
+	(*TxnOffsetCommitRequest)(nil),         // 5: oncelog.api.offsets.v1.TxnOffsetCommitRequest
+	(*TxnOffsetCommitResponse)(nil),        // 6: oncelog.api.offsets.v1.TxnOffsetCommitResponse
+	(*WriteTxnMarkersRequest)(nil),         // 7: oncelog.api.offsets.v1.WriteTxnMarkersRequest
+	(*WriteTxnMarkersResponse)(nil),        // 8: oncelog.api.offsets.v1.WriteTxnMarkersResponse
+	(*ConsumerGroupHeartbeatRequest)(nil),  // 9: oncelog.api.offsets.v1.ConsumerGroupHeartbeatRequest
+	(*ConsumerGroupHeartbeatResponse)(nil), // 10: oncelog.api.offsets.v1.ConsumerGroupHeartbeatResponse
+	(*DescribeConsumerGroupsRequest)(nil),  // 11: oncelog.api.offsets.v1.DescribeConsumerGroupsRequest
+	(*ConsumerGroupMemberDescription)(nil), // 12: oncelog.api.offsets.v1.ConsumerGroupMemberDescription
+	(*OwnershipChange)(nil),                // 13: oncelog.api.offsets.v1.OwnershipChange
+	(*ConsumerGroupDescription)(nil),       // 14: oncelog.api.offsets.v1.ConsumerGroupDescription
+	(*DescribeConsumerGroupsResponse)(nil), // 15: oncelog.api.offsets.v1.DescribeConsumerGroupsResponse
+	(*ListConsumerGroupsRequest)(nil),      // 16: oncelog.api.offsets.v1.ListConsumerGroupsRequest
+	(*ConsumerGroupListing)(nil),           // 17: oncelog.api.offsets.v1.ConsumerGroupListing
+	(*ListConsumerGroupsResponse)(nil),     // 18: oncelog.api.offsets.v1.ListConsumerGroupsResponse
+	(*DeleteConsumerGroupRequest)(nil),     // 19: oncelog.api.offsets.v1.DeleteConsumerGroupRequest
+	(*DeleteConsumerGroupResponse)(nil),    // 20: oncelog.api.offsets.v1.DeleteConsumerGroupResponse
+	(*v1.PartitionOffset)(nil),             // 21: oncelog.api.common.v1.PartitionOffset
+	(*v1.TopicPartition)(nil),              // 22: oncelog.api.common.v1.TopicPartition
+	(*v1.ProducerIdentity)(nil),            // 23: oncelog.api.common.v1.ProducerIdentity
+	(*v1.TxnMarker)(nil),                   // 24: oncelog.api.common.v1.TxnMarker
+	(*v1.TxnMarkerResult)(nil),             // 25: oncelog.api.common.v1.TxnMarkerResult
+	(*v1.ErrorInfo)(nil),                   // 26: oncelog.api.common.v1.ErrorInfo
 }
 var file_oncelog_api_offsets_v1_group_offsets_service_proto_depIdxs = []int32{
 	0,  // 0: oncelog.api.offsets.v1.CommitOffsetsRequest.member:type_name -> oncelog.api.offsets.v1.GroupMember
-	9,  // 1: oncelog.api.offsets.v1.CommitOffsetsRequest.offsets:type_name -> oncelog.api.common.v1.PartitionOffset
-	9,  // 2: oncelog.api.offsets.v1.CommitOffsetsResponse.offsets:type_name -> oncelog.api.common.v1.PartitionOffset
-	10, // 3: oncelog.api.offsets.v1.FetchOffsetsRequest.partitions:type_name -> oncelog.api.common.v1.TopicPartition
-	9,  // 4: oncelog.api.offsets.v1.FetchOffsetsResponse.offsets:type_name -> oncelog.api.common.v1.PartitionOffset
-	11, // 5: oncelog.api.offsets.v1.TxnOffsetCommitRequest.producer:type_name -> oncelog.api.common.v1.ProducerIdentity
+	21, // 1: oncelog.api.offsets.v1.CommitOffsetsRequest.offsets:type_name -> oncelog.api.common.v1.PartitionOffset
+	21, // 2: oncelog.api.offsets.v1.CommitOffsetsResponse.offsets:type_name -> oncelog.api.common.v1.PartitionOffset
+	22, // 3: oncelog.api.offsets.v1.FetchOffsetsRequest.partitions:type_name -> oncelog.api.common.v1.TopicPartition
+	21, // 4: oncelog.api.offsets.v1.FetchOffsetsResponse.offsets:type_name -> oncelog.api.common.v1.PartitionOffset
+	23, // 5: oncelog.api.offsets.v1.TxnOffsetCommitRequest.producer:type_name -> oncelog.api.common.v1.ProducerIdentity
 	0,  // 6: oncelog.api.offsets.v1.TxnOffsetCommitRequest.member:type_name -> oncelog.api.offsets.v1.GroupMember
-	9,  // 7: oncelog.api.offsets.v1.TxnOffsetCommitRequest.offsets:type_name -> oncelog.api.common.v1.PartitionOffset
-	9,  // 8: oncelog.api.offsets.v1.TxnOffsetCommitResponse.offsets:type_name -> oncelog.api.common.v1.PartitionOffset
-	12, // 9: oncelog.api.offsets.v1.WriteTxnMarkersRequest.markers:type_name -> oncelog.api.common.v1.TxnMarker
-	13, // 10: oncelog.api.offsets.v1.WriteTxnMarkersResponse.results:type_name -> oncelog.api.common.v1.TxnMarkerResult
-	1,  // 11: oncelog.api.offsets.v1.GroupOffsetsService.CommitOffsets:input_type -> oncelog.api.offsets.v1.CommitOffsetsRequest
-	3,  // 12: oncelog.api.offsets.v1.GroupOffsetsService.FetchOffsets:input_type -> oncelog.api.offsets.v1.FetchOffsetsRequest
-	5,  // 13: oncelog.api.offsets.v1.GroupOffsetsService.TxnOffsetCommit:input_type -> oncelog.api.offsets.v1.TxnOffsetCommitRequest
-	7,  // 14: oncelog.api.offsets.v1.GroupOffsetsService.WriteTxnMarkers:input_type -> oncelog.api.offsets.v1.WriteTxnMarkersRequest
-	2,  // 15: oncelog.api.offsets.v1.GroupOffsetsService.CommitOffsets:output_type -> oncelog.api.offsets.v1.CommitOffsetsResponse
-	4,  // 16: oncelog.api.offsets.v1.GroupOffsetsService.FetchOffsets:output_type -> oncelog.api.offsets.v1.FetchOffsetsResponse
-	6,  // 17: oncelog.api.offsets.v1.GroupOffsetsService.TxnOffsetCommit:output_type -> oncelog.api.offsets.v1.TxnOffsetCommitResponse
-	8,  // 18: oncelog.api.offsets.v1.GroupOffsetsService.WriteTxnMarkers:output_type -> oncelog.api.offsets.v1.WriteTxnMarkersResponse
-	15, // [15:19] is the sub-list for method output_type
-	11, // [11:15] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	21, // 7: oncelog.api.offsets.v1.TxnOffsetCommitRequest.offsets:type_name -> oncelog.api.common.v1.PartitionOffset
+	21, // 8: oncelog.api.offsets.v1.TxnOffsetCommitResponse.offsets:type_name -> oncelog.api.common.v1.PartitionOffset
+	24, // 9: oncelog.api.offsets.v1.WriteTxnMarkersRequest.markers:type_name -> oncelog.api.common.v1.TxnMarker
+	25, // 10: oncelog.api.offsets.v1.WriteTxnMarkersResponse.results:type_name -> oncelog.api.common.v1.TxnMarkerResult
+	22, // 11: oncelog.api.offsets.v1.ConsumerGroupHeartbeatRequest.owned_partitions:type_name -> oncelog.api.common.v1.TopicPartition
+	22, // 12: oncelog.api.offsets.v1.ConsumerGroupHeartbeatResponse.assignment:type_name -> oncelog.api.common.v1.TopicPartition
+	22, // 13: oncelog.api.offsets.v1.ConsumerGroupMemberDescription.assignment:type_name -> oncelog.api.common.v1.TopicPartition
+	22, // 14: oncelog.api.offsets.v1.ConsumerGroupMemberDescription.pending_revocation:type_name -> oncelog.api.common.v1.TopicPartition
+	22, // 15: oncelog.api.offsets.v1.ConsumerGroupMemberDescription.target_assignment:type_name -> oncelog.api.common.v1.TopicPartition
+	22, // 16: oncelog.api.offsets.v1.OwnershipChange.owned:type_name -> oncelog.api.common.v1.TopicPartition
+	26, // 17: oncelog.api.offsets.v1.ConsumerGroupDescription.error:type_name -> oncelog.api.common.v1.ErrorInfo
+	12, // 18: oncelog.api.offsets.v1.ConsumerGroupDescription.members:type_name -> oncelog.api.offsets.v1.ConsumerGroupMemberDescription
+	13, // 19: oncelog.api.offsets.v1.ConsumerGroupDescription.history:type_name -> oncelog.api.offsets.v1.OwnershipChange
+	14, // 20: oncelog.api.offsets.v1.DescribeConsumerGroupsResponse.groups:type_name -> oncelog.api.offsets.v1.ConsumerGroupDescription
+	17, // 21: oncelog.api.offsets.v1.ListConsumerGroupsResponse.groups:type_name -> oncelog.api.offsets.v1.ConsumerGroupListing
+	1,  // 22: oncelog.api.offsets.v1.GroupOffsetsService.CommitOffsets:input_type -> oncelog.api.offsets.v1.CommitOffsetsRequest
+	3,  // 23: oncelog.api.offsets.v1.GroupOffsetsService.FetchOffsets:input_type -> oncelog.api.offsets.v1.FetchOffsetsRequest
+	5,  // 24: oncelog.api.offsets.v1.GroupOffsetsService.TxnOffsetCommit:input_type -> oncelog.api.offsets.v1.TxnOffsetCommitRequest
+	7,  // 25: oncelog.api.offsets.v1.GroupOffsetsService.WriteTxnMarkers:input_type -> oncelog.api.offsets.v1.WriteTxnMarkersRequest
+	9,  // 26: oncelog.api.offsets.v1.GroupOffsetsService.ConsumerGroupHeartbeat:input_type -> oncelog.api.offsets.v1.ConsumerGroupHeartbeatRequest
+	11, // 27: oncelog.api.offsets.v1.GroupOffsetsService.DescribeConsumerGroups:input_type -> oncelog.api.offsets.v1.DescribeConsumerGroupsRequest
+	16, // 28: oncelog.api.offsets.v1.GroupOffsetsService.ListConsumerGroups:input_type -> oncelog.api.offsets.v1.ListConsumerGroupsRequest
+	19, // 29: oncelog.api.offsets.v1.GroupOffsetsService.DeleteConsumerGroup:input_type -> oncelog.api.offsets.v1.DeleteConsumerGroupRequest
+	2,  // 30: oncelog.api.offsets.v1.GroupOffsetsService.CommitOffsets:output_type -> oncelog.api.offsets.v1.CommitOffsetsResponse
+	4,  // 31: oncelog.api.offsets.v1.GroupOffsetsService.FetchOffsets:output_type -> oncelog.api.offsets.v1.FetchOffsetsResponse
+	6,  // 32: oncelog.api.offsets.v1.GroupOffsetsService.TxnOffsetCommit:output_type -> oncelog.api.offsets.v1.TxnOffsetCommitResponse
+	8,  // 33: oncelog.api.offsets.v1.GroupOffsetsService.WriteTxnMarkers:output_type -> oncelog.api.offsets.v1.WriteTxnMarkersResponse
+	10, // 34: oncelog.api.offsets.v1.GroupOffsetsService.ConsumerGroupHeartbeat:output_type -> oncelog.api.offsets.v1.ConsumerGroupHeartbeatResponse
+	15, // 35: oncelog.api.offsets.v1.GroupOffsetsService.DescribeConsumerGroups:output_type -> oncelog.api.offsets.v1.DescribeConsumerGroupsResponse
+	18, // 36: oncelog.api.offsets.v1.GroupOffsetsService.ListConsumerGroups:output_type -> oncelog.api.offsets.v1.ListConsumerGroupsResponse
+	20, // 37: oncelog.api.offsets.v1.GroupOffsetsService.DeleteConsumerGroup:output_type -> oncelog.api.offsets.v1.DeleteConsumerGroupResponse
+	30, // [30:38] is the sub-list for method output_type
+	22, // [22:30] is the sub-list for method input_type
+	22, // [22:22] is the sub-list for extension type_name
+	22, // [22:22] is the sub-list for extension extendee
+	0,  // [0:22] is the sub-list for field type_name
 }
 
 func init() { file_oncelog_api_offsets_v1_group_offsets_service_proto_init() }
@@ -636,7 +1585,7 @@ func file_oncelog_api_offsets_v1_group_offsets_service_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_oncelog_api_offsets_v1_group_offsets_service_proto_rawDesc), len(file_oncelog_api_offsets_v1_group_offsets_service_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   9,
+			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -21,10 +21,14 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	GroupOffsetsService_CommitOffsets_FullMethodName   = "/oncelog.api.offsets.v1.GroupOffsetsService/CommitOffsets"
-	GroupOffsetsService_FetchOffsets_FullMethodName    = "/oncelog.api.offsets.v1.GroupOffsetsService/FetchOffsets"
-	GroupOffsetsService_TxnOffsetCommit_FullMethodName = "/oncelog.api.offsets.v1.GroupOffsetsService/TxnOffsetCommit"
-	GroupOffsetsService_WriteTxnMarkers_FullMethodName = "/oncelog.api.offsets.v1.GroupOffsetsService/WriteTxnMarkers"
+	GroupOffsetsService_CommitOffsets_FullMethodName          = "/oncelog.api.offsets.v1.GroupOffsetsService/CommitOffsets"
+	GroupOffsetsService_FetchOffsets_FullMethodName           = "/oncelog.api.offsets.v1.GroupOffsetsService/FetchOffsets"
+	GroupOffsetsService_TxnOffsetCommit_FullMethodName        = "/oncelog.api.offsets.v1.GroupOffsetsService/TxnOffsetCommit"
+	GroupOffsetsService_WriteTxnMarkers_FullMethodName        = "/oncelog.api.offsets.v1.GroupOffsetsService/WriteTxnMarkers"
+	GroupOffsetsService_ConsumerGroupHeartbeat_FullMethodName = "/oncelog.api.offsets.v1.GroupOffsetsService/ConsumerGroupHeartbeat"
+	GroupOffsetsService_DescribeConsumerGroups_FullMethodName = "/oncelog.api.offsets.v1.GroupOffsetsService/DescribeConsumerGroups"
+	GroupOffsetsService_ListConsumerGroups_FullMethodName     = "/oncelog.api.offsets.v1.GroupOffsetsService/ListConsumerGroups"
+	GroupOffsetsService_DeleteConsumerGroup_FullMethodName    = "/oncelog.api.offsets.v1.GroupOffsetsService/DeleteConsumerGroup"
 )
 
 // GroupOffsetsServiceClient is the client API for GroupOffsetsService service.
@@ -41,6 +45,14 @@ type GroupOffsetsServiceClient interface {
 	TxnOffsetCommit(ctx context.Context, in *TxnOffsetCommitRequest, opts ...grpc.CallOption) (*TxnOffsetCommitResponse, error)
 	// WriteTxnMarkers materialises (commit) or drops (abort) a producer's pending offsets.
 	WriteTxnMarkers(ctx context.Context, in *WriteTxnMarkersRequest, opts ...grpc.CallOption) (*WriteTxnMarkersResponse, error)
+	// ConsumerGroupHeartbeat joins, stays in or leaves a consumer group and returns the member's assignment (KIP-848).
+	ConsumerGroupHeartbeat(ctx context.Context, in *ConsumerGroupHeartbeatRequest, opts ...grpc.CallOption) (*ConsumerGroupHeartbeatResponse, error)
+	// DescribeConsumerGroups returns consumer groups' state, members and assignments (any replica answers).
+	DescribeConsumerGroups(ctx context.Context, in *DescribeConsumerGroupsRequest, opts ...grpc.CallOption) (*DescribeConsumerGroupsResponse, error)
+	// ListConsumerGroups lists every consumer group with its state (any replica answers).
+	ListConsumerGroups(ctx context.Context, in *ListConsumerGroupsRequest, opts ...grpc.CallOption) (*ListConsumerGroupsResponse, error)
+	// DeleteConsumerGroup deletes a group without members, with its committed offsets.
+	DeleteConsumerGroup(ctx context.Context, in *DeleteConsumerGroupRequest, opts ...grpc.CallOption) (*DeleteConsumerGroupResponse, error)
 }
 
 type groupOffsetsServiceClient struct {
@@ -91,6 +103,46 @@ func (c *groupOffsetsServiceClient) WriteTxnMarkers(ctx context.Context, in *Wri
 	return out, nil
 }
 
+func (c *groupOffsetsServiceClient) ConsumerGroupHeartbeat(ctx context.Context, in *ConsumerGroupHeartbeatRequest, opts ...grpc.CallOption) (*ConsumerGroupHeartbeatResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ConsumerGroupHeartbeatResponse)
+	err := c.cc.Invoke(ctx, GroupOffsetsService_ConsumerGroupHeartbeat_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *groupOffsetsServiceClient) DescribeConsumerGroups(ctx context.Context, in *DescribeConsumerGroupsRequest, opts ...grpc.CallOption) (*DescribeConsumerGroupsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DescribeConsumerGroupsResponse)
+	err := c.cc.Invoke(ctx, GroupOffsetsService_DescribeConsumerGroups_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *groupOffsetsServiceClient) ListConsumerGroups(ctx context.Context, in *ListConsumerGroupsRequest, opts ...grpc.CallOption) (*ListConsumerGroupsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListConsumerGroupsResponse)
+	err := c.cc.Invoke(ctx, GroupOffsetsService_ListConsumerGroups_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *groupOffsetsServiceClient) DeleteConsumerGroup(ctx context.Context, in *DeleteConsumerGroupRequest, opts ...grpc.CallOption) (*DeleteConsumerGroupResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DeleteConsumerGroupResponse)
+	err := c.cc.Invoke(ctx, GroupOffsetsService_DeleteConsumerGroup_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // GroupOffsetsServiceServer is the server API for GroupOffsetsService service.
 // All implementations must embed UnimplementedGroupOffsetsServiceServer
 // for forward compatibility.
@@ -105,6 +157,14 @@ type GroupOffsetsServiceServer interface {
 	TxnOffsetCommit(context.Context, *TxnOffsetCommitRequest) (*TxnOffsetCommitResponse, error)
 	// WriteTxnMarkers materialises (commit) or drops (abort) a producer's pending offsets.
 	WriteTxnMarkers(context.Context, *WriteTxnMarkersRequest) (*WriteTxnMarkersResponse, error)
+	// ConsumerGroupHeartbeat joins, stays in or leaves a consumer group and returns the member's assignment (KIP-848).
+	ConsumerGroupHeartbeat(context.Context, *ConsumerGroupHeartbeatRequest) (*ConsumerGroupHeartbeatResponse, error)
+	// DescribeConsumerGroups returns consumer groups' state, members and assignments (any replica answers).
+	DescribeConsumerGroups(context.Context, *DescribeConsumerGroupsRequest) (*DescribeConsumerGroupsResponse, error)
+	// ListConsumerGroups lists every consumer group with its state (any replica answers).
+	ListConsumerGroups(context.Context, *ListConsumerGroupsRequest) (*ListConsumerGroupsResponse, error)
+	// DeleteConsumerGroup deletes a group without members, with its committed offsets.
+	DeleteConsumerGroup(context.Context, *DeleteConsumerGroupRequest) (*DeleteConsumerGroupResponse, error)
 	mustEmbedUnimplementedGroupOffsetsServiceServer()
 }
 
@@ -126,6 +186,18 @@ func (UnimplementedGroupOffsetsServiceServer) TxnOffsetCommit(context.Context, *
 }
 func (UnimplementedGroupOffsetsServiceServer) WriteTxnMarkers(context.Context, *WriteTxnMarkersRequest) (*WriteTxnMarkersResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method WriteTxnMarkers not implemented")
+}
+func (UnimplementedGroupOffsetsServiceServer) ConsumerGroupHeartbeat(context.Context, *ConsumerGroupHeartbeatRequest) (*ConsumerGroupHeartbeatResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ConsumerGroupHeartbeat not implemented")
+}
+func (UnimplementedGroupOffsetsServiceServer) DescribeConsumerGroups(context.Context, *DescribeConsumerGroupsRequest) (*DescribeConsumerGroupsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DescribeConsumerGroups not implemented")
+}
+func (UnimplementedGroupOffsetsServiceServer) ListConsumerGroups(context.Context, *ListConsumerGroupsRequest) (*ListConsumerGroupsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListConsumerGroups not implemented")
+}
+func (UnimplementedGroupOffsetsServiceServer) DeleteConsumerGroup(context.Context, *DeleteConsumerGroupRequest) (*DeleteConsumerGroupResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DeleteConsumerGroup not implemented")
 }
 func (UnimplementedGroupOffsetsServiceServer) mustEmbedUnimplementedGroupOffsetsServiceServer() {}
 func (UnimplementedGroupOffsetsServiceServer) testEmbeddedByValue()                             {}
@@ -220,6 +292,78 @@ func _GroupOffsetsService_WriteTxnMarkers_Handler(srv interface{}, ctx context.C
 	return interceptor(ctx, in, info, handler)
 }
 
+func _GroupOffsetsService_ConsumerGroupHeartbeat_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ConsumerGroupHeartbeatRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(GroupOffsetsServiceServer).ConsumerGroupHeartbeat(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: GroupOffsetsService_ConsumerGroupHeartbeat_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(GroupOffsetsServiceServer).ConsumerGroupHeartbeat(ctx, req.(*ConsumerGroupHeartbeatRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _GroupOffsetsService_DescribeConsumerGroups_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DescribeConsumerGroupsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(GroupOffsetsServiceServer).DescribeConsumerGroups(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: GroupOffsetsService_DescribeConsumerGroups_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(GroupOffsetsServiceServer).DescribeConsumerGroups(ctx, req.(*DescribeConsumerGroupsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _GroupOffsetsService_ListConsumerGroups_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListConsumerGroupsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(GroupOffsetsServiceServer).ListConsumerGroups(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: GroupOffsetsService_ListConsumerGroups_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(GroupOffsetsServiceServer).ListConsumerGroups(ctx, req.(*ListConsumerGroupsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _GroupOffsetsService_DeleteConsumerGroup_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeleteConsumerGroupRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(GroupOffsetsServiceServer).DeleteConsumerGroup(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: GroupOffsetsService_DeleteConsumerGroup_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(GroupOffsetsServiceServer).DeleteConsumerGroup(ctx, req.(*DeleteConsumerGroupRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // GroupOffsetsService_ServiceDesc is the grpc.ServiceDesc for GroupOffsetsService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -242,6 +386,22 @@ var GroupOffsetsService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "WriteTxnMarkers",
 			Handler:    _GroupOffsetsService_WriteTxnMarkers_Handler,
+		},
+		{
+			MethodName: "ConsumerGroupHeartbeat",
+			Handler:    _GroupOffsetsService_ConsumerGroupHeartbeat_Handler,
+		},
+		{
+			MethodName: "DescribeConsumerGroups",
+			Handler:    _GroupOffsetsService_DescribeConsumerGroups_Handler,
+		},
+		{
+			MethodName: "ListConsumerGroups",
+			Handler:    _GroupOffsetsService_ListConsumerGroups_Handler,
+		},
+		{
+			MethodName: "DeleteConsumerGroup",
+			Handler:    _GroupOffsetsService_DeleteConsumerGroup_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
