@@ -8,7 +8,7 @@ nothing here imports grpc. Modelled on Kafka's ``GroupMetadataManager.consumerGr
 :class:`GroupCoordinator` adds what needs time and storage: it keeps each group in memory with the shard fence it
 was loaded under, writes the new state (and the ownership changes) in one fenced store transaction whenever it
 changes, and keeps session and revocation deadlines on a monotonic clock. Deadlines are not stored: a new shard
-owner starts them afresh (§3.2).
+owner starts them afresh (design/consumer-groups.md §3.2).
 """
 
 from __future__ import annotations
@@ -153,7 +153,8 @@ def refresh_target(group: ConsumerGroupState, counts: Mapping[str, int]) -> Cons
 
 
 def reconcile(group: ConsumerGroupState, member: MemberState, owned: frozenset[TopicPartition]) -> MemberState:
-    """Move one member towards its target without letting two members own one partition (§3.1)."""
+    """Move one member towards its target without letting two members own one partition
+    (design/consumer-groups.md §3.1)."""
     if member.left_static:
         return member
     target = group.target.get(member.member_id, frozenset())

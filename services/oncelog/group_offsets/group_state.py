@@ -1,7 +1,7 @@
 """Consumer group state (design/consumer-groups.md §2, §5): immutable values, their JSON form, and commit fencing.
 
 Pure: no clocks, no store. :mod:`oncelog.group_offsets.group_coordinator` changes these values;
-the offset manager checks commits against them (§6).
+the offset manager checks commits against them (design/consumer-groups.md §6).
 """
 
 from __future__ import annotations
