@@ -13,7 +13,8 @@ log = logging.getLogger("oncelog.catalog.membership")
 
 
 class NodeMembership:
-    """Owns this process's node row: epoch on registration, heartbeats every third of the lease."""
+    """Owns this process's node row: epoch on registration, heartbeats every ``heartbeat_interval_ms`` (default
+    a third of the lease)."""
 
     def __init__(
         self,
@@ -24,6 +25,7 @@ class NodeMembership:
         clock: Callable[[], int],
         *,
         rack: str | None = None,
+        heartbeat_interval_ms: int | None = None,
         on_fenced: Callable[[], Awaitable[None]] | None = None,
         monotonic_clock: Callable[[], int] | None = None,
     ) -> None:
@@ -34,6 +36,7 @@ class NodeMembership:
         self.node_id = node_id
         self.role = role
         self.lease_ms = lease_ms
+        self.heartbeat_interval_ms = heartbeat_interval_ms or lease_ms // 3
         self.clock = clock
         self.node_epoch = 0
         self.address = ""
@@ -74,7 +77,7 @@ class NodeMembership:
         log.info("registered %s as %s epoch %d at %s", self.node_id, self.role, self.node_epoch, address)
 
     async def _heartbeats(self) -> None:
-        interval = self.lease_ms / 3000
+        interval = self.heartbeat_interval_ms / 1000
         while True:
             await asyncio.sleep(interval)
             sent = self._monotonic()

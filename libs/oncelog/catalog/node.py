@@ -53,6 +53,7 @@ def node_context(settings: ServiceSettings, role: str, *, clock: Callable[[], in
         settings.node_lease_ms,
         clock,
         rack=settings.rack,
+        heartbeat_interval_ms=settings.node_heartbeat_interval_ms or None,
         on_fenced=lambda: spec.set_serving(False),
     )
     spec.add(

@@ -143,6 +143,9 @@ class ServiceSettings:
     )
     redis_url: str = setting("", env="ONCELOG_REDIS_URL", help="optional Redis URL for caches; empty disables Redis")
     node_lease_ms: int = setting(10_000, help="how long a node registration lives without a heartbeat")
+    node_heartbeat_interval_ms: int = setting(
+        0, help="period of the node registration's renewal; 0 renews every third of node_lease_ms"
+    )
     drain_delay_s: float = setting(
         0.2, help="seconds health reports NOT_SERVING before the server stops accepting calls"
     )
@@ -225,6 +228,12 @@ class ServiceSettings:
         ):
             if getattr(self, name) <= 0:
                 problems.append(f"{name} must be positive, got {getattr(self, name)}")
+        heartbeat, lease = self.node_heartbeat_interval_ms, self.node_lease_ms
+        if heartbeat < 0 or 0 < lease <= heartbeat:
+            problems.append(
+                f"node_heartbeat_interval_ms={self.node_heartbeat_interval_ms} must be 0 (a third of the lease) or "
+                f"below node_lease_ms={self.node_lease_ms}, so the lease is renewed before it lapses"
+            )
         if self.shutdown_grace_s < 0 or self.drain_delay_s < 0:
             problems.append("shutdown_grace_s and drain_delay_s must not be negative")
         if not self.database_url:

@@ -20,6 +20,16 @@ class PartitionStorageSettings(ServiceSettings):
 
     ENV_PREFIX: ClassVar[str] = "ONCELOG_PARTITION_STORAGE_"
 
+    # Failover within a few seconds (docs/design/replication.md §6): the controller replaces the leader of a
+    # replicated partition once that leader's lease lapsed, so storage nodes keep a short lease renewed often.
+    node_lease_ms: int = setting(
+        2_000,
+        help="how long a storage node's registration lives without a heartbeat; the controller replaces the leaders "
+        "of a node whose lease lapsed, so this bounds failover",
+    )
+    node_heartbeat_interval_ms: int = setting(
+        400, help="period of the storage node's lease renewal (a fifth of the lease: four renewals may be late)"
+    )
     data_dir: str = setting(
         ".oncelog/partition-storage", help="directory of the partition logs (log.dirs); one per node, on its own disk"
     )

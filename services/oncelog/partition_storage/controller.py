@@ -2,13 +2,19 @@
 
 Design: docs/design/replication.md §6. Every storage node runs a :class:`Controller`; the one holding the
 controller lease in the catalog (``coordinator_shards`` row ``("controller", 0)``, the same conditional
-acquire/renew as coordinator shards) acts, and the lease's epoch is the *controller epoch*. Each round (a third of
-the lease) the holder renews the lease and, for every partition with more than one replica whose leader's node
+acquire/renew as coordinator shards) acts, and the lease's epoch is the *controller epoch*. Each round the holder
+renews the lease and, for every partition with more than one replica whose leader's node
 lease lapsed (or that is offline), applies :func:`~oncelog.catalog.replicas.elect_leader`: the first live ISR
 member in replica order leads at ``leader_epoch + 1`` with the live ISR members as ISR; with none the partition
 goes offline (leader ``""``) keeping its ISR, so nothing from an out-of-sync replica is ever served (unclean
 election is off). Each change is one conditional catalog update that also requires this node to still hold the
 controller lease at its epoch, so a controller that lost its lease cannot elect.
+
+**When rounds run** (failover within a few seconds): every third of the lease (to renew it), and in between at the
+exact moment something may need doing: the holder wakes just after the earliest lease of a live storage node
+expires (the moment that node may be dead and its partitions need a leader), and a node that does not hold the
+controller lease wakes just after the holder's lease expires (the moment it may take over). A node lease renewed
+meanwhile only costs a round that finds nothing to do.
 
 Partitions with one replica are never touched: their behaviour is exactly what it was before replication.
 
@@ -41,7 +47,7 @@ class Controller:
         catalog: the cluster catalog (synchronous; called from a worker thread).
         node_id: this storage node.
         clock: milliseconds.
-        lease_ms: the controller lease; a round runs every third of it.
+        lease_ms: the controller lease; renewed every third of it (see "When rounds run").
         on_change: called (on the loop) after this controller changed any partition, so the node re-reads the
             catalog at once instead of at its next periodic refresh.
     """
@@ -61,12 +67,18 @@ class Controller:
         self._lease_ms = lease_ms
         self._on_change = on_change
         self._epoch: int | None = None
+        self._next_round_at = 0
         self._task: asyncio.Task[None] | None = None
 
     @property
     def controller_epoch(self) -> int | None:
         """The controller epoch while this node holds the lease, else None."""
         return self._epoch
+
+    @property
+    def next_round_at(self) -> int:
+        """When (on ``clock``) the next round should run, as the last :meth:`run_once` found."""
+        return self._next_round_at
 
     async def start(self) -> None:
         """Start the rounds."""
@@ -93,21 +105,33 @@ class Controller:
                 log.warning("controller round failed: %s", err)
             except Exception:
                 log.exception("controller round failed")
-            await asyncio.sleep(self._lease_ms / 3000)
+            await asyncio.sleep(max(self._next_round_at - self._clock(), 0) / 1000)
+
+    def _wake_after(self, expires_at_ms: int, now: int) -> None:
+        """Run the next round as soon as a lease expiring at ``expires_at_ms`` has lapsed (expiry is exclusive)."""
+        if expires_at_ms >= now:
+            self._next_round_at = min(self._next_round_at, expires_at_ms + 1)
 
     def run_once(self) -> bool:
         """One round (blocking): renew or take the lease, then elect where needed; True if anything changed."""
         now = self._clock()
+        self._next_round_at = now + self._lease_ms // 3  # renewal; an earlier lease expiry below moves it up
         lease = self._catalog.acquire_shard(CONTROLLER_ROLE, 0, self._node_id, self._lease_ms, now)
         if lease is None:
             if self._epoch is not None:
                 log.info("%s is no longer the controller", self._node_id)
             self._epoch = None
+            holder = self._catalog.shard_lease(CONTROLLER_ROLE, 0)
+            if holder is not None:
+                self._wake_after(holder.lease_expires_at_ms, now)
             return False
         if lease.coordinator_epoch != self._epoch:
             log.info("%s is the controller at controller epoch %d", self._node_id, lease.coordinator_epoch)
         self._epoch = lease.coordinator_epoch
-        live = {n.node_id for n in self._catalog.list_nodes(now, role="partition-storage")}
+        nodes = self._catalog.list_nodes(now, role="partition-storage")
+        live = {n.node_id for n in nodes}
+        for node in nodes:
+            self._wake_after(node.lease_expires_at_ms, now)
         changed = False
         for topic in self._catalog.describe_topics():
             for p in topic.partitions:

@@ -13,6 +13,9 @@ Errors: a failed call backs off (``retry_backoff_ms``) and retries, and so does 
 answered an error. A leadership error (NOT_LEADER, FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH) also asks the owner
 to refresh the catalog (``on_leadership_error``): if leadership moved, the owner re-assigns the partition to the
 new leader's fetcher; if the leader's own view was stale, the partition is simply fetched again after the backoff.
+A call that fails (the leader is unreachable: it may have died) asks for a refresh too, at most every
+``unreachable_refresh_ms``, so a follower finds the leader the controller elects in its place within that time
+instead of at its next periodic refresh (failover, design/replication.md §6).
 
 Truncation by leader epoch (design/replication.md §5, KIP-279): every fetch carries the epoch of the follower's last
 batch. When the
@@ -26,8 +29,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from oncelog.errors import OncelogError, Reason
@@ -115,6 +119,8 @@ class FetcherSettings:
         on_divergence: asks the owner to cut a partition to an offset and re-add it.
         max_wait_ms, max_bytes: long-poll and size of one fetch.
         retry_backoff_ms: pause after a failed fetch.
+        unreachable_refresh_ms: while the leader cannot be reached, the catalog is re-read at most this often.
+        clock: monotonic milliseconds (paces those refreshes).
     """
 
     follower_id: str
@@ -125,6 +131,8 @@ class FetcherSettings:
     max_wait_ms: int = 500
     max_bytes: int = 8 * 1024 * 1024
     retry_backoff_ms: int = 100
+    unreachable_refresh_ms: int = 200
+    clock: Callable[[], int] = field(default=lambda: time.monotonic_ns() // 1_000_000)
 
 
 class ReplicaFetcher:
@@ -137,6 +145,7 @@ class ReplicaFetcher:
         self._partitions: dict[tuple[str, int], FollowedPartition] = {}
         self._changed = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._refresh_requested_at: int | None = None
 
     @property
     def partitions(self) -> dict[tuple[str, int], FollowedPartition]:
@@ -179,10 +188,19 @@ class ReplicaFetcher:
                     await asyncio.sleep(self._settings.retry_backoff_ms / 1000)
             except OncelogError as err:
                 log.warning("replica fetch from %s (%s) failed: %s; retrying", self.leader_id, self.address, err)
+                self._leader_unreachable()
                 await asyncio.sleep(self._settings.retry_backoff_ms / 1000)
             except Exception:
                 log.exception("replica fetch from %s failed; retrying", self.leader_id)
                 await asyncio.sleep(self._settings.retry_backoff_ms / 1000)
+
+    def _leader_unreachable(self) -> None:
+        """The leader may be gone: have the catalog re-read, at most every ``unreachable_refresh_ms``."""
+        now = self._settings.clock()
+        last = self._refresh_requested_at
+        if last is None or now - last >= self._settings.unreachable_refresh_ms:
+            self._refresh_requested_at = now
+            self._settings.on_leadership_error()
 
     async def fetch_once(self, active: Sequence[FollowedPartition]) -> bool:
         """One round: send the positions, apply every answer; True if any partition answered an error."""

@@ -42,6 +42,12 @@ def test_validation_runs_after_parsing() -> None:
     assert len(info.value.problems) == 2
 
 
+def test_a_heartbeat_interval_not_below_the_lease_is_refused_naming_both() -> None:
+    with pytest.raises(ConfigError, match=r"node_heartbeat_interval_ms=2000 must be 0 .* below node_lease_ms=2000"):
+        ServiceSettings.from_env({"ONCELOG_NODE_LEASE_MS": "2000", "ONCELOG_NODE_HEARTBEAT_INTERVAL_MS": "2000"})
+    assert ServiceSettings.from_env({"ONCELOG_NODE_HEARTBEAT_INTERVAL_MS": "0"}).node_heartbeat_interval_ms == 0
+
+
 def test_overrides_win_over_environment() -> None:
     s = PidAllocatorSettings.from_env({"ONCELOG_PID_ALLOCATOR_BLOCK_SIZE": "7"}, block_size=9)
     assert s.block_size == 9

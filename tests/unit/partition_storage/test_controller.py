@@ -115,3 +115,40 @@ def test_an_election_does_not_land_if_the_leader_renewed_its_lease_meanwhile(cat
     catalog.acquire_shard("controller", 0, NODES[0], LEASE_MS, clock.now)
     assert catalog.alter_partition("r", seen, leader_node_id=seen.isr[1], controller=fence) is None
     assert catalog.partition("r", 0) == seen
+
+
+def test_the_controller_wakes_just_after_the_earliest_node_lease_lapses_and_elects_then(
+    catalog: CatalogStore,
+) -> None:
+    """Failover does not wait for a periodic round: the next round is due when a leader's lease may have lapsed."""
+    clock = Clock()
+    register(catalog, clock, *NODES)
+    catalog.create_topics([("r", 1, {}, 3)], now_ms=clock.now)
+    controller = controllers(catalog, clock)[0]
+    leader_expiry = clock.now + LEASE_MS  # the leader heartbeats no more after registering
+    clock.now += LEASE_MS * 5 // 6
+    before = catalog.partition("r", 0)
+    register(catalog, clock, *(n for n in NODES if n != before.leader_node_id))
+    controller.run_once()
+    assert controller.next_round_at == leader_expiry + 1, "due the moment the leader's lease lapses"
+    assert controller.next_round_at < clock.now + LEASE_MS // 3, "sooner than the periodic renewal"
+    clock.now = controller.next_round_at
+    assert controller.run_once(), "the round at that moment elects"
+    assert catalog.partition("r", 0).leader_node_id != before.leader_node_id
+    assert controller.next_round_at == clock.now + LEASE_MS // 3, "the live leases run later than the renewal"
+
+
+def test_a_standby_controller_wakes_just_after_the_holders_lease_lapses(catalog: CatalogStore) -> None:
+    clock = Clock()
+    register(catalog, clock, *NODES)
+    first, second, _ = controllers(catalog, clock)
+    first.run_once()
+    holder_expiry = clock.now + LEASE_MS  # the holder renews no more
+    clock.now += LEASE_MS * 5 // 6
+    register(catalog, clock, *NODES)
+    assert not second.run_once() and second.controller_epoch is None
+    assert second.next_round_at == holder_expiry + 1, "when the holder's lease lapses, before a periodic round"
+    clock.now = second.next_round_at
+    register(catalog, clock, *NODES)
+    second.run_once()
+    assert second.controller_epoch == 2, "took over at once"

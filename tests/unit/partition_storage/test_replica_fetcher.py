@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from oncelog.errors import NotLeader, OncelogError
+from oncelog.errors import NetworkException, NotLeader, OncelogError
 from oncelog.partition_storage.engine import EngineConfig, PartitionEngine
 from oncelog.partition_storage.replica_fetcher import (
     CopyPosition,
@@ -82,3 +82,48 @@ async def test_a_stale_not_leader_answer_does_not_stop_copying(tmp_path: Path) -
         await fetcher.stop()
         await leader.close()
         await follower.close()
+
+
+class UnreachableLeader:
+    """Fails every call as a dead leader's address does; each call takes ``call_ms`` on a shared clock."""
+
+    def __init__(self, clock: list[int], calls: int, call_ms: int) -> None:
+        self.clock = clock
+        self.calls = calls
+        self.call_ms = call_ms
+        self.done = asyncio.Event()
+
+    async def replica_fetch(self, *args: object, **kwargs: object) -> list[CopyResult | OncelogError]:
+        self.clock[0] += self.call_ms
+        self.calls -= 1
+        if self.calls == 0:
+            self.done.set()
+        raise NetworkException("cannot reach leader:1: connection refused")
+
+
+async def test_an_unreachable_leader_makes_the_follower_re_read_the_catalog_at_a_bounded_rate(tmp_path: Path) -> None:
+    """The leader may be dead: the follower asks for a catalog refresh at once (to find the leader elected in its
+    place) and then at most every ``unreachable_refresh_ms``, not on every retry."""
+    follower = await open_engine(tmp_path / "follower")
+    clock = [0]
+    refreshes: list[int] = []
+    transport = UnreachableLeader(clock, calls=10, call_ms=50)
+    settings = FetcherSettings(
+        follower_id="f",
+        follower_epoch=lambda: 1,
+        transport=transport,
+        on_leadership_error=lambda: refreshes.append(clock[0]),
+        on_divergence=lambda followed, offset: pytest.fail(f"no divergence expected, got {offset}"),
+        retry_backoff_ms=1,
+        unreachable_refresh_ms=200,
+        clock=lambda: clock[0],
+    )
+    fetcher = ReplicaFetcher("leader", "leader:1", settings)
+    try:
+        fetcher.add(FollowedPartition("t", 0, follower, leader_epoch=0))
+        await asyncio.wait_for(transport.done.wait(), 10)
+    finally:
+        await fetcher.stop()
+        await follower.close()
+    assert refreshes[0] == 50, "the first failure asks at once"
+    assert refreshes == [50, 250, 450], "then every 200 ms of failures (10 calls of 50 ms each)"
