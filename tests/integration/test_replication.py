@@ -6,10 +6,14 @@ their partition files: a follower's log is the leader's bytes at the same offset
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
+import subprocess
+import sys
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -19,10 +23,12 @@ from oncelog.api.cluster import v1 as cluster_pb
 from oncelog.api.common import v1 as common
 from oncelog.api.storage import v1 as pb
 from oncelog.catalog import CatalogStore
+from oncelog.client import AdminClient, Consumer, NewTopic, Producer, TopicPartition
 from oncelog.records import Record, build_batch, iter_batches
 from oncelog.rpc import from_error_info, sync_channel
 from oncelog.storage.sql import create_engine
 from oncelog.testing import LocalCluster
+from oncelog.testing.reading import read_all
 
 TOPIC = "replicated"
 LAG_MS = 6_000  # long enough that a loaded machine does not drop a live follower, short enough to wait out
@@ -319,3 +325,76 @@ def test_zombie_leader_paused_past_its_lease_acknowledges_nothing_after_it_resum
             f"acknowledged {acked}, the new leader holds {sorted(logs[new_leader])}"
         )
         assert all(log == logs[new_leader] for log in logs.values()), {n: sorted(b) for n, b in logs.items()}
+
+
+COPIER = Path(__file__).resolve().parents[2] / "examples" / "consume_transform_produce.py"
+
+
+def committed_total(log: Path) -> int:
+    """Records the copier committed so far (it prints ``{"committed": n, "total": t}`` per transaction)."""
+    totals = [json.loads(line).get("total", 0) for line in log.read_text().splitlines() if line.startswith("{")]
+    return max(totals, default=0)
+
+
+@pytest.mark.parametrize("disk", ["kept", "lost"])
+def test_leader_killed_during_a_transactional_copy_the_copy_ends_exactly_once(tmp_path: Path, disk: str) -> None:
+    """Issue 15 (transactions over replicas, disk loss): a transactional copier (read_committed input, output and
+    input offsets in one transaction) runs between two topics of replication factor 3; the node leading the output
+    is killed -9 mid-copy. A new leader is elected, the copier's produces, commits and the coordinator's markers
+    follow it, and the output holds every transformed input exactly once with the group's offsets at the end. The
+    killed node then returns, with its data directory (``kept``) or with an empty one (``lost``): it rejoins the
+    ISR and every replica of the output ends byte-identical."""
+    env = {"ONCELOG_PARTITION_STORAGE_REPLICA_LAG_TIME_MAX_MS": str(LAG_MS)}
+    with LocalCluster(tmp_path / "cluster", storage_nodes=3, env=env) as cluster:
+        with AdminClient(cluster.bootstrap) as admin:
+            admin.create_topics([NewTopic(t, num_partitions=1, replication_factor=3) for t in ("copy-in", "copy-out")])
+        inputs = [b"in-%04d" % i for i in range(600)]
+        with Producer(cluster.bootstrap) as producer:
+            for value in inputs:
+                producer.send("copy-in", value)
+        before = partition(cluster, "copy-out")
+        victim = before.leader_node_id
+        log = tmp_path / "copier.log"
+        with log.open("ab") as out:
+            copier = subprocess.Popen(
+                [
+                    *(sys.executable, str(COPIER), "copy-in", "copy-out", "--bootstrap", cluster.bootstrap),
+                    *("--group", "copy", "--transactional-id", "copy-0", "--batch-size", "50"),
+                    *("--max-rate", "200", "--idle-exit", "5"),
+                ],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+        try:
+            deadline = time.monotonic() + 60
+            while committed_total(log) < 100:
+                assert copier.poll() is None and time.monotonic() < deadline, log.read_text()
+                time.sleep(0.05)
+            cluster.kill(victim)
+            at_kill = committed_total(log)
+            assert copier.poll() is None and at_kill < len(inputs), "the kill landed while the copy ran"
+            after = wait_for(
+                cluster, lambda p: p.leader_node_id not in ("", victim), "a new leader of copy-out", topic="copy-out"
+            )
+            assert after.leader_epoch > before.leader_epoch
+            assert copier.wait(timeout=180) == 0, log.read_text()
+        finally:
+            if copier.poll() is None:
+                copier.kill()
+                copier.wait()
+        assert committed_total(log) == len(inputs) > at_kill, "transactions committed after the kill"
+        output = [r.value or b"" for r in read_all(cluster.bootstrap, "copy-out")]
+        duplicated = [v for v, n in Counter(output).items() if n > 1]
+        assert not duplicated, f"{len(duplicated)} output record(s) twice, e.g. {duplicated[:3]}"
+        assert sorted(output) == [v.upper() for v in inputs], "every input copied exactly once"
+        with Consumer(cluster.bootstrap, group_id="copy") as consumer:
+            tp = TopicPartition("copy-in", 0)
+            committed = consumer.committed([tp])[tp]
+            assert committed is not None and committed.offset == len(inputs), "input offsets committed with the output"
+        if disk == "lost":
+            shutil.rmtree(cluster.data_dir / victim)
+        cluster.restart(victim)
+        wait_for_isr(cluster, set(after.replica_node_ids), timeout_s=120, topic="copy-out")
+        logs = {node: logged_batches(cluster, node, "copy-out") for node in after.replica_node_ids}
+        leader_log = logs[after.leader_node_id]
+        assert all(replica == leader_log for replica in logs.values()), "replicas byte-identical after quiescence"
