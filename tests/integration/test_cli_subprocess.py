@@ -349,6 +349,10 @@ def test_find_hanging_lists_transactions_open_longer_than_the_timeout(local: Loc
 # ---------------------------------------------------------------------------------------------- interrupts
 
 
+def _sigint_default() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def start_transactional_produce(local: LocalCluster, topic: str, tid: str) -> subprocess.Popen[bytes]:
     """``oncelog produce -t TID`` with two lines written and stdin left open, once its transaction is ongoing."""
     env = {k: v for k, v in os.environ.items() if k != "ONCELOG_BOOTSTRAP"}
@@ -358,6 +362,9 @@ def start_transactional_produce(local: LocalCluster, topic: str, tid: str) -> su
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         env=env,
+        # Ctrl-C as a terminal delivers it: a test run started in the background of a non-interactive shell
+        # inherits SIGINT ignored, and a Python child would keep ignoring it
+        preexec_fn=_sigint_default,
     )
     assert proc.stdin is not None
     proc.stdin.write(b"one\ntwo\n")
@@ -381,7 +388,7 @@ def test_ctrl_c_in_a_transactional_produce_aborts_and_says_so(local: LocalCluste
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode == 130
+    assert proc.returncode == 130, stderr.decode()
     assert stderr.decode() == (
         "error: interrupted: aborted the open transaction (2 record(s) discarded); 0 record(s) were committed before\n"
     )
