@@ -27,6 +27,7 @@ from oncelog.txn_coordinator.marker_transport import GrpcMarkerTransport
 from oncelog.txn_coordinator.servicer import CatalogLookups, TransactionCoordinatorServicer
 from oncelog.txn_coordinator.shards import ROLE, txn_shard_leases
 from oncelog.txn_coordinator.state_manager import TransactionStateManager
+from oncelog.txn_coordinator.transaction_log import TransactionLog
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +77,7 @@ def build(settings: TxnCoordinatorSettings) -> ServiceSpec:
     node = node_context(settings, ROLE)
     shard_of = functools.partial(_shard_of, count=node.cluster.txn_coordinator_shards)
     engine = create_engine(settings.state_database_url)
-    store = TransactionStateManager(engine, shard_of, on_fenced=lambda shard, epoch: leases.fenced(shard, epoch))
+    store = TransactionLog(engine, shard_of, on_fenced=lambda shard, epoch: leases.fenced(shard, epoch))
     store.migrate()
     channels = ChannelFactory.from_settings(settings)
     pid_fetcher = CatalogPidBlockFetcher(node.store, node.membership, channels)
@@ -95,14 +96,12 @@ def build(settings: TxnCoordinatorSettings) -> ServiceSpec:
         max_participants_per_request=settings.marker_max_participants_per_request,
     )
     coordinator = TransactionCoordinator(
-        store=store,
+        state=TransactionStateManager(store, shard_for=shard_of, leased=lambda shard: leases.holds(shard)),
         producer_ids=producer_ids,
         markers=markers,
         clock=wall_clock_ms,
-        shard_for=shard_of,
         max_transaction_timeout_ms=settings.transaction_max_timeout_ms,
         completion_wait_ms=settings.completion_wait_ms,
-        leased=lambda shard: leases.holds(shard),
     )
     leases = txn_shard_leases(
         catalog=node.store,

@@ -15,7 +15,8 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 
-from .coordinator import Clock, TransactionCoordinator
+from .coordinator import TransactionCoordinator
+from .ports import Clock
 
 log = logging.getLogger(__name__)
 

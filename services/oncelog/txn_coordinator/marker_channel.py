@@ -47,8 +47,8 @@ from oncelog.catalog.topics import validate_group_id
 from oncelog.errors import InvalidRequest, NotCoordinator, OncelogError, Reason, UnknownServerError
 from oncelog.telemetry.metrics import OncelogMetrics, default_metrics
 
-from .coordinator import MarkerCompletion
 from .metadata import TopicPartition
+from .ports import MarkerCompletion
 from .state import TransactionResult
 
 log = logging.getLogger(__name__)

@@ -17,11 +17,13 @@ from oncelog.catalog.store import CatalogStore
 from oncelog.catalog.topics import shard_for
 from oncelog.errors import InvalidRequest, UnknownTopicOrPartition
 
-from .coordinator import ProducerIdAndEpoch, TransactionCoordinator, TransactionDescription
+from .coordinator import TransactionCoordinator
 from .marker_destinations import GROUP_OFFSETS_ROLE
 from .metadata import TopicPartition
+from .ports import ProducerIdAndEpoch
 from .state import TransactionState
-from .state_manager import MAX_TRANSACTIONAL_ID_BYTES
+from .state_manager import TransactionDescription
+from .transaction_log import MAX_TRANSACTIONAL_ID_BYTES
 
 _STATE_PREFIX = "TRANSACTION_STATE_"
 _REPLY_MARGIN_MS = 50

@@ -26,7 +26,7 @@ ROLE = "txn-coordinator"
 
 
 class ShardTable(Protocol):
-    """The part of the transaction table a takeover needs (``TransactionStateManager``)."""
+    """The part of the transaction table a takeover needs (``TransactionLog``)."""
 
     def begin_takeover(self, shard: int, coordinator_epoch: int) -> None:
         """Make the next load of ``shard`` claim it at ``coordinator_epoch``."""

@@ -1,471 +1,428 @@
-"""TransactionStateManager: the SQL transaction table, durable home of every transition
-(design/kafka-semantics.md §2.9).
+"""TransactionStateManager: the transaction metadata of the loaded shards and the store that makes it durable
+(Kafka's ``TransactionStateManager``, design/kafka-semantics.md §2.9-2.10).
 
-Kafka keeps a compacted ``__transaction_state`` topic whose last record per key is the id's state; here the
-table ``transactions`` holds exactly that last record, one row per transactional id, and a deletion plays
-the tombstone. Previous/next producer id and the last epoch are columns, so a retried InitProducerId or
-EndTxn is still recognised after a failover (the KAFKA-20357 gap, design/kafka-semantics.md §2.6).
+Kafka's state manager owns the ``transactionMetadataCache`` (per transaction-log partition: the coordinator epoch
+and the metadata of each transactional id) and appends every transition to the log before the cache reveals it.
+This one does the same over a :class:`TransactionStore` (the SQL table, :class:`~.transaction_log.TransactionLog`):
 
-Fencing (design/kafka-semantics.md §2.10). Kafka guards its appends with the partition leader epoch of the log; our
-equivalent
-is the row ``txn_shard_epochs(shard, coordinator_epoch)``:
+* :meth:`TransactionStateManager.begin_loading` / :meth:`~TransactionStateManager.load` take a shard over at a
+  coordinator epoch and replay its rows through :meth:`TransactionMetadata.replay`, the function completions use as
+  well (Kafka ``loadTransactionsForTxnTopicPartition``); :meth:`~TransactionStateManager.unload` drops it
+  (``removeTransactionsForTxnTopicPartition``);
+* :meth:`~TransactionStateManager.append` writes a prepared transition, conditional on the shard's coordinator
+  epoch, and applies it to the cache only if the shard is still loaded at that epoch (``appendTransactionToLog``);
+* lookups answer NOT_COORDINATOR for a shard owned elsewhere and COORDINATOR_LOAD_IN_PROGRESS for one loading
+  (``getTransactionState``), and the listing serves ListTransactions (``listTransactionStates``).
 
-* a coordinator that takes a shard over raises the row to its lease's coordinator epoch and reads the
-  shard's rows in the same SQL transaction (:meth:`TransactionStateManager.load_shard`);
-* every write first runs ``UPDATE txn_shard_epochs … WHERE shard = :s AND coordinator_epoch = :mine`` in
-  the SQL transaction that writes the row. A row count of 0 means a newer owner took the shard and the
-  write is refused with NOT_COORDINATOR. The update also locks the epoch row until commit, so a takeover
-  waits for a write in flight and then reads it: no write acknowledged to the old owner can be missed by
-  the new one, and none can land after the new owner read the shard.
+Decisions (what a request may do, which transition to prepare) stay in :class:`~.coordinator.TransactionCoordinator`.
 
-Group commit: writes issued while a SQL transaction is running are queued and written together in the
-next one (each with its own epoch check and outcome), so concurrent transactions share one commit. Kafka
-gets the same effect from appending many transaction-log records with one ``acks=-1`` produce.
-
-Write path cost: the statements of a write are driver-level SQL rendered once per engine (:class:`_Statements`)
-and run with ``executemany``: one epoch check per (shard, epoch) in the batch, one upsert
-(``INSERT … ON CONFLICT (transactional_id) DO UPDATE``, SQLite >= 3.24 and PostgreSQL) for every row written
-and one delete for every tombstone. Building SQLAlchemy constructs per write cost more CPU than the database.
-
-Tracing (design/architecture.md §9): every write is an ``oncelog.txn.persist`` span in its caller's trace (the EndTxn
-that
-prepares a commit, the marker completion that writes Complete*), with the transactional id, the state written
-and the fencing tokens as attributes. The SQL transaction that carries it is an ``oncelog.txn.sql_transaction``
-span under the first write it carries, linked to the others, as a shared group commit belongs to several traces.
+Metrics: ``oncelog.transactions.open`` per shard is kept as a running count, changed only where a durable
+transition is applied to the cache and reset on load and unload.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
-import re
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import AsyncIterator, Callable, Collection, Iterable, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Protocol
 
-import sqlalchemy as sa
-from opentelemetry import trace
-from sqlalchemy.engine import Connection, Dialect, Engine
+from oncelog.errors import (
+    CoordinatorLoadInProgress,
+    InvalidProducerIdMapping,
+    InvalidRequest,
+    NotCoordinator,
+    OncelogError,
+    TransactionalIdNotFound,
+)
+from oncelog.telemetry.metrics import OncelogMetrics, default_metrics
 
-from oncelog.errors import NotCoordinator, OncelogError, StorageUnavailable
-from oncelog.storage.sql import migrate
-
-from .metadata import TopicPartition, TxnTransition
+from .metadata import IllegalTransitionError, TopicPartition, TransactionMetadata, TxnTransition
 from .state import TransactionState
+from .validation import is_expirable
 
 log = logging.getLogger(__name__)
 
-SCHEMA_NAME = "txn_coordinator"
-MAX_TRANSACTIONAL_ID_BYTES = 1024
-"""Longest transactional id accepted, in UTF-8 bytes (fits a PostgreSQL b-tree key with room to spare)."""
-MAX_WRITES_PER_COMMIT = 512
-"""Upper bound of the writes grouped into one SQL transaction."""
 
-metadata = sa.MetaData()
+class TransactionStore(Protocol):
+    """Durable transaction table: one row per transactional id (the transaction log, design/kafka-semantics.md §2.9)."""
 
-transactions = sa.Table(
-    "transactions",
-    metadata,
-    sa.Column("transactional_id", sa.String(MAX_TRANSACTIONAL_ID_BYTES), primary_key=True),
-    sa.Column("shard", sa.Integer, nullable=False, index=True),
-    sa.Column("state", sa.SmallInteger, nullable=False),  # TransactionState value = Kafka's state id
-    sa.Column("producer_id", sa.BigInteger, nullable=False),
-    sa.Column("previous_producer_id", sa.BigInteger, nullable=False),
-    sa.Column("next_producer_id", sa.BigInteger, nullable=False),
-    sa.Column("producer_epoch", sa.Integer, nullable=False),
-    sa.Column("last_producer_epoch", sa.Integer, nullable=False),
-    sa.Column("txn_timeout_ms", sa.Integer, nullable=False),
-    sa.Column("partitions", sa.JSON, nullable=False),  # sorted [[topic, partition], ...]
-    sa.Column("group_ids", sa.JSON, nullable=False),  # sorted [group, ...]
-    sa.Column("txn_start_timestamp", sa.BigInteger, nullable=False),
-    sa.Column("txn_last_update_timestamp", sa.BigInteger, nullable=False),
-)
+    async def load_shard(self, shard: int) -> Iterable[tuple[str, TxnTransition | None]]:
+        """Rows of every transactional id of ``shard``, oldest first when several exist for one id.
 
-shard_epochs = sa.Table(
-    "txn_shard_epochs",
-    metadata,
-    sa.Column("shard", sa.Integer, primary_key=True),
-    sa.Column("coordinator_epoch", sa.Integer, nullable=False),
-)
+        A ``None`` row (or a ``DEAD`` one) is a tombstone: the id was expired.
+        """
+        ...
 
-MIGRATIONS: list[Callable[[Connection], None]] = []
+    async def write(self, transactional_id: str, transition: TxnTransition, expected_coordinator_epoch: int) -> None:
+        """Persist ``transition`` as the id's row, or delete the row when its state is ``DEAD``.
 
-_ROW_COLUMNS = tuple(c.name for c in transactions.columns if c.name != "transactional_id")
-_PARAMETER = re.compile(r"\{(\w+)\}")
+        The write must be conditional on the shard still being leased at ``expected_coordinator_epoch``.
+
+        Raises:
+            NotCoordinator: the conditional update failed (another coordinator owns the shard).
+            OncelogError: any other failure; the row may or may not have been written.
+        """
+        ...
 
 
 @dataclass(frozen=True, slots=True)
-class _DriverStatement:
-    """One SQL string in the driver's parameter style and how to lay out its parameters."""
+class TransactionDescription:
+    """What DescribeTransactions / ListTransactions report about one transactional id (KIP-664)."""
 
-    sql: str
-    names: tuple[str, ...] | None
-    """Parameter names in placeholder order for positional styles; None for named styles (pass dicts)."""
-
-    def parameters(self, values: dict[str, Any]) -> dict[str, Any] | tuple[Any, ...]:
-        """``values`` in the form the driver expects for this statement."""
-        return values if self.names is None else tuple(values[name] for name in self.names)
-
-
-def _render(template: str, dialect: Dialect) -> _DriverStatement:
-    """Replace ``{name}`` placeholders with the dialect's DBAPI parameter style."""
-    style = dialect.paramstyle
-    names: list[str] = []
-
-    def placeholder(match: re.Match[str]) -> str:
-        name = match.group(1)
-        names.append(name)
-        if style == "qmark":
-            return "?"
-        if style == "format":
-            return "%s"
-        if style == "numeric":
-            return f":{len(names)}"
-        if style == "named":
-            return f":{name}"
-        if style == "pyformat":
-            return f"%({name})s"
-        raise ValueError(f"unsupported DBAPI parameter style {style!r}")
-
-    sql = _PARAMETER.sub(placeholder, template)
-    return _DriverStatement(sql, None if style in ("named", "pyformat") else tuple(names))
-
-
-@dataclass(frozen=True, slots=True)
-class _Statements:
-    """The write path's SQL, rendered once per engine; executed with ``exec_driver_sql`` (no per-write compile)."""
-
-    check_epoch: _DriverStatement
-    upsert: _DriverStatement
-    delete: _DriverStatement
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    state: TransactionState
+    txn_timeout_ms: int
+    txn_start_timestamp: int
+    txn_last_update_timestamp: int
+    partitions: frozenset[TopicPartition]
+    groups: frozenset[str]
 
     @classmethod
-    def for_dialect(cls, dialect: Dialect) -> _Statements:
-        """Render the statements for ``dialect`` (identifiers quoted by its preparer)."""
-        q = dialect.identifier_preparer.quote
-        epochs, txns = q(shard_epochs.name), q(transactions.name)
-        shard, epoch, tid = q("shard"), q("coordinator_epoch"), q("transactional_id")
-        columns = ("transactional_id", *_ROW_COLUMNS)
-        # A self-assignment: checks the epoch and holds the row lock until commit (see module doc).
-        check_epoch = f"UPDATE {epochs} SET {epoch} = {epoch} WHERE {shard} = {{shard}} AND {epoch} = {{epoch}}"
-        upsert = (
-            f"INSERT INTO {txns} ({', '.join(q(c) for c in columns)}) "
-            f"VALUES ({', '.join(f'{{{c}}}' for c in columns)}) "
-            f"ON CONFLICT ({tid}) DO UPDATE SET {', '.join(f'{q(c)} = excluded.{q(c)}' for c in _ROW_COLUMNS)}"
+    def of(cls, metadata: TransactionMetadata) -> TransactionDescription:
+        """Describe the cached metadata as it is now."""
+        return cls(
+            transactional_id=metadata.transactional_id,
+            producer_id=metadata.producer_id,
+            producer_epoch=metadata.producer_epoch,
+            state=metadata.state,
+            txn_timeout_ms=metadata.txn_timeout_ms,
+            txn_start_timestamp=metadata.txn_start_timestamp,
+            txn_last_update_timestamp=metadata.txn_last_update_timestamp,
+            partitions=frozenset(metadata.partitions),
+            groups=frozenset(metadata.groups),
         )
-        delete = f"DELETE FROM {txns} WHERE {tid} = {{transactional_id}}"
-        return cls(_render(check_epoch, dialect), _render(upsert, dialect), _render(delete, dialect))
 
 
 @dataclass(eq=False, slots=True)
-class _Write:
-    transactional_id: str
+class TxnMetadataCacheEntry:
+    """Cache of one shard at one coordinator epoch; replaced, never reused, on reload (Kafka's entry of the same
+    name)."""
+
     shard: int
-    transition: TxnTransition
     coordinator_epoch: int
-    done: asyncio.Future[None]
-    span: trace.Span
-    """The caller's ``oncelog.txn.persist`` span."""
+    loading: bool = True
+    txns: dict[str, TransactionMetadata] = field(default_factory=dict)
+    open_transactions: int = 0
+    """Cached ids whose state has an open transaction (Ongoing or Prepare*)."""
+
+
+@dataclass(eq=False, slots=True)
+class _LockEntry:
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    users: int = 0
 
 
 class TransactionStateManager:
-    """SQL implementation of the coordinator's ``TransactionStore`` port (SQLite or PostgreSQL).
+    """The metadata cache of the loaded shards over the durable store.
 
     Args:
-        engine: engine of the coordinator's state database (``state_database_url``).
-        shard_for: the cluster-wide transactional id -> shard mapping (as FindCoordinator uses it).
-        on_fenced: called with ``(shard, coordinator_epoch)`` when a write finds the shard claimed by a
-            newer coordinator, so this process stops serving it at once instead of at its next lease renewal.
-        tracer_provider: provider of the write spans; the global one by default.
+        store: the durable transaction table.
+        shard_for: maps a transactional id to its shard (must match FindCoordinator).
+        metrics: where open transactions are reported; the process-wide instruments by default.
+        leased: whether this process holds (or is taking) a shard's lease (``ShardLeaseManager.holds``); a shard
+            leased here but not loaded yet answers COORDINATOR_LOAD_IN_PROGRESS instead of NOT_COORDINATOR, since
+            FindCoordinator already names this process. Without it every unloaded shard is NOT_COORDINATOR.
     """
 
     def __init__(
         self,
-        engine: Engine,
-        shard_for: Callable[[str], int],
+        store: TransactionStore,
         *,
-        on_fenced: Callable[[int, int], None] | None = None,
-        tracer_provider: trace.TracerProvider | None = None,
+        shard_for: Callable[[str], int],
+        metrics: OncelogMetrics | None = None,
+        leased: Callable[[int], bool] | None = None,
     ) -> None:
-        self.engine = engine
-        self._tracer = trace.get_tracer(__name__, tracer_provider=tracer_provider)
-        self._shard_for = shard_for
-        self._on_fenced = on_fenced
-        self._takeover_epochs: dict[int, int] = {}
-        self._queue: list[_Write] = []
-        self._writer: asyncio.Task[None] | None = None
-        self._statements = _Statements.for_dialect(engine.dialect)
+        self._store = store
+        self.shard_for = shard_for
+        self._metrics = default_metrics() if metrics is None else metrics
+        self._leased = leased
+        self._shards: dict[int, TxnMetadataCacheEntry] = {}
+        self._locks: dict[str, _LockEntry] = {}
 
-    def migrate(self) -> None:
-        """Create or upgrade the tables (safe with several replicas starting at once)."""
-        migrate(self.engine, SCHEMA_NAME, metadata, MIGRATIONS)
+    @asynccontextmanager
+    async def lock(self, transactional_id: str) -> AsyncIterator[None]:
+        """Hold the id's lock (Kafka's ``txnMetadata.inLock``): one asyncio lock per transactional id, dropped when
+        nobody holds or waits for it. Decisions are prepared under it; writes run outside it."""
+        entry = self._locks.setdefault(transactional_id, _LockEntry())
+        entry.users += 1
+        try:
+            async with entry.lock:
+                yield
+        finally:
+            entry.users -= 1
+            if entry.users == 0:
+                del self._locks[transactional_id]
 
-    # ------------------------------------------------------------------------------ takeover and load
+    # ------------------------------------------------------------------------------ shard ownership
 
-    def begin_takeover(self, shard: int, coordinator_epoch: int) -> None:
-        """Announce that the next :meth:`load_shard` of ``shard`` claims it at ``coordinator_epoch``.
+    @property
+    def owned_shards(self) -> Mapping[int, int]:
+        """Loaded shards and their coordinator epochs (shards still loading excluded)."""
+        return {s.shard: s.coordinator_epoch for s in self._shards.values() if not s.loading}
 
-        The shard lease manager calls this with the epoch of the lease it just acquired, right before
-        ``TransactionCoordinator.load``, whose only store call is ``load_shard(shard)``.
-        """
-        self._takeover_epochs[shard] = coordinator_epoch
+    def begin_loading(self, shard: int, coordinator_epoch: int) -> TxnMetadataCacheEntry:
+        """Replace the cache of ``shard`` by an empty one, loading at ``coordinator_epoch``.
 
-    async def load_shard(self, shard: int) -> list[tuple[str, TxnTransition | None]]:
-        """Claim ``shard`` at the announced coordinator epoch and return its rows (one per id).
+        Requests for the shard get COORDINATOR_LOAD_IN_PROGRESS until :meth:`load` replayed its rows.
 
         Raises:
-            NotCoordinator: no takeover was announced, or the table was claimed at a newer epoch.
-            StorageUnavailable: the database could not be reached.
+            NotCoordinator: the shard is already loaded at a newer coordinator epoch.
         """
-        epoch = self._takeover_epochs.get(shard)
-        if epoch is None:
-            raise NotCoordinator(f"shard {shard} is loaded without a lease; call begin_takeover first")
-        return await asyncio.to_thread(self._claim_and_read, shard, epoch)
+        current = self._shards.get(shard)
+        if current is not None and current.coordinator_epoch > coordinator_epoch:
+            raise NotCoordinator(f"shard {shard} is loaded at coordinator epoch {current.coordinator_epoch}")
+        entry = TxnMetadataCacheEntry(shard, coordinator_epoch)
+        self._shards[shard] = entry
+        return entry
 
-    def _claim_and_read(self, shard: int, epoch: int) -> list[tuple[str, TxnTransition | None]]:
-        for _attempt in range(3):
-            try:
-                with _transaction(self.engine) as conn:
-                    self._claim(conn, shard, epoch)
-                    rows = conn.execute(
-                        sa.select(transactions)
-                        .where(transactions.c.shard == shard)
-                        .order_by(transactions.c.transactional_id)
-                    ).all()
-                    return [(row.transactional_id, _transition_of(row)) for row in rows]
-            except sa.exc.IntegrityError:
-                # Two first-time claims of the shard raced on the insert; the next attempt sees the winner's row.
-                continue
-        raise StorageUnavailable(f"could not claim shard {shard} in the transaction table; retry")
+    async def load(self, entry: TxnMetadataCacheEntry) -> bool:
+        """Read the rows of ``entry``'s shard and replay them into it; False if the load was superseded.
+
+        Every row goes through :meth:`TransactionMetadata.replay`. On failure the entry is removed (if it is still
+        the shard's) and the error raised.
+        """
+        try:
+            rows = await self._store.load_shard(entry.shard)
+        except BaseException:
+            if self._shards.get(entry.shard) is entry:
+                del self._shards[entry.shard]
+            raise
+        if self._shards.get(entry.shard) is not entry:
+            # Unloaded or reloaded at another epoch while reading: that newer decision wins.
+            return False
+        for transactional_id, row in rows:
+            self._replay_row(entry, transactional_id, row)
+        entry.open_transactions = sum(1 for md in entry.txns.values() if md.state.has_open_transaction)
+        self._metrics.set_transactions_open(entry.shard, entry.open_transactions)
+        entry.loading = False
+        return True
+
+    def unload(self, shard: int, coordinator_epoch: int | None = None) -> bool:
+        """Drop the cache of ``shard``; with ``coordinator_epoch`` given, a cache loaded at a newer epoch is kept.
+
+        Returns whether a cache was dropped.
+        """
+        entry = self._shards.get(shard)
+        if entry is None:
+            return False
+        if coordinator_epoch is not None and entry.coordinator_epoch > coordinator_epoch:
+            return False
+        del self._shards[shard]
+        # the next owner reports the shard; a stale value here would count its transactions twice
+        self._metrics.set_transactions_open(shard, 0)
+        return True
+
+    def loaded(self) -> list[TxnMetadataCacheEntry]:
+        """The caches of the shards loaded here (loading ones excluded), for the sweepers."""
+        return [entry for entry in self._shards.values() if not entry.loading]
+
+    def is_current(self, entry: TxnMetadataCacheEntry) -> bool:
+        """Whether ``entry`` is still the cache of its shard (not unloaded, not reloaded)."""
+        return self._shards.get(entry.shard) is entry
+
+    # ------------------------------------------------------------------------------ lookups
+
+    def entry_for(self, transactional_id: str) -> TxnMetadataCacheEntry:
+        """The cache of ``transactional_id``'s shard.
+
+        Raises:
+            NotCoordinator: the shard is not owned here.
+            CoordinatorLoadInProgress: the shard is loading, or leased here and not loaded yet.
+        """
+        shard = self.shard_for(transactional_id)
+        entry = self._shards.get(shard)
+        if entry is None:
+            if self._leased is not None and self._leased(shard):
+                raise CoordinatorLoadInProgress(f"shard {shard} is leased here and not loaded yet")
+            raise NotCoordinator(f"shard {shard} of transactional id {transactional_id!r} is not owned here")
+        if entry.loading:
+            raise CoordinatorLoadInProgress(f"shard {shard} is loading")
+        return entry
+
+    def check_still_owned(self, entry: TxnMetadataCacheEntry) -> None:
+        """Raise NotCoordinator if ``entry`` is no longer its shard's cache."""
+        if not self.is_current(entry):
+            raise NotCoordinator(f"shard {entry.shard} was unloaded or reloaded")
 
     @staticmethod
-    def _claim(conn: Connection, shard: int, epoch: int) -> None:
-        raised = conn.execute(
-            sa.update(shard_epochs)
-            .where(shard_epochs.c.shard == shard, shard_epochs.c.coordinator_epoch <= epoch)
-            .values(coordinator_epoch=epoch)
-        ).rowcount
-        if raised == 1:
-            return
-        stored = conn.execute(
-            sa.select(shard_epochs.c.coordinator_epoch).where(shard_epochs.c.shard == shard)
-        ).scalar()
-        if stored is not None:
-            raise NotCoordinator(f"shard {shard} was taken over at coordinator epoch {stored} > {epoch}")
-        conn.execute(sa.insert(shard_epochs).values(shard=shard, coordinator_epoch=epoch))
+    def known(entry: TxnMetadataCacheEntry, transactional_id: str) -> TransactionMetadata:
+        """The durable metadata of an id a producer names.
 
-    async def coordinator_epoch(self, shard: int) -> int | None:
-        """The epoch the table is claimed at for ``shard`` (None if never claimed); for operators and tests."""
+        Raises:
+            InvalidProducerIdMapping: the id is unknown (InitProducerId was never called).
+        """
+        md = entry.txns.get(transactional_id)
+        if md is None or not md.is_persisted:
+            raise InvalidProducerIdMapping(f"transactional id {transactional_id!r} is unknown; call InitProducerId")
+        return md
 
-        def read() -> int | None:
-            with _transaction(self.engine) as conn:
-                return conn.execute(
-                    sa.select(shard_epochs.c.coordinator_epoch).where(shard_epochs.c.shard == shard)
-                ).scalar()
+    def persisted(self, entry: TxnMetadataCacheEntry, transactional_id: str) -> TransactionMetadata:
+        """The durable metadata of ``transactional_id`` on a shard still owned (call under the id's lock).
 
-        return await asyncio.to_thread(read)
+        Raises:
+            TransactionalIdNotFound: the id is unknown.
+        """
+        self.check_still_owned(entry)
+        md = entry.txns.get(transactional_id)
+        if md is None or not md.is_persisted:
+            raise TransactionalIdNotFound(f"transactional id {transactional_id!r} is unknown")
+        return md
 
     # ------------------------------------------------------------------------------ writes
 
-    async def write(self, transactional_id: str, transition: TxnTransition, expected_coordinator_epoch: int) -> None:
-        """Persist ``transition`` as the id's row (delete it for ``DEAD``) if the shard is still ours.
+    async def append(
+        self,
+        entry: TxnMetadataCacheEntry,
+        md: TransactionMetadata,
+        transition: TxnTransition,
+        *,
+        follow: TxnTransition | None = None,
+    ) -> None:
+        """Write ``transition`` and apply it to the cache, or leave the cache as it was.
+
+        With ``follow`` (an Ongoing row prepared on top of ``transition``), only ``follow`` is written: it supersedes
+        ``transition`` in the same write. Both are then applied in order, each through the state table's checks.
 
         Raises:
-            NotCoordinator: the table was claimed at another coordinator epoch; nothing was written.
-            StorageUnavailable: the database failed; the row may or may not have been written.
+            NotCoordinator: the write was refused, or the shard changed owner while it was made.
+            OncelogError: the store failed; the cache keeps the previous state.
         """
-        shard = self._shard_for(transactional_id)
-        attributes: dict[str, str | int] = {
-            "oncelog.transactional_id": transactional_id,
-            "oncelog.txn.state": transition.state.name,
-            "oncelog.producer_id": transition.producer_id,
-            "oncelog.producer_epoch": transition.producer_epoch,
-            "oncelog.txn.shard": shard,
-            "oncelog.coordinator_epoch": expected_coordinator_epoch,
-            "db.system": self.engine.dialect.name,
-        }
-        with self._tracer.start_as_current_span("oncelog.txn.persist", attributes=attributes) as span:
-            write = _Write(
-                transactional_id,
-                shard,
-                transition,
-                expected_coordinator_epoch,
-                asyncio.get_running_loop().create_future(),
-                span,
-            )
-            self._queue.append(write)
-            if self._writer is None or self._writer.done():
-                self._writer = asyncio.create_task(self._drain(), name="txn-state-writer")
-            await write.done
+        try:
+            await self._store.write(md.transactional_id, follow or transition, entry.coordinator_epoch)
+        except BaseException:
+            # Cancellation included: nothing was revealed, so the cache keeps the previous state and any
+            # later write supersedes a row that may have landed.
+            md.abort_pending()
+            self.forget_if_unpersisted(entry, md)
+            raise
+        if not self.is_current(entry) or entry.txns.get(md.transactional_id) is not md:
+            raise NotCoordinator(f"shard {entry.shard} changed owner while writing {md.transactional_id!r}")
+        was_open = md.state.has_open_transaction
+        md.complete_transition(transition)
+        if follow is not None:
+            again = md.prepare_add_participants(follow.partitions, follow.groups, follow.txn_start_timestamp)
+            if again != follow:
+                raise IllegalTransitionError(f"{md.transactional_id!r}: written {follow}, cache prepared {again}")
+            md.complete_transition(follow)
+        if md.state.has_open_transaction != was_open:
+            entry.open_transactions += 1 if md.state.has_open_transaction else -1
+            self._metrics.set_transactions_open(entry.shard, entry.open_transactions)
 
-    async def _drain(self) -> None:
-        """Write queued rows, as many per SQL transaction as have accumulated while the last one ran."""
-        while self._queue:
-            taken = self._queue[:MAX_WRITES_PER_COMMIT]
-            del self._queue[:MAX_WRITES_PER_COMMIT]
-            # A caller cancelled before its turn already forgot the transition: do not write it at all.
-            batch = [write for write in taken if not write.done.done()]
-            if not batch:
+    async def remove_expired_transactional_ids(self, now_ms: int, expiration_ms: int) -> list[str]:
+        """Remove ids idle for ``expiration_ms`` with no open transaction (design/kafka-semantics.md §2.8).
+
+        A tombstone is written first (under the id's lock, Kafka's ``removeExpiredTransactionalIds``); the cache entry
+        goes only once it is durable and nothing changed. A failed write is logged and tried again by the next sweep.
+
+        Returns:
+            The transactional ids removed.
+        """
+        expired: list[str] = []
+        for entry in self.loaded():
+            for candidate in list(entry.txns.values()):
+                if not is_expirable(candidate, now_ms, expiration_ms):
+                    continue
+                transactional_id = candidate.transactional_id
+                async with self.lock(transactional_id):
+                    if not self.is_current(entry):
+                        break
+                    md = entry.txns.get(transactional_id)
+                    if md is None or not is_expirable(md, now_ms, expiration_ms):
+                        continue
+                    transition = md.prepare_dead()
+                try:
+                    await self.append(entry, md, transition)
+                except OncelogError as error:
+                    log.warning("expiration of %r failed: %r", transactional_id, error)
+                    continue
+                del entry.txns[transactional_id]
+                expired.append(transactional_id)
+        return expired
+
+    @staticmethod
+    def forget_if_unpersisted(entry: TxnMetadataCacheEntry, md: TransactionMetadata) -> None:
+        """Drop a new id's metadata whose first write never happened (published only for its pending latch)."""
+        if not md.is_persisted and md.pending_state is None and entry.txns.get(md.transactional_id) is md:
+            del entry.txns[md.transactional_id]
+
+    def _replay_row(self, entry: TxnMetadataCacheEntry, transactional_id: str, row: TxnTransition | None) -> None:
+        if self.shard_for(transactional_id) != entry.shard:
+            log.warning("skipping row of %r: it does not belong to shard %d", transactional_id, entry.shard)
+            return
+        if row is None or row.state is TransactionState.DEAD:
+            entry.txns.pop(transactional_id, None)
+            return
+        if row.state.is_transient:
+            raise IllegalTransitionError(f"stored row of {transactional_id!r} has transient state {row.state.name}")
+        md = entry.txns.get(transactional_id)
+        if md is None:
+            entry.txns[transactional_id] = TransactionMetadata.from_transition(transactional_id, row)
+        else:
+            md.replay(row)
+
+    # ------------------------------------------------------------------------------ describe / list
+
+    def describe(self, transactional_ids: Iterable[str]) -> dict[str, TransactionDescription | OncelogError]:
+        """DescribeTransactions: per id, its description or the error explaining why there is none."""
+        out: dict[str, TransactionDescription | OncelogError] = {}
+        for transactional_id in transactional_ids:
+            if not transactional_id:
+                out[transactional_id] = InvalidRequest("transactional id must not be empty")
                 continue
             try:
-                outcomes = await asyncio.to_thread(self._write_batch, batch)
-            except Exception as exc:  # the whole SQL transaction failed: every write in it is indeterminate
-                for write in batch:
-                    _settle(write, _copy_error(exc))
+                entry = self.entry_for(transactional_id)
+            except OncelogError as error:
+                out[transactional_id] = error
                 continue
-            for write, outcome in zip(batch, outcomes, strict=True):
-                _settle(write, outcome)
-            fenced = {
-                (w.shard, w.coordinator_epoch)
-                for w, outcome in zip(batch, outcomes, strict=True)
-                if isinstance(outcome, NotCoordinator)
-            }
-            for shard, epoch in sorted(fenced):
-                if self._on_fenced is None:
-                    break
-                try:
-                    self._on_fenced(shard, epoch)
-                except Exception:
-                    log.exception("fencing listener failed for shard %d", shard)
+            md = entry.txns.get(transactional_id)
+            if md is None or not md.is_persisted or md.state is TransactionState.DEAD:
+                out[transactional_id] = TransactionalIdNotFound(f"transactional id {transactional_id!r} is unknown")
+            else:
+                out[transactional_id] = TransactionDescription.of(md)
+        return out
 
-    def _write_batch(self, batch: Sequence[_Write]) -> list[OncelogError | None]:
-        with self._tracer.start_as_current_span(
-            "oncelog.txn.sql_transaction",
-            context=trace.set_span_in_context(batch[0].span),
-            links=[trace.Link(write.span.get_span_context()) for write in batch[1:]],
-            attributes={
-                "db.system": self.engine.dialect.name,
-                "db.collection.name": transactions.name,
-                "oncelog.txn.writes": len(batch),
-            },
-        ):
-            return self._write_batch_in_transaction(batch)
+    def list_transactions(
+        self,
+        now_ms: int,
+        states: Collection[TransactionState] | None = None,
+        producer_ids: Collection[int] | None = None,
+        older_than_ms: int | None = None,
+    ) -> list[TransactionDescription]:
+        """ListTransactions (KIP-664, duration filter of KIP-994), sorted by transactional id.
 
-    def _write_batch_in_transaction(self, batch: Sequence[_Write]) -> list[OncelogError | None]:
-        statements = self._statements
-        with _transaction(self.engine) as conn:
-            # Lock the epoch rows in shard order so two writers can never wait on each other in a cycle.
-            owned: dict[tuple[int, int], bool] = {}
-            for shard, epoch in sorted({(w.shard, w.coordinator_epoch) for w in batch}):
-                check = statements.check_epoch
-                owned[(shard, epoch)] = (
-                    conn.exec_driver_sql(check.sql, check.parameters({"shard": shard, "epoch": epoch})).rowcount == 1
-                )
-            outcomes: list[OncelogError | None] = []
-            accepted: list[_Write] = []
-            for write in batch:
-                if owned[(write.shard, write.coordinator_epoch)]:
-                    accepted.append(write)
-                    outcomes.append(None)
-                else:
-                    outcomes.append(
-                        NotCoordinator(
-                            f"shard {write.shard} is no longer held at coordinator epoch {write.coordinator_epoch}; "
-                            f"{write.transactional_id!r} was not written"
-                        )
-                    )
-            for statement, parameters in _runs(statements, accepted):
-                conn.exec_driver_sql(statement.sql, parameters)
-            return outcomes
+        Empty filters match everything. ``older_than_ms`` keeps only transactions that are open
+        (Ongoing or Prepare*) and started at least that long before ``now_ms``.
 
-    async def close(self) -> None:
-        """Wait for queued writes to finish (clean shutdown, after the server stopped taking calls)."""
-        if self._writer is not None:
-            await asyncio.gather(self._writer, return_exceptions=True)
+        Raises:
+            CoordinatorLoadInProgress: a shard is still loading, so the answer would be incomplete.
+        """
+        if any(entry.loading for entry in self._shards.values()):
+            raise CoordinatorLoadInProgress("a shard is loading; the listing would be incomplete")
+        found = []
+        for entry in self._shards.values():
+            for md in entry.txns.values():
+                if not md.is_persisted or md.state is TransactionState.DEAD:
+                    continue
+                if states and md.state not in states:
+                    continue
+                if producer_ids and md.producer_id not in producer_ids:
+                    continue
+                if older_than_ms is not None and not (
+                    md.state.has_open_transaction and now_ms - md.txn_start_timestamp >= older_than_ms
+                ):
+                    continue
+                found.append(TransactionDescription.of(md))
+        return sorted(found, key=lambda d: d.transactional_id)
 
 
-# ---------------------------------------------------------------------------------------------- helpers
-
-
-@contextmanager
-def _transaction(engine: Engine) -> Iterator[Connection]:
-    try:
-        with engine.begin() as conn:
-            yield conn
-    except sa.exc.OperationalError as exc:
-        raise StorageUnavailable(f"transaction state database failed: {exc.orig}", definite=False) from exc
-
-
-def _settle(write: _Write, outcome: BaseException | None) -> None:
-    if write.done.done():  # the caller was cancelled; the coordinator already forgot the transition
-        return
-    if outcome is None:
-        write.done.set_result(None)
-    else:
-        write.done.set_exception(outcome)
-
-
-def _copy_error(exc: Exception) -> Exception:
-    """One exception object per waiting caller, so their tracebacks do not pile onto a shared instance."""
-    if isinstance(exc, OncelogError):
-        return type(exc)(exc.message, definite=exc.definite, metadata=exc.metadata, reason=exc.reason)
-    if isinstance(exc, sa.exc.SQLAlchemyError):
-        return StorageUnavailable(f"transaction state database failed: {exc}", definite=False)
-    return exc
-
-
-def _runs(
-    statements: _Statements, writes: Sequence[_Write]
-) -> Iterator[tuple[_DriverStatement, list[dict[str, Any] | tuple[Any, ...]]]]:
-    """Group ``writes`` into executemany runs of one statement, keeping the order of writes to the same id.
-
-    The coordinator never has two writes of one id in flight, so a batch is normally one upsert run and at
-    most one delete run; a repeated id or a switch between upsert and delete starts a new run.
-    """
-    current: _DriverStatement | None = None
-    rows: list[dict[str, Any] | tuple[Any, ...]] = []
-    ids: set[str] = set()
-    for write in writes:
-        dead = write.transition.state is TransactionState.DEAD
-        statement = statements.delete if dead else statements.upsert
-        if statement is not current or write.transactional_id in ids:
-            if current is not None:
-                yield current, rows
-            current, rows, ids = statement, [], set()
-        values = {"transactional_id": write.transactional_id}
-        if not dead:
-            values.update(_row_of(write.shard, write.transition))
-        rows.append(statement.parameters(values))
-        ids.add(write.transactional_id)
-    if current is not None:
-        yield current, rows
-
-
-def _row_of(shard: int, t: TxnTransition) -> dict[str, Any]:
-    """Column values of ``t``'s row as driver parameters (JSON columns as text, as SQLAlchemy's JSON type writes)."""
-    return {
-        "shard": shard,
-        "state": t.state.value,
-        "producer_id": t.producer_id,
-        "previous_producer_id": t.previous_producer_id,
-        "next_producer_id": t.next_producer_id,
-        "producer_epoch": t.producer_epoch,
-        "last_producer_epoch": t.last_producer_epoch,
-        "txn_timeout_ms": t.txn_timeout_ms,
-        "partitions": json.dumps([[topic, partition] for topic, partition in sorted(t.partitions)]),
-        "group_ids": json.dumps(sorted(t.groups)),
-        "txn_start_timestamp": t.txn_start_timestamp,
-        "txn_last_update_timestamp": t.txn_last_update_timestamp,
-    }
-
-
-def _transition_of(row: Any) -> TxnTransition:
-    partitions: frozenset[TopicPartition] = frozenset((str(topic), int(p)) for topic, p in row.partitions)
-    return TxnTransition(
-        state=TransactionState(row.state),
-        producer_id=row.producer_id,
-        previous_producer_id=row.previous_producer_id,
-        next_producer_id=row.next_producer_id,
-        producer_epoch=row.producer_epoch,
-        last_producer_epoch=row.last_producer_epoch,
-        txn_timeout_ms=row.txn_timeout_ms,
-        partitions=partitions,
-        groups=frozenset(row.group_ids),
-        txn_start_timestamp=row.txn_start_timestamp,
-        txn_last_update_timestamp=row.txn_last_update_timestamp,
-    )
-
-
-__all__ = ["MAX_TRANSACTIONAL_ID_BYTES", "SCHEMA_NAME", "TransactionStateManager", "metadata"]
+__all__ = [
+    "TransactionDescription",
+    "TransactionStateManager",
+    "TransactionStore",
+    "TxnMetadataCacheEntry",
+]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import random
 import zlib
-from collections.abc import Awaitable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 
 import pytest
@@ -44,6 +44,7 @@ from oncelog.txn_coordinator.metadata import (
     TxnTransition,
 )
 from oncelog.txn_coordinator.state import TransactionResult, TransactionState
+from oncelog.txn_coordinator.state_manager import TransactionStateManager
 
 pytestmark = pytest.mark.timeout(20)
 
@@ -205,13 +206,12 @@ class Harness:
         self.coordinator = self.new_coordinator()
         self.coordinator_epoch = 0
 
-    def new_coordinator(self, **kwargs: object) -> TransactionCoordinator:
+    def new_coordinator(self, leased: Callable[[int], bool] | None = None, **kwargs: object) -> TransactionCoordinator:
         return TransactionCoordinator(
-            store=self.store,
+            state=TransactionStateManager(self.store, shard_for=shard_for, leased=leased),
             producer_ids=self.pids,
             markers=self.markers,
             clock=self.clock,
-            shard_for=shard_for,
             completion_wait_ms=self.completion_wait_ms,
             **kwargs,  # type: ignore[arg-type]
         )

@@ -39,6 +39,7 @@ from oncelog.txn_coordinator.marker_channel import (
 from oncelog.txn_coordinator.metadata import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, TopicPartition, TxnTransition
 from oncelog.txn_coordinator.state import TransactionResult, TransactionState
 from oncelog.txn_coordinator.state_manager import TransactionStateManager
+from oncelog.txn_coordinator.transaction_log import TransactionLog
 
 pytestmark = pytest.mark.timeout(20)
 
@@ -126,11 +127,10 @@ def shard_by_length(transactional_id: str) -> int:
 
 async def new_coordinator(meter: Meter, store: MemoryStore, markers: HeldMarkers) -> TransactionCoordinator:
     coordinator = TransactionCoordinator(
-        store=store,
+        state=TransactionStateManager(store, shard_for=shard_by_length, metrics=meter.metrics),
         producer_ids=CountingIds(),
         markers=markers,
         clock=lambda: 1_000_000,
-        shard_for=shard_by_length,
         metrics=meter.metrics,
     )
     for shard in (0, 1):
@@ -277,9 +277,7 @@ async def test_each_write_is_a_persist_span_in_its_callers_trace_and_group_commi
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
-    store = TransactionStateManager(
-        create_engine(f"sqlite:///{tmp_path / 'txn.db'}"), lambda _tid: 0, tracer_provider=provider
-    )
+    store = TransactionLog(create_engine(f"sqlite:///{tmp_path / 'txn.db'}"), lambda _tid: 0, tracer_provider=provider)
     await asyncio.to_thread(store.migrate)
     store.begin_takeover(0, 1)
     await store.load_shard(0)

@@ -44,6 +44,7 @@ from oncelog.errors import NotCoordinator, OncelogError, StorageUnavailable
 from oncelog.txn_coordinator.coordinator import TransactionCoordinator
 from oncelog.txn_coordinator.metadata import LAST_USABLE_EPOCH, NO_PRODUCER_EPOCH, TxnTransition
 from oncelog.txn_coordinator.state import VALID_PREVIOUS_STATES, TransactionResult, TransactionState
+from oncelog.txn_coordinator.state_manager import TransactionStateManager
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -365,11 +366,10 @@ class CoordinatorInterleavings(RuleBasedStateMachine):
         # Kafka's immediate CONCURRENT_TRANSACTIONS: a parked request's wait is bounded in real time, which
         # would make the machine's steps depend on the wall clock; parking has its own named tests.
         coordinator = TransactionCoordinator(
-            store=self.store,
+            state=TransactionStateManager(self.store, shard_for=shard_for),
             producer_ids=self.pids,
             markers=sink,
             clock=self.clock,
-            shard_for=shard_for,
             completion_wait_ms=PARK_MS,
         )
         self.generations.append(Generation(epoch, coordinator, sink))

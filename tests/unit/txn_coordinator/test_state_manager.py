@@ -1,22 +1,30 @@
-"""TransactionStateManager against real SQLite and PostgreSQL: rows, tombstones and coordinator-epoch fencing."""
+"""TransactionStateManager over an in-memory store: loading, ownership checks, appends and expiry of the cache.
+
+The coordinator's tests exercise the same paths through requests; these pin the state manager's own contract
+(Kafka's ``TransactionStateManagerTest``: load, remove, append failing or racing an unload, expiry).
+"""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import Iterable
 
 import pytest
-import sqlalchemy as sa
 
-from oncelog.errors import NotCoordinator
-from oncelog.storage.sql import create_engine
-from oncelog.txn_coordinator.metadata import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, TxnTransition
+from oncelog.errors import (
+    CoordinatorLoadInProgress,
+    InvalidProducerIdMapping,
+    NotCoordinator,
+    StorageUnavailable,
+)
+from oncelog.txn_coordinator.metadata import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, TransactionMetadata, TxnTransition
 from oncelog.txn_coordinator.state import TransactionState
 from oncelog.txn_coordinator.state_manager import TransactionStateManager
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = pytest.mark.timeout(20)
 
 S = TransactionState
+TP = ("orders", 0)
 
 
 def shard_of(transactional_id: str) -> int:
@@ -39,217 +47,156 @@ def row(state: S = S.EMPTY, producer_id: int = 7, epoch: int = 0, **fields: obje
     return TxnTransition(**values)  # type: ignore[arg-type]
 
 
-async def open_store(url: str) -> TransactionStateManager:
-    """A store on its own engine, as a separate coordinator process would have."""
-    store = TransactionStateManager(create_engine(url), shard_of)
-    await asyncio.to_thread(store.migrate)
-    return store
+class MemoryStore:
+    """Rows per shard; ``fail_writes`` makes writes raise; ``read_gate`` holds a load until it is set."""
+
+    def __init__(self) -> None:
+        self.rows: dict[int, list[tuple[str, TxnTransition | None]]] = {}
+        self.written: list[tuple[str, TxnTransition, int]] = []
+        self.fail_writes = False
+        self.read_gate: asyncio.Event | None = None
+        self.reading = asyncio.Event()
+
+    async def load_shard(self, shard: int) -> Iterable[tuple[str, TxnTransition | None]]:
+        self.reading.set()
+        if self.read_gate is not None:
+            await self.read_gate.wait()
+        return list(self.rows.get(shard, []))
+
+    async def write(self, transactional_id: str, transition: TxnTransition, expected_coordinator_epoch: int) -> None:
+        if self.fail_writes:
+            raise StorageUnavailable("the database is down")
+        self.written.append((transactional_id, transition, expected_coordinator_epoch))
 
 
-async def take_over(store: TransactionStateManager, shard: int, epoch: int) -> dict[str, TxnTransition | None]:
-    store.begin_takeover(shard, epoch)
-    return dict(await store.load_shard(shard))
+async def loaded(store: MemoryStore, *shards: int, leased: set[int] | None = None) -> TransactionStateManager:
+    state = TransactionStateManager(store, shard_for=shard_of, leased=None if leased is None else leased.__contains__)
+    for shard in shards:
+        assert await state.load(state.begin_loading(shard, 1))
+    return state
 
 
-@pytest.fixture
-async def store(database_url: str) -> AsyncIterator[TransactionStateManager]:
-    opened = await open_store(database_url)
-    yield opened
-    await opened.close()
-    opened.engine.dispose()
+async def test_load_replays_the_shards_rows_last_row_wins_and_tombstones_remove() -> None:
+    store = MemoryStore()
+    store.rows[0] = [
+        ("0-a", row(S.ONGOING, partitions=frozenset({TP}), txn_start_timestamp=500)),
+        ("0-a", row(S.COMPLETE_COMMIT, epoch=1)),
+        ("0-gone", row()),
+        ("0-gone", None),
+        ("1-stray", row()),  # a row of another shard is skipped, not served
+    ]
+    state = await loaded(store, 0)
+
+    entry = state.entry_for("0-a")
+    assert set(entry.txns) == {"0-a"}
+    assert (entry.txns["0-a"].state, entry.txns["0-a"].producer_epoch) == (S.COMPLETE_COMMIT, 1)
+    assert state.owned_shards == {0: 1}
 
 
-async def test_every_field_survives_a_reload(store: TransactionStateManager, database_url: str) -> None:
-    await take_over(store, 0, 1)
-    stored = row(
-        S.PREPARE_COMMIT,
-        producer_id=9_000_000_000,
-        epoch=32_766,
-        previous_producer_id=8,
-        next_producer_id=9_000_000_001,
-        last_producer_epoch=32_765,
-        txn_timeout_ms=900_000,
-        partitions=frozenset({("orders", 3), ("orders", 0), ("audit", 1)}),
-        groups=frozenset({"billing", "shipping"}),
-        txn_start_timestamp=1_700_000_000_000,
-        txn_last_update_timestamp=1_700_000_000_500,
-    )
-    await store.write("0-full", stored, 1)
-    other = await open_store(database_url)
-    loaded = await take_over(other, 0, 2)
-    assert loaded == {"0-full": stored}
-    other.engine.dispose()
-
-
-async def test_a_later_write_replaces_the_row(store: TransactionStateManager) -> None:
-    await take_over(store, 0, 1)
-    await store.write("0-a", row(S.EMPTY, epoch=0), 1)
-    ongoing = row(S.ONGOING, epoch=0, partitions=frozenset({("t", 0)}), txn_start_timestamp=5)
-    await store.write("0-a", ongoing, 1)
-    assert await take_over(store, 0, 1) == {"0-a": ongoing}
-
-
-async def test_dead_deletes_the_row(store: TransactionStateManager) -> None:
-    await take_over(store, 0, 1)
-    await store.write("0-gone", row(S.COMPLETE_ABORT, txn_start_timestamp=5), 1)
-    await store.write("0-kept", row(S.EMPTY), 1)
-    await store.write("0-gone", row(S.DEAD), 1)
-    assert set(await take_over(store, 0, 1)) == {"0-kept"}
-
-
-async def test_load_returns_only_the_shards_rows(store: TransactionStateManager) -> None:
-    await take_over(store, 0, 1)
-    await take_over(store, 1, 1)
-    await store.write("0-a", row(), 1)
-    await store.write("1-b", row(), 1)
-    await store.write("1-c", row(), 1)
-    assert set(await take_over(store, 1, 1)) == {"1-b", "1-c"}
-
-
-async def test_load_without_a_takeover_is_refused(store: TransactionStateManager) -> None:
+async def test_a_shard_not_loaded_here_is_not_coordinator_or_load_in_progress_when_leased() -> None:
+    store = MemoryStore()
+    state = await loaded(store, 0, leased={1})
     with pytest.raises(NotCoordinator):
-        await store.load_shard(3)
+        state.entry_for("2-a")
+    with pytest.raises(CoordinatorLoadInProgress):
+        state.entry_for("1-a")
+
+    store.read_gate = asyncio.Event()
+    loading = asyncio.create_task(state.load(state.begin_loading(2, 1)))
+    await store.reading.wait()
+    with pytest.raises(CoordinatorLoadInProgress):
+        state.entry_for("2-a")
+    store.read_gate.set()
+    assert await loading
+    assert state.entry_for("2-a").shard == 2
 
 
-async def test_write_without_a_claimed_shard_is_refused(store: TransactionStateManager) -> None:
+async def test_a_load_overtaken_by_a_newer_epoch_leaves_the_newer_cache() -> None:
+    store = MemoryStore()
+    store.rows[0] = [("0-a", row())]
+    state = TransactionStateManager(store, shard_for=shard_of)
+    store.read_gate = asyncio.Event()
+    old = state.begin_loading(0, 1)
+    first = asyncio.create_task(state.load(old))
+    await store.reading.wait()
+    newer = state.begin_loading(0, 2)
+    store.read_gate.set()
+
+    assert await first is False
+    assert await state.load(newer) is True
+    assert state.owned_shards == {0: 2}
     with pytest.raises(NotCoordinator):
-        await store.write("4-a", row(), 1)
-    assert await take_over(store, 4, 1) == {}
+        state.begin_loading(0, 1)
 
 
-async def test_takeover_fences_the_previous_owner(database_url: str) -> None:
-    fenced: list[tuple[int, int]] = []
-    store = TransactionStateManager(create_engine(database_url), shard_of, on_fenced=lambda *f: fenced.append(f))
-    await asyncio.to_thread(store.migrate)
-    await take_over(store, 0, 1)
-    await store.write("0-a", row(S.EMPTY, epoch=0), 1)
-    successor = await open_store(database_url)
-    assert set(await take_over(successor, 0, 2)) == {"0-a"}
-
-    with pytest.raises(NotCoordinator, match="coordinator epoch 1"):
-        await store.write("0-a", row(S.EMPTY, epoch=1), 1)
+async def test_unload_keeps_a_cache_loaded_at_a_newer_epoch() -> None:
+    state = await loaded(MemoryStore(), 0)
+    assert state.unload(0, coordinator_epoch=0) is False
+    assert state.owned_shards == {0: 1}
+    assert state.unload(0, coordinator_epoch=1) is True
+    assert state.owned_shards == {}
     with pytest.raises(NotCoordinator):
-        await store.write("0-new", row(), 1)
-    assert fenced == [(0, 1), (0, 1)], "the old owner hears of each refused write"
-    await successor.write("0-a", row(S.EMPTY, epoch=5), 2)
-    assert await take_over(successor, 0, 2) == {"0-a": row(S.EMPTY, epoch=5)}
-    assert await successor.coordinator_epoch(0) == 2
-    successor.engine.dispose()
-    store.engine.dispose()
+        state.entry_for("0-a")
 
 
-async def test_takeover_at_an_older_epoch_is_refused(store: TransactionStateManager) -> None:
-    await take_over(store, 0, 3)
-    with pytest.raises(NotCoordinator, match="epoch 3"):
-        await take_over(store, 0, 2)
-    assert await store.coordinator_epoch(0) == 3
+async def test_a_failed_append_keeps_the_previous_state_and_forgets_an_id_never_written() -> None:
+    store = MemoryStore()
+    store.rows[0] = [("0-known", row(S.EMPTY, epoch=3))]
+    state = await loaded(store, 0)
+    entry = state.entry_for("0-known")
+    known = entry.txns["0-known"]
+    fresh = TransactionMetadata.new("0-fresh", 9, 60_000, 1_000)
+    entry.txns["0-fresh"] = fresh
+    store.fail_writes = True
+
+    with pytest.raises(StorageUnavailable):
+        await state.append(entry, known, known.prepare_increment_epoch(60_000, 3, 2_000))
+    with pytest.raises(StorageUnavailable):
+        await state.append(entry, fresh, fresh.prepare_increment_epoch(60_000, None, 2_000))
+
+    assert (known.state, known.producer_epoch, known.pending_state) == (S.EMPTY, 3, None)
+    assert "0-fresh" not in entry.txns
+    with pytest.raises(InvalidProducerIdMapping):
+        state.known(entry, "0-fresh")
 
 
-async def test_concurrent_writes_are_committed_together(store: TransactionStateManager) -> None:
-    await take_over(store, 0, 1)
-    commits = 0
+async def test_an_append_that_lands_after_the_shard_was_reloaded_is_not_applied() -> None:
+    store = MemoryStore()
+    store.rows[0] = [("0-a", row(S.EMPTY, epoch=3))]
+    state = await loaded(store, 0)
+    entry = state.entry_for("0-a")
+    md = entry.txns["0-a"]
+    transition = md.prepare_increment_epoch(60_000, 3, 2_000)
+    assert await state.load(state.begin_loading(0, 2))
 
-    def count(_conn: object) -> None:
-        nonlocal commits
-        commits += 1
-
-    sa.event.listen(store.engine, "commit", count)
-    await asyncio.gather(*(store.write(f"0-{i}", row(producer_id=i), 1) for i in range(50)))
-    sa.event.remove(store.engine, "commit", count)
-    assert commits == 1
-    assert len(await take_over(store, 0, 1)) == 50
-
-
-async def test_a_shared_commit_uses_one_statement_per_kind_of_write(store: TransactionStateManager) -> None:
-    """Group commit at the SQL level: 50 rows and tombstones cost a handful of statements, not 50."""
-    await take_over(store, 0, 1)
-    await asyncio.gather(*(store.write(f"0-{i}", row(producer_id=i), 1) for i in range(10)))
-    statements: list[tuple[str, bool]] = []
-
-    def record(_conn: object, _cursor: object, sql: str, _params: object, _context: object, many: bool) -> None:
-        statements.append((sql.split()[0].upper(), many))
-
-    sa.event.listen(store.engine, "before_cursor_execute", record)
-    writes = [store.write(f"0-{i}", row(S.DEAD), 1) for i in range(5)]
-    writes += [store.write(f"0-{i}", row(S.EMPTY, producer_id=i, epoch=1), 1) for i in range(5, 50)]
-    await asyncio.gather(*writes)
-    sa.event.remove(store.engine, "before_cursor_execute", record)
-    assert statements.count(("UPDATE", False)) == 1, "one epoch check for the one (shard, epoch)"
-    assert ("INSERT", True) in statements and ("DELETE", True) in statements
-    assert len(statements) <= 4, statements
-    loaded = await take_over(store, 0, 1)
-    assert sorted(loaded, key=lambda t: int(t.split("-")[1])) == [f"0-{i}" for i in range(5, 50)]
-    assert all(transition is not None and transition.producer_epoch == 1 for transition in loaded.values())
+    with pytest.raises(NotCoordinator):
+        await state.append(entry, md, transition)
+    assert store.written == [("0-a", transition, 1)], "the write carried the old epoch; the store refuses it"
+    assert state.entry_for("0-a").txns["0-a"].producer_epoch == 3
 
 
-async def test_repeated_id_in_one_commit_keeps_write_order(store: TransactionStateManager) -> None:
-    await take_over(store, 0, 1)
-    await store.write("0-c", row(S.EMPTY), 1)
-    ongoing = row(S.ONGOING, epoch=1, partitions=frozenset({("t", 0)}), txn_start_timestamp=5)
-    await asyncio.gather(
-        store.write("0-a", row(S.EMPTY), 1),
-        store.write("0-a", row(S.DEAD), 1),
-        store.write("0-c", row(S.DEAD), 1),
-        store.write("0-a", ongoing, 1),
-        store.write("0-b", row(S.EMPTY, producer_id=8), 1),
-    )
-    assert await take_over(store, 0, 1) == {"0-a": ongoing, "0-b": row(S.EMPTY, producer_id=8)}
+async def test_appends_keep_the_count_of_open_transactions() -> None:
+    store = MemoryStore()
+    store.rows[0] = [("0-a", row(S.EMPTY, epoch=0)), ("0-b", row(S.ONGOING, partitions=frozenset({TP})))]
+    state = await loaded(store, 0)
+    entry = state.entry_for("0-a")
+    assert entry.open_transactions == 1
+    md = entry.txns["0-a"]
+    await state.append(entry, md, md.prepare_add_participants(frozenset({TP}), frozenset(), 2_000))
+    assert (md.state, entry.open_transactions) == (S.ONGOING, 2)
 
 
-async def test_a_stale_shard_fails_only_its_own_writes_in_a_shared_commit(
-    store: TransactionStateManager, database_url: str
-) -> None:
-    await take_over(store, 0, 1)
-    await take_over(store, 1, 1)
-    successor = await open_store(database_url)
-    await take_over(successor, 1, 2)
-    outcomes = await asyncio.gather(
-        store.write("0-mine", row(), 1), store.write("1-lost", row(), 1), return_exceptions=True
-    )
-    assert outcomes[0] is None
-    assert isinstance(outcomes[1], NotCoordinator)
-    assert set(await take_over(store, 0, 1)) == {"0-mine"}
-    assert await take_over(successor, 1, 2) == {}
-    successor.engine.dispose()
+async def test_expiry_writes_a_tombstone_then_drops_only_idle_ids_without_an_open_transaction() -> None:
+    store = MemoryStore()
+    store.rows[0] = [
+        ("0-idle", row(S.COMPLETE_COMMIT, txn_last_update_timestamp=1_000)),
+        ("0-recent", row(S.COMPLETE_COMMIT, txn_last_update_timestamp=9_000)),
+        ("0-open", row(S.ONGOING, partitions=frozenset({TP}), txn_last_update_timestamp=1_000)),
+    ]
+    state = await loaded(store, 0)
 
+    expired = await state.remove_expired_transactional_ids(now_ms=10_000, expiration_ms=5_000)
 
-async def test_takeover_sees_every_write_acknowledged_to_the_old_owner(
-    store: TransactionStateManager, database_url: str
-) -> None:
-    """A takeover racing a stream of writes: whatever the old owner was told is durable, the new one loads."""
-    await take_over(store, 0, 1)
-    acknowledged: list[str] = []
-    refused_after_takeover = asyncio.Event()
-
-    async def old_owner(writer: int) -> None:
-        for i in range(10_000):
-            transactional_id = f"0-w{writer}-{i}"
-            try:
-                await store.write(transactional_id, row(producer_id=i), 1)
-            except NotCoordinator:
-                refused_after_takeover.set()
-                return
-            acknowledged.append(transactional_id)
-
-    writers = [asyncio.create_task(old_owner(w)) for w in range(4)]
-    while len(acknowledged) < 20:
-        await asyncio.sleep(0.001)
-    successor = await open_store(database_url)
-    loaded = await take_over(successor, 0, 2)
-    await asyncio.gather(*writers)
-    assert refused_after_takeover.is_set()
-    missing = set(acknowledged) - set(loaded)
-    assert not missing, f"writes acknowledged to the old owner but not loaded by the new one: {sorted(missing)[:5]}"
-    successor.engine.dispose()
-
-
-async def test_cancelled_write_not_yet_started_is_not_written(store: TransactionStateManager) -> None:
-    await take_over(store, 0, 1)
-    first = asyncio.create_task(store.write("0-first", row(), 1))
-    cancelled = asyncio.create_task(store.write("0-cancelled", row(), 1))
-    await asyncio.sleep(0)  # both are queued; the writer has not taken them yet
-    cancelled.cancel()
-    await first
-    with pytest.raises(asyncio.CancelledError):
-        await cancelled
-    assert set(await take_over(store, 0, 1)) == {"0-first"}
+    assert expired == ["0-idle"]
+    assert [(tid, t.state) for tid, t, _ in store.written] == [("0-idle", S.DEAD)]
+    assert set(state.entry_for("0-a").txns) == {"0-recent", "0-open"}
