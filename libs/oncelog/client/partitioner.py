@@ -30,7 +30,10 @@ try:  # optional: hashes many keys at once (numpy comes with the spark extra)
 except ImportError:  # pragma: no cover - the pure-Python loop serves alone
     numpy = None  # type: ignore[assignment]
 
-__all__ = ["DefaultPartitioner", "murmur2", "partition_for_key", "partitions_for_keys", "to_positive"]
+__all__ = ["DefaultPartitioner", "RecordGroup", "murmur2", "partition_for_key", "partitions_for_keys", "to_positive"]
+
+RecordGroup = tuple[list[int] | None, Sequence[Any] | None, Sequence[Any]]
+"""Records of one partition among records sent together: their positions (None: all, in order), keys, values."""
 
 _SEED = 0x9747B28C
 _M = 0x5BD1E995
@@ -246,6 +249,37 @@ class DefaultPartitioner:
                     sticky = self.partition(topic, None, num_partitions, available)
                 targets.append(sticky)
         return targets
+
+    def group(
+        self,
+        topic: str,
+        keys: Sequence[Any] | None,
+        values: Sequence[Any],
+        num_partitions: int,
+        available: Sequence[int] | None = None,
+        partition: int | None = None,
+    ) -> dict[int, RecordGroup]:
+        """Split records sent together by partition, keeping their order within each.
+
+        Returns:
+            partition -> (positions of its records among all, or None when it takes all of them in order;
+            its keys, or None; its values). ``partition`` given: all go there; no keys: all go to the sticky
+            partition; else each key's partition.
+        """
+        if partition is not None:
+            return {partition: (None, keys, values)}
+        if keys is None:
+            return {self.partition(topic, None, num_partitions, available): (None, None, values)}
+        targets = self.partition_keys(topic, keys, num_partitions, available)
+        if len(set(targets)) == 1:
+            return {targets[0]: (None, keys, values)} if targets else {}
+        groups: dict[int, RecordGroup] = {}
+        for index, target in enumerate(targets):
+            positions, group_keys, group_values = groups.setdefault(target, ([], [], []))
+            positions.append(index)  # type: ignore[union-attr]
+            group_keys.append(keys[index])  # type: ignore[union-attr]
+            group_values.append(values[index])  # type: ignore[attr-defined]
+        return groups
 
     def on_append(self, topic: str, partition: int, appended_bytes: int, *, enable_switch: bool = True) -> None:
         """Account ``appended_bytes`` of a keyless record and move on once the partition had enough.

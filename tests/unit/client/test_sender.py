@@ -1,0 +1,261 @@
+"""Sender against in-memory partitions and coordinators: producer ids, sequences, retries that never duplicate,
+the idempotent producer's local epoch bump, and how produce errors reach a transaction."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from collections.abc import AsyncIterator, Sequence
+from concurrent.futures import Future
+from contextlib import asynccontextmanager
+from typing import Any
+
+import pytest
+
+from oncelog.client.accumulator import RecordAccumulator
+from oncelog.client.errors import AbortableError, ProducerFencedError
+from oncelog.client.records import TopicPartition
+from oncelog.client.sender import ProduceSettings, Sender, SenderConfig
+from oncelog.client.sequences import ProducerSequences
+from oncelog.client.transaction_manager import TransactionManager, TransactionState
+from oncelog.client.transport import Deadline
+from oncelog.errors import InvalidRecord, NotLeader, OncelogError, ProducerFenced
+from oncelog.records import decode_records
+
+from .fake_services import ANSWER, LOSE_ANSWER, FakeServices
+
+TP = TopicPartition("out", 0)
+TP1 = TopicPartition("out", 1)
+TID = "copier-0"
+
+
+class Harness:
+    """A sender (and, with ``transactional``, a transaction manager) over :class:`FakeServices`."""
+
+    def __init__(self, *, transactional: bool = False, batch_size: int = 16384) -> None:
+        self.services = FakeServices({"out": 2})
+        self.sequences = ProducerSequences(transactional=transactional)
+        self.accumulator = RecordAccumulator(
+            batch_size=batch_size, linger_ms=0, retry_backoff_ms=0, sequences=self.sequences
+        )
+        self.metrics: Counter[str] = Counter()
+        self.fatal: list[OncelogError] = []
+        self.txn: TransactionManager | None = None
+        if transactional:
+            self.txn = TransactionManager(
+                transactional_id=TID,
+                sequences=self.sequences,
+                accumulator=self.accumulator,
+                client=self.services,
+                wake=self._wake,
+                enter_fatal=self._enter_fatal,
+                retry_backoff_ms=1,
+                retry_backoff_max_ms=2,
+            )
+        self.sender: Sender | None = None
+
+    def _wake(self) -> None:
+        assert self.sender is not None
+        self.sender.wakeup()
+
+    def _enter_fatal(self, error: OncelogError) -> None:
+        """What the producer does with a fatal error: remember it, stop the sender, fail everything."""
+        assert self.sender is not None
+        self.fatal.append(error)
+        self.sender.fatal = error
+        if self.txn is not None:
+            self.txn.set_fatal(error)
+        self.accumulator.abort_all(error)
+        self.sender.stop()
+
+    def send(self, value: bytes, tp: TopicPartition = TP) -> Future[Any]:
+        if self.txn is not None:
+            self.txn.check_send()
+            self.txn.maybe_add_partition(tp)
+        future = self.accumulator.append(tp, None, value).future
+        if self.sender is not None:
+            self.sender.wakeup()
+        return future
+
+    @asynccontextmanager
+    async def running(self) -> AsyncIterator[Sender]:
+        config = SenderConfig(
+            produce=ProduceSettings(TID if self.txn else "", True, 1_000), retry_backoff_ms=1, retry_backoff_max_ms=2
+        )
+        self.sender = Sender(
+            config=config,
+            accumulator=self.accumulator,
+            sequences=self.sequences,
+            metadata=self.services,
+            transport=self.services,
+            transactions=self.txn,
+            enter_fatal=self._enter_fatal,
+            metrics=self.metrics,
+        )
+        task = asyncio.get_running_loop().create_task(self.sender.run())
+        try:
+            yield self.sender
+        finally:
+            self.sender.stop()
+            await asyncio.wait_for(task, 5)
+
+
+async def settled(futures: Sequence[Future[Any]]) -> None:
+    """Wait until every future is settled (failed or not)."""
+    waiters = [asyncio.wrap_future(f) for f in futures]
+    await asyncio.wait_for(asyncio.wait(waiters), 10)
+    for waiter in waiters:
+        waiter.exception()  # read here; the tests look at the futures themselves
+
+
+def values_of(batches: list[tuple[int, int, int, bytes]]) -> list[list[bytes | None]]:
+    return [[record.value for record in decode_records(payload)] for *_, payload in batches]
+
+
+# ------------------------------------------------------------------------------------------------ idempotence
+
+
+async def test_idempotent_sender_gets_a_producer_id_and_stamps_consecutive_sequences() -> None:
+    h = Harness(batch_size=120)  # a few records per batch, so each partition gets several batches
+    async with h.running():
+        futures = [h.send(b"v%02d" % i, TP if i % 2 else TP1) for i in range(20)]
+        await settled(futures)
+    assert h.services.calls[0] == ("InitProducerId", "", None)
+    assert [f.result().offset for f in futures[1::2]] == list(range(10))
+    assert h.services.partitions[TP].values == [b"v%02d" % i for i in range(1, 20, 2)]
+    for tp in (TP, TP1):
+        batches = h.services.produced(tp)
+        assert {(pid, epoch) for pid, epoch, _, _ in batches} == {(h.sequences.identity.producer_id, 0)}
+        counts = [len(values) for values in values_of(batches)]
+        assert [seq for _, _, seq, _ in batches] == [sum(counts[:i]) for i in range(len(counts))]
+        assert len(batches) > 1
+
+
+async def test_lost_answer_is_resent_with_the_same_sequence_and_the_partition_keeps_one_copy() -> None:
+    h = Harness()
+    h.services.fail("produce", LOSE_ANSWER)
+    async with h.running() as sender:
+        future = h.send(b"once")
+        await settled([future])
+        assert sender.stream_breaks() == 1
+    first, retry = h.services.produced(TP)
+    assert retry == first  # same producer id, epoch, sequence and bytes
+    assert h.services.partitions[TP].values == [b"once"]
+    assert h.services.partitions[TP].received[-1].result.duplicate
+    assert future.result().offset == 0
+    assert h.metrics["duplicate_batches"] == 1
+    assert h.services.streams[0].cancelled
+
+
+async def test_batches_in_flight_on_a_broken_stream_are_retried_in_order_without_duplicates() -> None:
+    h = Harness(batch_size=80)  # one record per batch: up to five batches of the partition in flight
+    h.services.fail("produce", ANSWER, LOSE_ANSWER)  # the second request's answer is lost
+    async with h.running():
+        futures = [h.send(b"record-%02d" % i) for i in range(12)]
+        await settled(futures)
+    expected = [b"record-%02d" % i for i in range(12)]
+    assert h.services.partitions[TP].values == expected
+    assert [f.result().offset for f in futures] == list(range(12))
+    sent = h.services.produced(TP)
+    assert len(sent) > 12  # retries happened
+    by_sequence: dict[int, set[bytes]] = {}
+    for _, _, sequence, payload in sent:
+        by_sequence.setdefault(sequence, set()).add(payload)
+    assert all(len(payloads) == 1 for payloads in by_sequence.values())  # a retry resends the same bytes
+
+
+async def test_retriable_answer_is_retried_with_the_same_sequence_after_a_metadata_refresh() -> None:
+    h = Harness()
+    h.services.fail("produce", NotLeader("the leader moved"))
+    async with h.running():
+        future = h.send(b"v")
+        await settled([future])
+    refused, accepted = h.services.produced(TP)
+    assert refused == accepted
+    assert future.result().offset == 0
+    assert "out" in h.services.metadata_updates
+    assert h.metrics["batch_retries"] == 1
+
+
+async def test_failed_batch_makes_an_idempotent_producer_bump_its_epoch_and_restart_at_sequence_zero() -> None:
+    """A batch refused for good leaves a hole in the partition's sequences: the next batch needs a new epoch."""
+    h = Harness()
+    async with h.running():
+        first = h.send(b"first")
+        await settled([first])
+        h.services.fail("produce", InvalidRecord("refused by the topic's rules"))
+        refused = h.send(b"refused")
+        await settled([refused])
+        later = h.send(b"later")
+        await settled([later])
+    assert isinstance(refused.exception(), InvalidRecord)
+    assert later.result().offset == 1
+    (_, epoch0, seq0, _), (_, _, seq1, _), (_, epoch1, seq2, _) = h.services.produced(TP)
+    assert (epoch0, seq0, seq1) == (0, 0, 1)
+    assert (epoch1, seq2) == (1, 0)
+    assert h.metrics["epoch_bumps"] == 1
+    assert h.services.partitions[TP].values == [b"first", b"later"]
+
+
+async def test_fencing_answer_is_fatal_and_fails_every_pending_record() -> None:
+    h = Harness()
+    h.services.fail("produce", ProducerFenced("a newer instance took over"))
+    async with h.running():
+        futures = [h.send(b"a"), h.send(b"b", TP1)]
+        await settled(futures)
+    assert len(h.fatal) == 1 and isinstance(h.fatal[0], ProducerFencedError)
+    assert all(isinstance(f.exception(), ProducerFencedError) for f in futures)
+
+
+# ------------------------------------------------------------------------------------------------ transactions
+
+
+async def begun(h: Harness) -> TransactionManager:
+    assert h.txn is not None
+    await h.txn.init_transactions(Deadline(5))
+    h.txn.begin_transaction()
+    return h.txn
+
+
+async def test_partition_is_added_to_the_transaction_before_its_first_batch() -> None:
+    h = Harness(transactional=True)
+    async with h.running() as sender:
+        txn = await begun(h)
+        futures = [h.send(b"a"), h.send(b"b", TP1), h.send(b"c")]
+        await settled(futures)
+        await txn.commit_transaction(sender.flush, Deadline(5))
+    names = h.services.names()
+    assert names.count("AddPartitionsToTxn") >= 1
+    first_add = names.index("AddPartitionsToTxn")
+    assert first_add < names.index("Produce")
+    added = {tp for call in h.services.calls if call[0] == "AddPartitionsToTxn" for tp in call[3]}
+    assert added == {TP, TP1}
+    assert names[-1] == "EndTxn"
+    assert all(pid == h.services.identity(TID).producer_id for pid, _, _, _ in h.services.produced(TP))
+
+
+async def test_produce_error_makes_the_transaction_abortable_and_the_abort_bumps_the_epoch() -> None:
+    """KIP-360 for a transactional producer: a refused batch dooms the transaction; the abort bumps the epoch and
+    the next transaction writes the partition from sequence 0."""
+    h = Harness(transactional=True)
+    async with h.running() as sender:
+        txn = await begun(h)
+        h.services.fail("produce", InvalidRecord("refused by the topic's rules"))
+        refused = h.send(b"refused")
+        await settled([refused])
+        assert txn.state is TransactionState.ABORTABLE_ERROR
+        with pytest.raises(AbortableError) as raised:
+            txn.check_send()
+        assert raised.value.epoch_bump_required
+        epoch_before = h.sequences.identity.epoch
+        await txn.abort_transaction(sender.flush, Deadline(5))
+        assert h.sequences.identity.epoch == epoch_before + 1 == h.services.identity(TID).epoch
+        txn.begin_transaction()
+        accepted = h.send(b"accepted")
+        await settled([accepted])
+        await txn.commit_transaction(sender.flush, Deadline(5))
+    (_, e0, s0, _), (_, e1, s1, _) = h.services.produced(TP)
+    assert (e0, s0) == (epoch_before, 0)
+    assert (e1, s1) == (epoch_before + 1, 0)
+    assert h.services.partitions[TP].values == [b"accepted"]
+    assert [c[3] for c in h.services.calls if c[0] == "EndTxn"] == [False, True]
