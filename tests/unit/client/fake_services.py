@@ -68,9 +68,7 @@ class FakePartition:
     def append(self, payload: bytes) -> PartitionResult:
         header = read_header(payload)
         result = self._append(payload, header.producer_id, header.producer_epoch, header.base_sequence)
-        self.received.append(
-            Written(header.producer_id, header.producer_epoch, header.base_sequence, payload, result)
-        )
+        self.received.append(Written(header.producer_id, header.producer_epoch, header.base_sequence, payload, result))
         return result
 
     def _append(self, payload: bytes, producer_id: int, epoch: int, first: int) -> PartitionResult:
@@ -155,6 +153,7 @@ class FakeServices:
         self.streams: list[FakeStream] = []
         self.metadata_updates: list[str] = []
         self.committed_offsets: dict[str, dict[TopicPartition, OffsetAndMetadata]] = {}
+        self.gates: dict[str, tuple[asyncio.Event, asyncio.Event]] = {}  # name -> (entered, released)
         self._next_producer_id = 1000
         self._identities: dict[str, ProducerIdAndEpoch] = {}
 
@@ -163,6 +162,17 @@ class FakeServices:
     def fail(self, name: str, *faults: OncelogError | str) -> None:
         """Make the next calls of ``name`` ("produce" or a coordinator call's name) fail, one fault each."""
         self.faults[name].extend(faults)
+
+    def hold(self, name: str) -> tuple[asyncio.Event, asyncio.Event]:
+        """Make the next call of ``name`` wait: set on entry, and set it free by setting the second event."""
+        gate = self.gates[name] = (asyncio.Event(), asyncio.Event())
+        return gate
+
+    async def _pass_gate(self, name: str) -> None:
+        gate = self.gates.pop(name, None)
+        if gate is not None:
+            gate[0].set()
+            await gate[1].wait()
 
     def take_fault(self, name: str) -> OncelogError | str | None:
         queue = self.faults.get(name)
@@ -256,6 +266,7 @@ class FakeServices:
         *,
         timeout_s: float,
     ) -> None:
+        await self._pass_gate("AddPartitionsToTxn")
         self._call("AddPartitionsToTxn", transactional_id, identity, tuple(partitions))
         self._check_identity(transactional_id, identity)
 

@@ -29,13 +29,23 @@ TP1 = TopicPartition("out", 1)
 TID = "copier-0"
 
 
+class CountingAccumulator(RecordAccumulator):
+    """Counts the sender's iterations: each asks :meth:`ready` once."""
+
+    ready_calls = 0
+
+    def ready(self) -> Any:
+        self.ready_calls += 1
+        return super().ready()
+
+
 class Harness:
     """A sender (and, with ``transactional``, a transaction manager) over :class:`FakeServices`."""
 
     def __init__(self, *, transactional: bool = False, batch_size: int = 16384) -> None:
         self.services = FakeServices({"out": 2})
         self.sequences = ProducerSequences(transactional=transactional)
-        self.accumulator = RecordAccumulator(
+        self.accumulator = CountingAccumulator(
             batch_size=batch_size, linger_ms=0, retry_backoff_ms=0, sequences=self.sequences
         )
         self.metrics: Counter[str] = Counter()
@@ -76,6 +86,15 @@ class Harness:
         if self.sender is not None:
             self.sender.wakeup()
         return future
+
+    async def iterations(self, count: int) -> None:
+        """Return once the sender has run ``count`` more iterations (it runs on this loop: yield to it)."""
+        assert self.sender is not None
+        target = self.accumulator.ready_calls + count
+        async with asyncio.timeout(5):
+            while self.accumulator.ready_calls < target:
+                self.sender.wakeup()
+                await asyncio.sleep(0)
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[Sender]:
@@ -221,13 +240,17 @@ async def test_partition_is_added_to_the_transaction_before_its_first_batch() ->
     h = Harness(transactional=True)
     async with h.running() as sender:
         txn = await begun(h)
+        entered, released = h.services.hold("AddPartitionsToTxn")
         futures = [h.send(b"a"), h.send(b"b", TP1), h.send(b"c")]
+        await asyncio.wait_for(entered.wait(), 5)
+        await h.iterations(3)  # the sender looked at the ready batches while the partitions were being added
+        assert "Produce" not in h.services.names()
+        assert h.metrics["batches_sent"] == 0
+        released.set()
         await settled(futures)
         await txn.commit_transaction(sender.flush, Deadline(5))
     names = h.services.names()
-    assert names.count("AddPartitionsToTxn") >= 1
-    first_add = names.index("AddPartitionsToTxn")
-    assert first_add < names.index("Produce")
+    assert names.index("AddPartitionsToTxn") < names.index("Produce")
     added = {tp for call in h.services.calls if call[0] == "AddPartitionsToTxn" for tp in call[3]}
     assert added == {TP, TP1}
     assert names[-1] == "EndTxn"
