@@ -35,8 +35,8 @@ from oncelog.client.accumulator import RecordAccumulator
 from oncelog.client.errors import AbortableError, Action, FatalError, Refresh, RetriableError, classify
 from oncelog.client.producer_batch import ProducerBatch
 from oncelog.client.records import TopicPartition
-from oncelog.client.sequences import ProducerIdAndEpoch, ProducerSequences
-from oncelog.client.transaction_manager import TransactionManager
+from oncelog.client.sequences import ProducerSequences
+from oncelog.client.transaction_manager import ProducerIdSource, TransactionManager
 from oncelog.client.transport import Backoff, Deadline
 from oncelog.errors import CoordinatorNotAvailable, InvalidRecord, NetworkException, OncelogError, RequestTimedOut
 
@@ -124,7 +124,7 @@ class ProduceStream(Protocol):
         ...
 
 
-class SenderTransport(Protocol):
+class SenderTransport(ProducerIdSource, Protocol):
     """The calls the sender makes: produce streams, and InitProducerId for an idempotent producer."""
 
     def open_produce_stream(self, address: str, settings: ProduceSettings) -> ProduceStream:
@@ -133,18 +133,6 @@ class SenderTransport(Protocol):
 
     async def txn_coordinator_addresses(self) -> list[str]:
         """Addresses of the live transaction coordinators."""
-        ...
-
-    async def init_producer_id(
-        self,
-        address: str,
-        transactional_id: str,
-        transaction_timeout_ms: int,
-        *,
-        expected: ProducerIdAndEpoch | None,
-        timeout_s: float,
-    ) -> ProducerIdAndEpoch:
-        """InitProducerId at the coordinator at ``address``."""
         ...
 
 

@@ -57,6 +57,7 @@ __all__ = [
     "CoordinatorClient",
     "CoordinatorKind",
     "EndTxnResult",
+    "ProducerIdSource",
     "TransactionEvent",
     "TransactionManager",
     "TransactionState",
@@ -155,16 +156,8 @@ class EndTxnResult:
     completed: bool
 
 
-class CoordinatorClient(Protocol):
-    """The calls the transaction manager makes. Each raises the server's :class:`~oncelog.errors.OncelogError`."""
-
-    async def find_coordinator(self, key: str, kind: CoordinatorKind) -> str:
-        """Address of the process owning ``key`` (cached until invalidated)."""
-        ...
-
-    def invalidate_coordinator(self, key: str, kind: CoordinatorKind) -> None:
-        """Forget the cached owner of ``key``."""
-        ...
+class ProducerIdSource(Protocol):
+    """InitProducerId, which both the sender (an idempotent producer's id) and the transaction manager call."""
 
     async def init_producer_id(
         self,
@@ -174,7 +167,21 @@ class CoordinatorClient(Protocol):
         *,
         expected: ProducerIdAndEpoch | None,
         timeout_s: float,
-    ) -> ProducerIdAndEpoch: ...
+    ) -> ProducerIdAndEpoch:
+        """InitProducerId at the coordinator at ``address`` ("" as ``transactional_id``: a fresh idempotent id)."""
+        ...
+
+
+class CoordinatorClient(ProducerIdSource, Protocol):
+    """The calls the transaction manager makes. Each raises the server's :class:`~oncelog.errors.OncelogError`."""
+
+    async def find_coordinator(self, key: str, kind: CoordinatorKind) -> str:
+        """Address of the process owning ``key`` (cached until invalidated)."""
+        ...
+
+    def invalidate_coordinator(self, key: str, kind: CoordinatorKind) -> None:
+        """Forget the cached owner of ``key``."""
+        ...
 
     async def add_partitions_to_txn(
         self,
