@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -34,23 +34,62 @@ def postgres_url() -> Iterator[str]:
         yield url
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """A fresh, empty catalog database of each backend."""
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'catalog.db'}"
-        return
+CLUSTERS = {"all": ("sqlite", "postgres"), "local": ("sqlite",), "postgres": ("postgres",)}
+"""What ``--cluster`` selects: the backends of ``database_url`` (and so of every store test)."""
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """``--cluster``: the one switch of the test environment, as Temporal's ``--workflow-environment``."""
+    parser.addoption(
+        "--cluster",
+        choices=sorted(CLUSTERS),
+        default=os.environ.get("ONCELOG_TEST_CLUSTER", "all"),
+        help=(
+            "local: SQLite only, no PostgreSQL needed (the stores' tests on SQLite, local clusters on SQLite files, "
+            "as `oncelog dev`); postgres: the stores' tests and the shared local clusters on PostgreSQL; all "
+            "(default, what CI runs): the stores' tests on both, the shared local clusters on SQLite files. "
+            "Also ONCELOG_TEST_CLUSTER."
+        ),
+    )
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "database_url" in metafunc.fixturenames:
+        metafunc.parametrize("database_url", CLUSTERS[metafunc.config.getoption("cluster")], indirect=True)
+
+
+def _new_postgres_database(server: str) -> str:
+    """A fresh, empty database on the PostgreSQL server at ``server``; returns its URL."""
     import uuid
 
     import sqlalchemy as sa
 
-    server = request.getfixturevalue("postgres_url")
     name = "t_" + uuid.uuid4().hex[:12]
     admin = sa.create_engine(server, isolation_level="AUTOCOMMIT")
     with admin.connect() as conn:
         conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
     admin.dispose()
-    yield server.rsplit("/", 1)[0] + "/" + name
+    return server.rsplit("/", 1)[0] + "/" + name
+
+
+@pytest.fixture
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A fresh, empty catalog database of each backend ``--cluster`` selects (both by default)."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'catalog.db'}"
+        return
+    yield _new_postgres_database(request.getfixturevalue("postgres_url"))
+
+
+@pytest.fixture(scope="session")
+def cluster_database(request: pytest.FixtureRequest) -> Callable[[], str]:
+    """The catalog URL for each shared ``LocalCluster`` (pass it as ``database_url``): empty, so the cluster keeps
+    SQLite files in its data directory as ``oncelog dev`` does, unless ``--cluster=postgres``, which gives every
+    cluster a fresh PostgreSQL database."""
+    if request.config.getoption("cluster") != "postgres":
+        return lambda: ""
+    server = request.getfixturevalue("postgres_url")
+    return lambda: _new_postgres_database(server)
 
 
 @pytest.fixture(scope="session")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -10,7 +10,8 @@ from oncelog.testing import LocalCluster
 
 
 @pytest.fixture(scope="session")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    """The whole local cluster (every service as a process, one storage node), shared by the session."""
-    with LocalCluster(tmp_path_factory.mktemp("cluster"), storage_nodes=2) as running:
+def cluster(tmp_path_factory: pytest.TempPathFactory, cluster_database: Callable[[], str]) -> Iterator[LocalCluster]:
+    """The whole local cluster (every service as a process, two storage nodes), shared by the session; on the
+    database ``--cluster`` selects."""
+    with LocalCluster(tmp_path_factory.mktemp("cluster"), storage_nodes=2, database_url=cluster_database()) as running:
         yield running
