@@ -75,6 +75,7 @@ SPARK_FILES = (
     "libs/oncelog/spark/",
     "libs/oncelog/testing/spark.py",
     "tests/unit/spark/",
+    "tests/integration/spark/",
     "tests/spark/",
     "bench/spark.py",
 )

@@ -1,6 +1,7 @@
 """The ``oncelog`` format inside a real Spark session: batch reads, micro-batches, restarts, bad options.
 
-Connector logic is tested without a JVM in ``tests/unit/spark``; these few tests check what only Spark
+Connector logic is tested without a JVM in ``tests/unit/spark`` and, against a local cluster,
+``tests/integration/spark``; these few tests check what only Spark
 can show: the pickling between driver and executors, Arrow batches matching the declared schema, the
 checkpoint round trip of our offsets, and how errors surface to the user.
 """

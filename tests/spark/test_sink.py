@@ -2,7 +2,7 @@
 
 The pipeline is the consume-transform-produce shape of a user job: an ``oncelog`` topic, a transform,
 and the ``oncelog`` sink into another topic. The protocol itself (fencing, markers, digests) is tested
-without a JVM in ``tests/unit/spark/test_writer.py``; here Spark supplies the failures.
+without a JVM in ``tests/integration/spark/test_writer.py``; here Spark supplies the failures.
 """
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ def test_stream_writes_each_row_once_through_a_task_failure(spark: Any, cluster:
     """Partition 1's first attempt dies in the middle of its rows; the retry (attempt 1) fences it and commits.
 
     Whether the failed attempt had produced anything depends on Spark's buffering between the UDF worker and
-    the writer worker (here it usually had not); ``tests/unit/spark/test_writer.py`` covers the attempt that
+    the writer worker (here it usually had not); ``tests/integration/spark/test_writer.py`` covers the attempt that
     had, with the open transaction aborted by the retry's InitProducerId.
     """
     source, sink = Topic(cluster), Topic(cluster)

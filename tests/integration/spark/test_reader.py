@@ -31,7 +31,7 @@ from oncelog.spark.reader import RangePartition, read_range
 from oncelog.testing import LocalCluster
 
 if TYPE_CHECKING:
-    from tests.unit.spark.conftest import Topic
+    from tests.integration.spark.conftest import Topic
 
 pytestmark = pytest.mark.timeout(120)
 

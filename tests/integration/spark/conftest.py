@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import itertools
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import pytest
 
@@ -27,9 +27,12 @@ _pids = itertools.count(50_000)
 
 
 @pytest.fixture(scope="session")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    """Every service as a process, with two storage nodes so a topic's partitions have different leaders."""
-    with LocalCluster(tmp_path_factory.mktemp("spark-cluster"), storage_nodes=2) as running:
+def cluster(tmp_path_factory: pytest.TempPathFactory, cluster_database: Callable[[], str]) -> Iterator[LocalCluster]:
+    """Every service as a process, with two storage nodes so a topic's partitions have different leaders; on the
+    database ``--cluster`` selects."""
+    with LocalCluster(
+        tmp_path_factory.mktemp("spark-cluster"), storage_nodes=2, database_url=cluster_database()
+    ) as running:
         yield running
 
 

@@ -19,7 +19,7 @@ from oncelog.spark.channels import LogClient, channel
 from oncelog.testing import LocalCluster
 
 if TYPE_CHECKING:
-    from tests.unit.spark.conftest import Topic
+    from tests.integration.spark.conftest import Topic
 
 pytestmark = pytest.mark.timeout(60)
 
