@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 
 from oncelog.api.cluster import v1 as cluster_pb
-from oncelog.client.fetch_filter import IsolationLevel
 from oncelog.rpc import sync_channel
 from oncelog.testing import LocalCluster
 from oncelog.testing.reading import read_partition_values
+from oncelog.vocabulary import IsolationLevel
 
 pytestmark = pytest.mark.timeout(300)
 

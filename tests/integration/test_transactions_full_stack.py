@@ -25,7 +25,7 @@ import sqlalchemy as sa
 from oncelog.api.common import v1 as common_pb
 from oncelog.api.storage import v1 as storage_pb
 from oncelog.api.txn import v1 as txn_pb
-from oncelog.client.fetch_filter import AbortedTransaction, IsolationLevel
+from oncelog.client.fetch_filter import AbortedTransaction
 from oncelog.client.records import TopicPartition
 from oncelog.errors import OncelogError, Reason
 from oncelog.records import ControlType, Record, build_batch
@@ -39,6 +39,7 @@ from oncelog.testing.txn_driver import (
     fetch_group_offsets,
     read_partition,
 )
+from oncelog.vocabulary import IsolationLevel
 
 pytestmark = pytest.mark.timeout(240)
 

@@ -107,9 +107,9 @@ class Topic:
         Commits return when the decision is durable and markers follow asynchronously (design/architecture.md §5), so
         this waits until every partition's last stable offset reaches its high watermark.
         """
-        from oncelog.client.fetch_filter import IsolationLevel
         from oncelog.spark import OncelogDataSource
         from oncelog.spark.channels import LogClient
+        from oncelog.vocabulary import IsolationLevel
 
         client = LogClient([cluster.bootstrap])
         tps = client.topic_partitions([self.name])

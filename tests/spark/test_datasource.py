@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 
 from oncelog.api.storage.v1 import OFFSET_SPEC_LATEST
-from oncelog.client.fetch_filter import IsolationLevel
 from oncelog.spark.channels import LogClient
 from oncelog.testing import LocalCluster
+from oncelog.vocabulary import IsolationLevel
 
 from .conftest import Topic
 

@@ -8,14 +8,18 @@ from collections.abc import Callable
 from oncelog.api.cluster import v1 as pb
 from oncelog.catalog.store import CatalogStore, NodeRecord, TopicRecord
 from oncelog.errors import CoordinatorNotAvailable, InvalidRequest
+from oncelog.vocabulary import Role
 
-_ROLE_TO_PB = {
-    "pid-allocator": pb.SERVICE_ROLE_PID_ALLOCATOR,
-    "txn-coordinator": pb.SERVICE_ROLE_TXN_COORDINATOR,
-    "partition-storage": pb.SERVICE_ROLE_PARTITION_STORAGE,
-    "group-offsets": pb.SERVICE_ROLE_GROUP_OFFSETS,
+_ROLE_TO_PB: dict[str, pb.ServiceRole.ValueType] = {
+    Role.PID_ALLOCATOR: pb.SERVICE_ROLE_PID_ALLOCATOR,
+    Role.TXN_COORDINATOR: pb.SERVICE_ROLE_TXN_COORDINATOR,
+    Role.PARTITION_STORAGE: pb.SERVICE_ROLE_PARTITION_STORAGE,
+    Role.GROUP_OFFSETS: pb.SERVICE_ROLE_GROUP_OFFSETS,
 }
-_COORDINATOR_ROLE = {pb.COORDINATOR_TYPE_TRANSACTION: "txn-coordinator", pb.COORDINATOR_TYPE_GROUP: "group-offsets"}
+_COORDINATOR_ROLE = {
+    pb.COORDINATOR_TYPE_TRANSACTION: Role.TXN_COORDINATOR,
+    pb.COORDINATOR_TYPE_GROUP: Role.GROUP_OFFSETS,
+}
 
 
 class ClusterServicer(pb.ClusterServiceServicer):

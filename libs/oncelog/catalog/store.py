@@ -35,8 +35,7 @@ from oncelog.errors import (
     UnknownTopicOrPartition,
 )
 from oncelog.storage.sql import migrate
-
-ROLES = ("pid-allocator", "txn-coordinator", "partition-storage", "group-offsets")
+from oncelog.vocabulary import ROLES, Role
 
 
 @dataclass(frozen=True)
@@ -272,7 +271,7 @@ class CatalogStore:
                 StorageNode(r.node_id, r.rack)
                 for r in conn.execute(
                     sa.select(t.nodes.c.node_id, t.nodes.c.rack).where(
-                        t.nodes.c.role == "partition-storage", t.nodes.c.lease_expires_at_ms > now_ms
+                        t.nodes.c.role == Role.PARTITION_STORAGE, t.nodes.c.lease_expires_at_ms > now_ms
                     )
                 )
             ]
@@ -478,7 +477,7 @@ class CatalogStore:
     def shard_for(self, role: str, key: str) -> int:
         """Shard of ``key`` for a coordinator role, from the cluster's fixed shard counts."""
         info = self.cluster_info()
-        count = info.txn_coordinator_shards if role == "txn-coordinator" else info.group_offsets_shards
+        count = info.txn_coordinator_shards if role == Role.TXN_COORDINATOR else info.group_offsets_shards
         return shard_for(key, count)
 
     def shard_lease(self, role: str, shard: int) -> ShardLease | None:

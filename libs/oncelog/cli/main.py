@@ -93,7 +93,7 @@ def dev(
     table = Table()
     for column in ("service", "node", "address", "log"):
         table.add_column(column)
-    order = {s: i for i, s in enumerate(SERVICES)}
+    order: dict[str, int] = {s: i for i, s in enumerate(SERVICES)}
     for node in sorted(cluster.nodes, key=lambda n: (order[n.service], n.index)):
         table.add_row(Text(node.service), Text(node.node_id), Text(node.address), Text(str(node.log_file)))
     print_table(table, "oncelog local cluster")

@@ -29,6 +29,7 @@ from oncelog.client.records import OffsetAndMetadata, TopicPartition
 from oncelog.client.transport import Backoff, BootstrapError, Channels, Deadline, IoThread, call, resolve_bootstrap
 from oncelog.errors import CoordinatorNotAvailable, OncelogError, Reason
 from oncelog.rpc.errors import from_error_info
+from oncelog.vocabulary import Role
 
 __all__ = [
     "AdminClient",
@@ -217,7 +218,7 @@ class AdminClient:
         return deadline.cap(self._timeout_s)
 
     async def _txn_coordinators(self) -> list[str]:
-        addresses = (await self._metadata.describe_cluster()).addresses("txn-coordinator")
+        addresses = (await self._metadata.describe_cluster()).addresses(Role.TXN_COORDINATOR)
         if not addresses:
             raise CoordinatorNotAvailable("no txn-coordinator is live")
         return addresses

@@ -39,12 +39,13 @@ from oncelog.api.common import v1 as common_pb
 from oncelog.api.offsets import v1 as offsets_pb
 from oncelog.api.storage import v1 as storage_pb
 from oncelog.client.errors import Action, IllegalStateError, Refresh, RetriableError, classify
-from oncelog.client.fetch_filter import AbortedTransaction, CompletedFetch, IsolationLevel
+from oncelog.client.fetch_filter import AbortedTransaction, CompletedFetch
 from oncelog.client.metadata import ClusterMetadata
 from oncelog.client.records import ConsumerGroupMetadata, ConsumerRecord, OffsetAndMetadata, TopicPartition
 from oncelog.client.transport import Backoff, Channels, Deadline, IoThread, call, resolve_bootstrap
 from oncelog.errors import OffsetOutOfRange, OncelogError, Reason, UnknownTopicOrPartition
 from oncelog.rpc.errors import from_error_info
+from oncelog.vocabulary import IsolationLevel
 
 __all__ = ["Consumer"]
 

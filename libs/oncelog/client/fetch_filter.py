@@ -24,7 +24,6 @@ inside it) are skipped.
 
 from __future__ import annotations
 
-import enum
 import heapq
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -32,17 +31,9 @@ from dataclasses import dataclass
 from oncelog.client.records import ConsumerRecord, TopicPartition
 from oncelog.errors import OncelogError
 from oncelog.records import ControlType, decode_records, iter_batches, read_control_record, validate_batch
+from oncelog.vocabulary import IsolationLevel
 
-__all__ = ["AbortedTransaction", "CompletedFetch", "IsolationLevel", "filter_fetch"]
-
-
-class IsolationLevel(enum.Enum):
-    """Which records a consumer sees (Kafka's ``isolation.level``)."""
-
-    READ_UNCOMMITTED = "read_uncommitted"
-    """Every data record up to the high watermark, including open and aborted transactions."""
-    READ_COMMITTED = "read_committed"
-    """Only committed data, up to the last stable offset (design/architecture.md §1.4)."""
+__all__ = ["AbortedTransaction", "CompletedFetch", "filter_fetch"]
 
 
 @dataclass(frozen=True, slots=True)

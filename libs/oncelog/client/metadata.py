@@ -27,6 +27,7 @@ from oncelog.client.errors import Refresh, classify
 from oncelog.client.records import TopicPartition
 from oncelog.client.transport import Backoff, BootstrapError, Channels, Deadline, call
 from oncelog.errors import NotLeader, OncelogError, Reason, UnknownTopicOrPartition
+from oncelog.vocabulary import Role
 
 __all__ = [
     "ClusterDescription",
@@ -43,10 +44,10 @@ log = logging.getLogger("oncelog.client.metadata")
 _MAX_KNOWN_ADDRESSES = 64
 
 _ROLE_NAMES = {
-    cluster_pb.SERVICE_ROLE_PID_ALLOCATOR: "pid-allocator",
-    cluster_pb.SERVICE_ROLE_TXN_COORDINATOR: "txn-coordinator",
-    cluster_pb.SERVICE_ROLE_PARTITION_STORAGE: "partition-storage",
-    cluster_pb.SERVICE_ROLE_GROUP_OFFSETS: "group-offsets",
+    cluster_pb.SERVICE_ROLE_PID_ALLOCATOR: Role.PID_ALLOCATOR,
+    cluster_pb.SERVICE_ROLE_TXN_COORDINATOR: Role.TXN_COORDINATOR,
+    cluster_pb.SERVICE_ROLE_PARTITION_STORAGE: Role.PARTITION_STORAGE,
+    cluster_pb.SERVICE_ROLE_GROUP_OFFSETS: Role.GROUP_OFFSETS,
 }
 
 

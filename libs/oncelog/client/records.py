@@ -10,9 +10,9 @@ KIP-447, design/kafka-semantics.md §5.3). All are immutable.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import NamedTuple
 
 from oncelog.records import TimestampType
+from oncelog.vocabulary import TopicPartition  # re-exported: public API
 
 __all__ = [
     "ConsumerGroupMetadata",
@@ -21,16 +21,6 @@ __all__ = [
     "RecordMetadata",
     "TopicPartition",
 ]
-
-
-class TopicPartition(NamedTuple):
-    """One partition of a topic; usable as a dict key and unpackable as ``topic, partition``."""
-
-    topic: str
-    partition: int
-
-    def __str__(self) -> str:
-        return f"{self.topic}-{self.partition}"
 
 
 @dataclass(frozen=True, slots=True)

@@ -38,6 +38,7 @@ from typing import Protocol
 from oncelog.client.errors import Action, IllegalStateError, classify
 from oncelog.client.records import TopicPartition
 from oncelog.errors import OncelogError, Reason
+from oncelog.vocabulary import NO_PRODUCER_ID_AND_EPOCH, ProducerIdAndEpoch
 
 __all__ = [
     "MAX_PRODUCER_EPOCH",
@@ -84,26 +85,6 @@ def _is_after(sequence: int, reference: int) -> bool:
     if reference == NO_SEQUENCE:
         return True
     return 0 < (sequence - reference) % _SEQUENCE_SPACE < _SEQUENCE_SPACE // 2
-
-
-@dataclass(frozen=True, slots=True)
-class ProducerIdAndEpoch:
-    """The identity stamped on every batch: producer id and epoch (Kafka's ``ProducerIdAndEpoch``)."""
-
-    producer_id: int
-    epoch: int
-
-    @property
-    def is_valid(self) -> bool:
-        """True once InitProducerId (or a local bump) produced a usable identity."""
-        return self.producer_id >= 0 and self.epoch >= 0
-
-    def __str__(self) -> str:
-        return f"producer id {self.producer_id} epoch {self.epoch}"
-
-
-NO_PRODUCER_ID_AND_EPOCH = ProducerIdAndEpoch(-1, -1)
-"""The identity before InitProducerId answered, or after the epoch space ran out."""
 
 
 class SequencedBatch(Protocol):

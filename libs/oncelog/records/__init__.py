@@ -6,7 +6,6 @@ from oncelog.records.batch import (
     MAGIC,
     BatchHeader,
     Compression,
-    ControlType,
     Record,
     RecordsBuilder,
     TimestampType,
@@ -20,6 +19,7 @@ from oncelog.records.batch import (
     validate_batch,
     with_base_offset,
 )
+from oncelog.vocabulary import ControlType
 
 __all__ = [
     "BATCH_OVERHEAD",

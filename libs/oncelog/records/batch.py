@@ -59,6 +59,7 @@ from oncelog.records.varint import (
     encode_varint,
     encode_varlong,
 )
+from oncelog.vocabulary import ControlType  # re-exported by oncelog.records: public API
 
 __all__ = [
     "BATCH_OVERHEAD",
@@ -130,13 +131,6 @@ class TimestampType(enum.IntEnum):
 
     CREATE_TIME = 0
     LOG_APPEND_TIME = 1
-
-
-class ControlType(enum.IntEnum):
-    """Type field of a control record key (``ControlRecordType``); only transaction markers are used."""
-
-    ABORT = 0
-    COMMIT = 1
 
 
 @dataclass(frozen=True, slots=True)

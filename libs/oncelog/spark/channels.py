@@ -33,10 +33,10 @@ from oncelog.api.cluster import v1 as cluster_pb
 from oncelog.api.common import v1 as common_pb
 from oncelog.api.offsets import v1 as offsets_pb
 from oncelog.api.storage import v1 as storage_pb
-from oncelog.client.fetch_filter import IsolationLevel
 from oncelog.client.records import TopicPartition
 from oncelog.errors import NotLeader, OncelogError, Reason, UnknownTopicOrPartition
 from oncelog.rpc import ChannelFactory, from_error_info, from_rpc_error
+from oncelog.vocabulary import IsolationLevel
 
 __all__ = ["LogClient", "PartitionLeader", "channel", "cluster_stub", "storage_stub"]
 

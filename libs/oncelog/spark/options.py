@@ -24,10 +24,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from oncelog.client import transport
-from oncelog.client.fetch_filter import IsolationLevel
 from oncelog.client.records import TopicPartition
 from oncelog.client.transport import BOOTSTRAP_ENV, DEFAULT_CLUSTER_FILE, BootstrapError
 from oncelog.spark.offsets import EARLIEST, LATEST, offsets_from_json
+from oncelog.vocabulary import IsolationLevel
 
 __all__ = [
     "BOOTSTRAP_ENV",

@@ -48,7 +48,7 @@ from pyspark.sql.types import (
 )
 
 from oncelog.api.storage import v1 as storage_pb
-from oncelog.client.fetch_filter import AbortedTransaction, CompletedFetch, IsolationLevel
+from oncelog.client.fetch_filter import AbortedTransaction, CompletedFetch
 from oncelog.client.records import ConsumerRecord, TopicPartition
 from oncelog.errors import CorruptMessage, OffsetOutOfRange, OncelogError, UnknownTopicOrPartition
 from oncelog.records import iter_batches
@@ -64,6 +64,7 @@ from oncelog.spark.offsets import (
     plan_ranges,
 )
 from oncelog.spark.options import OffsetsSpec, OptionError, SourceOptions
+from oncelog.vocabulary import IsolationLevel
 
 __all__ = [
     "SCHEMA",

@@ -32,6 +32,8 @@ from typing import Any
 from opentelemetry import metrics
 from opentelemetry.metrics import Meter, MeterProvider
 
+from oncelog.vocabulary import Role
+
 METER_NAME = "oncelog"
 
 # Bucket boundaries in seconds: OTel's default boundaries (0..10000) assume milliseconds and would put every
@@ -99,7 +101,7 @@ PRODUCE_RECORDS = MetricDefinition(
     "{record}",
     "Records appended to a partition by Produce (duplicates of an idempotent retry are not counted).",
     ("topic", "partition"),
-    ("partition-storage",),
+    (Role.PARTITION_STORAGE,),
 )
 PRODUCE_BYTES = MetricDefinition(
     "oncelog.produce.bytes",
@@ -107,7 +109,7 @@ PRODUCE_BYTES = MetricDefinition(
     "By",
     "Record batch bytes appended to a partition by Produce.",
     ("topic", "partition"),
-    ("partition-storage",),
+    (Role.PARTITION_STORAGE,),
 )
 FETCH_RECORDS = MetricDefinition(
     "oncelog.fetch.records",
@@ -115,7 +117,7 @@ FETCH_RECORDS = MetricDefinition(
     "{record}",
     "Records returned by Fetch, by isolation level (read_committed stops at the last stable offset).",
     ("topic", "partition", "isolation"),
-    ("partition-storage",),
+    (Role.PARTITION_STORAGE,),
 )
 FETCH_BYTES = MetricDefinition(
     "oncelog.fetch.bytes",
@@ -123,7 +125,7 @@ FETCH_BYTES = MetricDefinition(
     "By",
     "Record batch bytes returned by Fetch, by isolation level.",
     ("topic", "partition", "isolation"),
-    ("partition-storage",),
+    (Role.PARTITION_STORAGE,),
 )
 PARTITION_LSO_LAG = MetricDefinition(
     "oncelog.partition.lso_lag",
@@ -132,7 +134,7 @@ PARTITION_LSO_LAG = MetricDefinition(
     "High watermark minus last stable offset of a partition led by this node: records that read_committed"
     " consumers cannot see yet because an open transaction precedes them.",
     ("topic", "partition"),
-    ("partition-storage",),
+    (Role.PARTITION_STORAGE,),
 )
 TRANSACTIONS_OPEN = MetricDefinition(
     "oncelog.transactions.open",
@@ -141,7 +143,7 @@ TRANSACTIONS_OPEN = MetricDefinition(
     "Transactions of a coordinator shard that are ongoing or preparing (not yet complete); a coordinator"
     " sets 0 for a shard it gives up.",
     ("shard",),
-    ("txn-coordinator",),
+    (Role.TXN_COORDINATOR,),
 )
 TRANSACTIONS_COMPLETED = MetricDefinition(
     "oncelog.transactions.completed",
@@ -149,7 +151,7 @@ TRANSACTIONS_COMPLETED = MetricDefinition(
     "{transaction}",
     "Transactions that reached COMPLETE_COMMIT or COMPLETE_ABORT, by result (commit or abort).",
     ("result",),
-    ("txn-coordinator",),
+    (Role.TXN_COORDINATOR,),
 )
 TXN_MARKER_DURATION = MetricDefinition(
     "oncelog.txn.marker.duration",
@@ -158,7 +160,7 @@ TXN_MARKER_DURATION = MetricDefinition(
     "Time from a PREPARE_COMMIT/PREPARE_ABORT becoming durable until every partition and group has its"
     " marker: how long the transaction holds back the last stable offset after EndTxn.",
     ("result",),
-    ("txn-coordinator",),
+    (Role.TXN_COORDINATOR,),
     LATENCY_BUCKETS_S,
 )
 PID_BLOCK_REMAINING = MetricDefinition(
@@ -167,7 +169,7 @@ PID_BLOCK_REMAINING = MetricDefinition(
     "{producer_id}",
     "Producer ids left in the block this coordinator fetched from the pid-allocator before it needs a new one.",
     (),
-    ("txn-coordinator",),
+    (Role.TXN_COORDINATOR,),
 )
 RPC_SERVER_DURATION = MetricDefinition(
     "oncelog.rpc.server.duration",

@@ -19,8 +19,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from oncelog.vocabulary import Role
+
 # start order: the pid-allocator first, so coordinators find ids ready; storage before coordinators' markers
-SERVICES = ("pid-allocator", "partition-storage", "group-offsets", "txn-coordinator")
+SERVICES = (Role.PID_ALLOCATOR, Role.PARTITION_STORAGE, Role.GROUP_OFFSETS, Role.TXN_COORDINATOR)
 
 
 class ClusterStartError(RuntimeError):
@@ -100,17 +102,22 @@ class LocalCluster:
         unknown = set(self.services) - set(SERVICES)
         if unknown:
             raise ValueError(f"unknown services {sorted(unknown)}; choose from {', '.join(SERVICES)}")
-        if self.storage_nodes < 1 and "partition-storage" in self.services:
+        if self.storage_nodes < 1 and Role.PARTITION_STORAGE in self.services:
             raise ValueError("storage_nodes must be at least 1")
         for service in self.services:
-            count = self.storage_nodes if service == "partition-storage" else self.replicas.get(service, 1)
+            count = self.storage_nodes if service == Role.PARTITION_STORAGE else self.replicas.get(service, 1)
             for index in range(count):
                 self.nodes.append(self._node(service, index))
 
     def _port(self, service: str, index: int) -> int:
-        if self.base_port == 0 or (index > 0 and service != "partition-storage"):
+        if self.base_port == 0 or (index > 0 and service != Role.PARTITION_STORAGE):
             return 0
-        offsets = {"pid-allocator": 1, "txn-coordinator": 2, "group-offsets": 3, "partition-storage": 10 + index}
+        offsets: dict[str, int] = {
+            Role.PID_ALLOCATOR: 1,
+            Role.TXN_COORDINATOR: 2,
+            Role.GROUP_OFFSETS: 3,
+            Role.PARTITION_STORAGE: 10 + index,
+        }
         return self.base_port + offsets[service]
 
     def _node(self, service: str, index: int) -> NodeProcess:
@@ -118,7 +125,7 @@ class LocalCluster:
         prefix = "ONCELOG_" + service.upper().replace("-", "_") + "_"
         run_dir = self.data_dir / "run"
         state_env = {}
-        if service == "txn-coordinator":  # replicas share one transaction table (design/architecture.md §2)
+        if service == Role.TXN_COORDINATOR:  # replicas share one transaction table (design/architecture.md §2)
             state_env[f"{prefix}STATE_DATABASE_URL"] = (
                 f"sqlite:///{self.data_dir / 'txn-coordinator.db'}"
                 if self.database_url.startswith("sqlite")
@@ -137,7 +144,7 @@ class LocalCluster:
             **state_env,
             **self.env,
         }
-        if service == "group-offsets" and f"{prefix}STATE_DATABASE_URL" not in self.env:
+        if service == Role.GROUP_OFFSETS and f"{prefix}STATE_DATABASE_URL" not in self.env:
             sqlite = self.database_url.startswith("sqlite")
             env[f"{prefix}STATE_DATABASE_URL"] = (
                 f"sqlite:///{self.data_dir / 'group-offsets.db'}" if sqlite else self.database_url

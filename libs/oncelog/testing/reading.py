@@ -7,9 +7,10 @@ import time
 from oncelog.api.common import v1 as common_pb
 from oncelog.api.storage import v1 as storage_pb
 from oncelog.client import Consumer, ConsumerRecord
-from oncelog.client.fetch_filter import AbortedTransaction, IsolationLevel, filter_fetch
+from oncelog.client.fetch_filter import AbortedTransaction, filter_fetch
 from oncelog.client.records import TopicPartition
 from oncelog.rpc import sync_channel
+from oncelog.vocabulary import IsolationLevel
 
 
 def read_all(

@@ -36,11 +36,12 @@ from oncelog.api.common import v1 as common_pb
 from oncelog.api.offsets import v1 as offsets_pb
 from oncelog.api.storage import v1 as storage_pb
 from oncelog.api.txn import v1 as txn_pb
-from oncelog.client.fetch_filter import AbortedTransaction, IsolationLevel, filter_fetch
+from oncelog.client.fetch_filter import AbortedTransaction, filter_fetch
 from oncelog.client.records import ConsumerRecord, TopicPartition
 from oncelog.errors import OncelogError, Reason
 from oncelog.records import BatchHeader, ControlType, Record, build_batch, iter_batches, read_control_record
 from oncelog.rpc import aio_channel, from_error_info, from_rpc_error
+from oncelog.vocabulary import IsolationLevel
 
 __all__ = [
     "COORDINATOR_RETRY_REASONS",

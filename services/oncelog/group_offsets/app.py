@@ -26,8 +26,9 @@ from oncelog.group_offsets.shards import GroupShardOwnership, group_shard_leases
 from oncelog.rpc import ServiceSpec
 from oncelog.rpc.runner import run_service
 from oncelog.storage.sql import create_engine
+from oncelog.vocabulary import Role
 
-ROLE = "group-offsets"
+ROLE = Role.GROUP_OFFSETS
 log = logging.getLogger(__name__)
 
 

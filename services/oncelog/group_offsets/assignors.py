@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
-from oncelog.group_offsets.offset_manager import TopicPartition
+from oncelog.vocabulary import TopicPartition
 
 DEFAULT_ASSIGNOR = "uniform"
 

@@ -11,7 +11,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
 from oncelog.errors import FencedMemberEpoch, StaleMemberEpoch, UnknownMemberId
-from oncelog.group_offsets.offset_manager import TopicPartition
+from oncelog.vocabulary import TopicPartition
 
 JOIN_EPOCH = 0
 """Member epoch of a heartbeat that joins the group."""

@@ -55,7 +55,7 @@ import enum
 import functools
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import NamedTuple, Protocol, TypeVar
+from typing import Protocol, TypeVar
 
 from oncelog.catalog.topics import validate_group_id
 from oncelog.errors import (
@@ -70,6 +70,7 @@ from oncelog.errors import (
     UnknownTopicOrPartition,
     UnstableOffsetCommit,
 )
+from oncelog.vocabulary import TopicPartition
 
 T = TypeVar("T")
 
@@ -100,16 +101,6 @@ DEFAULT_MAX_METADATA_BYTES = 4096
 
 
 # ---------------------------------------------------------------------------------------------- values
-
-
-class TopicPartition(NamedTuple):
-    """One partition of one topic; sorts by topic, then partition."""
-
-    topic: str
-    partition: int
-
-    def __str__(self) -> str:
-        return f"{self.topic}-{self.partition}"
 
 
 @dataclass(frozen=True)

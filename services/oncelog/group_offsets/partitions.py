@@ -14,7 +14,7 @@ from collections.abc import Callable, Collection, Mapping
 
 from oncelog.catalog import CatalogStore
 from oncelog.errors import UnknownTopicOrPartition
-from oncelog.group_offsets.offset_manager import TopicPartition
+from oncelog.vocabulary import TopicPartition
 
 
 class CatalogPartitions:

@@ -21,8 +21,9 @@ from oncelog.catalog import CatalogStore, shard_for
 from oncelog.catalog.leases import ShardLeaseManager
 from oncelog.errors import CoordinatorLoadInProgress, NotCoordinator
 from oncelog.group_offsets.offset_manager import ShardFence
+from oncelog.vocabulary import Role
 
-ROLE = "group-offsets"
+ROLE = Role.GROUP_OFFSETS
 
 
 def group_shard_leases(

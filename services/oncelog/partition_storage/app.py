@@ -21,8 +21,9 @@ from oncelog.partition_storage.replica_transport import GrpcReplicaTransport
 from oncelog.partition_storage.servicer import PartitionStorageServicer
 from oncelog.rpc import ChannelFactory, ServiceSpec
 from oncelog.rpc.runner import run_service
+from oncelog.vocabulary import Role
 
-ROLE = "partition-storage"
+ROLE = Role.PARTITION_STORAGE
 
 log = logging.getLogger(__name__)
 

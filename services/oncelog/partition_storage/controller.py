@@ -34,6 +34,7 @@ from collections.abc import Callable
 from oncelog.catalog.replicas import elect_leader
 from oncelog.catalog.store import CONTROLLER_ROLE, CatalogStore
 from oncelog.errors import OncelogError
+from oncelog.vocabulary import Role
 
 __all__ = ["Controller"]
 
@@ -128,7 +129,7 @@ class Controller:
         if lease.coordinator_epoch != self._epoch:
             log.info("%s is the controller at controller epoch %d", self._node_id, lease.coordinator_epoch)
         self._epoch = lease.coordinator_epoch
-        nodes = self._catalog.list_nodes(now, role="partition-storage")
+        nodes = self._catalog.list_nodes(now, role=Role.PARTITION_STORAGE)
         live = {n.node_id for n in nodes}
         for node in nodes:
             self._wake_after(node.lease_expires_at_ms, now)

@@ -76,12 +76,12 @@ from oncelog.partition_storage.producer_state import (
 from oncelog.partition_storage.txn_index import AbortedTxn, TransactionIndex, collect_aborted_txns
 from oncelog.records import BatchHeader, ControlType, build_control_batch, iter_batches, read_control_record
 from oncelog.records import validate_batch as _validate_batch
+from oncelog.vocabulary import IsolationLevel
 
 __all__ = [
     "AppendResult",
     "EngineConfig",
     "FetchResult",
-    "IsolationLevel",
     "OffsetSpec",
     "PartitionEngine",
     "PendingAppend",
@@ -89,14 +89,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-
-class IsolationLevel(enum.Enum):
-    """What a reader may see: up to the high watermark, or up to the last stable offset
-    (design/kafka-semantics.md §4.5)."""
-
-    READ_UNCOMMITTED = "read_uncommitted"
-    READ_COMMITTED = "read_committed"
 
 
 class OffsetSpec(enum.Enum):

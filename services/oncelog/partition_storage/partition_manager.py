@@ -80,7 +80,6 @@ from oncelog.errors import (
 from oncelog.partition_storage.engine import (
     EngineConfig,
     FetchResult,
-    IsolationLevel,
     PartitionEngine,
     PendingAppend,
     TxnMarkerSpec,
@@ -98,6 +97,7 @@ from oncelog.partition_storage.replica_state import LeaderReplicaState
 from oncelog.partition_storage.segment import write_file_atomically
 from oncelog.records import iter_batches
 from oncelog.telemetry.metrics import OncelogMetrics, default_metrics
+from oncelog.vocabulary import IsolationLevel
 
 __all__ = [
     "META_PROPERTIES",

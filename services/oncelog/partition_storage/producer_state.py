@@ -44,6 +44,7 @@ from oncelog.errors import (
     TransactionCoordinatorFenced,
 )
 from oncelog.partition_storage.txn_index import AbortedTxn
+from oncelog.vocabulary import ControlType
 
 NO_PRODUCER_EPOCH = -1
 """Epoch of a producer the partition knows nothing about (Kafka's ``RecordBatch.NO_PRODUCER_EPOCH``)."""
@@ -83,13 +84,6 @@ class AppendOrigin(enum.Enum):
     CLIENT = "client"
     COORDINATOR = "coordinator"
     REPLICATION = "replication"
-
-
-class ControlType(enum.IntEnum):
-    """Type of a transaction marker, with Kafka's ``ControlRecordType`` key values."""
-
-    ABORT = 0
-    COMMIT = 1
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,15 +34,14 @@ from oncelog.errors import InvalidRequest, OncelogError, RequestTimedOut, Unknow
 from oncelog.partition_storage.engine import (
     AppendResult,
     FetchResult,
-    IsolationLevel,
     OffsetSpec,
     PendingAppend,
     TxnMarkerSpec,
 )
 from oncelog.partition_storage.partition_manager import FetchSpec, PartitionManager
 from oncelog.partition_storage.replica_fetcher import CopyPosition, CopyResult
-from oncelog.records import ControlType
 from oncelog.rpc import to_error_info
+from oncelog.vocabulary import ControlType, IsolationLevel
 
 log = logging.getLogger(__name__)
 

@@ -11,8 +11,9 @@ from oncelog.pid_allocator.config import PidAllocatorSettings
 from oncelog.pid_allocator.servicer import PidAllocatorServicer
 from oncelog.rpc import ServiceSpec
 from oncelog.rpc.runner import run_service
+from oncelog.vocabulary import Role
 
-ROLE = "pid-allocator"
+ROLE = Role.PID_ALLOCATOR
 
 
 def build(settings: PidAllocatorSettings) -> ServiceSpec:

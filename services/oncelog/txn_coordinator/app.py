@@ -28,10 +28,9 @@ from oncelog.txn_coordinator.servicer import CatalogLookups, TransactionCoordina
 from oncelog.txn_coordinator.shards import ROLE, txn_shard_leases
 from oncelog.txn_coordinator.state_manager import TransactionStateManager
 from oncelog.txn_coordinator.transaction_log import TransactionLog
+from oncelog.vocabulary import Role
 
 log = logging.getLogger(__name__)
-
-PID_ALLOCATOR_ROLE = "pid-allocator"
 
 
 class CatalogPidBlockFetcher:
@@ -51,7 +50,7 @@ class CatalogPidBlockFetcher:
         if not self._membership.node_epoch:
             raise CoordinatorLoadInProgress("this coordinator has not registered yet; retry")
         if self._channel is None:
-            nodes = await asyncio.to_thread(self._catalog.list_nodes, wall_clock_ms(), role=PID_ALLOCATOR_ROLE)
+            nodes = await asyncio.to_thread(self._catalog.list_nodes, wall_clock_ms(), role=Role.PID_ALLOCATOR)
             if not nodes:
                 raise CoordinatorNotAvailable("no live pid-allocator is registered in the catalog")
             self._channel = self._channels.aio(nodes[0].address)

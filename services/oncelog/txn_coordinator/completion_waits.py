@@ -24,12 +24,12 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from oncelog.errors import ConcurrentTransactions, NotCoordinator, OncelogError
+from oncelog.vocabulary import TopicPartition
 
 from .metadata import (
     LAST_USABLE_EPOCH,
     NO_PRODUCER_EPOCH,
     NO_PRODUCER_ID,
-    TopicPartition,
     TransactionMetadata,
     TxnTransition,
 )

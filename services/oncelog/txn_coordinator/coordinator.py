@@ -64,17 +64,17 @@ from oncelog.errors import (
     ProducerFenced,
 )
 from oncelog.telemetry.metrics import OncelogMetrics, default_metrics
+from oncelog.vocabulary import ProducerIdAndEpoch, TopicPartition
 
 from .completion_waits import CompletionWaits, ParkedRequest, PreviousTransactionCompleting
 from .metadata import (
     LAST_USABLE_EPOCH,
     NO_PRODUCER_ID,
     IllegalTransitionError,
-    TopicPartition,
     TransactionMetadata,
     TxnTransition,
 )
-from .ports import Clock, EndTxnOutcome, MarkerCompletion, MarkerSink, ProducerIdAndEpoch, ProducerIdSource
+from .ports import Clock, EndTxnOutcome, MarkerCompletion, MarkerSink, ProducerIdSource
 from .state import TransactionResult, TransactionState
 from .state_manager import TransactionDescription, TransactionStateManager, TransactionStore, TxnMetadataCacheEntry
 from .validation import (

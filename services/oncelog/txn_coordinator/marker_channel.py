@@ -46,8 +46,8 @@ from opentelemetry import trace
 from oncelog.catalog.topics import validate_group_id
 from oncelog.errors import InvalidRequest, NotCoordinator, OncelogError, Reason, UnknownServerError
 from oncelog.telemetry.metrics import OncelogMetrics, default_metrics
+from oncelog.vocabulary import Role, TopicPartition
 
-from .metadata import TopicPartition
 from .ports import MarkerCompletion
 from .state import TransactionResult
 
@@ -61,8 +61,8 @@ TRANSPORT_REASONS = frozenset({Reason.NETWORK_EXCEPTION, Reason.REQUEST_TIMED_OU
 class DestinationService(enum.Enum):
     """Which service's WriteTxnMarkers a destination is called through."""
 
-    PARTITION_STORAGE = "partition-storage"
-    GROUP_OFFSETS = "group-offsets"
+    PARTITION_STORAGE = Role.PARTITION_STORAGE.value
+    GROUP_OFFSETS = Role.GROUP_OFFSETS.value
 
 
 @dataclass(frozen=True, slots=True)

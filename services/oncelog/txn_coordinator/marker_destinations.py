@@ -13,11 +13,11 @@ from collections.abc import Callable, Collection
 from oncelog.catalog.store import CatalogStore, NodeRecord, TopicRecord
 from oncelog.catalog.topics import shard_for
 from oncelog.errors import UnknownTopicOrPartition
+from oncelog.vocabulary import Role, TopicPartition
 
 from .marker_channel import DestinationService, MarkerDestination, Route, Unroutable
-from .metadata import TopicPartition
 
-GROUP_OFFSETS_ROLE = "group-offsets"
+GROUP_OFFSETS_ROLE = Role.GROUP_OFFSETS
 
 
 class CatalogMarkerDestinations:

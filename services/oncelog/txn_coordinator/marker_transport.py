@@ -17,6 +17,7 @@ from oncelog.api.offsets import v1 as offsets_pb
 from oncelog.api.storage import v1 as storage_pb
 from oncelog.errors import NetworkException, OncelogError
 from oncelog.rpc import ChannelFactory, from_error_info, from_rpc_error
+from oncelog.vocabulary import TopicPartition
 
 from .marker_channel import TRANSPORT_REASONS, DestinationService, MarkerDestination, TxnMarkerEntry, TxnMarkerOutcome
 from .state import TransactionResult
@@ -105,7 +106,8 @@ def _error_of(holder: common_pb.PartitionError | common_pb.GroupError) -> Oncelo
 def _outcome_of(result: common_pb.TxnMarkerResult) -> TxnMarkerOutcome:
     return TxnMarkerOutcome(
         partition_errors={
-            (e.topic_partition.topic, e.topic_partition.partition): _error_of(e) for e in result.partition_errors
+            TopicPartition(e.topic_partition.topic, e.topic_partition.partition): _error_of(e)
+            for e in result.partition_errors
         },
         group_errors={e.group_id: _error_of(e) for e in result.group_errors},
     )

@@ -25,11 +25,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from oncelog.errors import ProducerFenced
+from oncelog.vocabulary import TopicPartition
 
 from .state import VALID_PREVIOUS_STATES, TransactionResult, TransactionState
-
-TopicPartition = tuple[str, int]
-"""A participant partition: ``(topic, partition)``."""
 
 NO_PRODUCER_ID = -1
 NO_PRODUCER_EPOCH = -1

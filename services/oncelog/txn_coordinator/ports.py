@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Collection
 from typing import NamedTuple, Protocol
 
-from .metadata import TopicPartition
+from oncelog.vocabulary import ProducerIdAndEpoch, TopicPartition
+
 from .state import TransactionResult
 
 Clock = Callable[[], int]
@@ -62,13 +63,6 @@ class MarkerSink(Protocol):
     ) -> tuple[set[TopicPartition], set[str]]:
         """Treat the named participants of a queued transaction as acknowledged; returns those still waiting."""
         ...
-
-
-class ProducerIdAndEpoch(NamedTuple):
-    """The identity a producer must use next."""
-
-    producer_id: int
-    producer_epoch: int
 
 
 class EndTxnOutcome(NamedTuple):

@@ -16,11 +16,9 @@ from oncelog.api.txn import v1 as pb
 from oncelog.catalog.store import CatalogStore
 from oncelog.catalog.topics import shard_for
 from oncelog.errors import InvalidRequest, UnknownTopicOrPartition
+from oncelog.vocabulary import ProducerIdAndEpoch, Role, TopicPartition
 
 from .coordinator import TransactionCoordinator
-from .marker_destinations import GROUP_OFFSETS_ROLE
-from .metadata import TopicPartition
-from .ports import ProducerIdAndEpoch
 from .state import TransactionState
 from .state_manager import TransactionDescription
 from .transaction_log import MAX_TRANSACTIONAL_ID_BYTES
@@ -70,11 +68,11 @@ class CatalogLookups:
 
         def lookup() -> str:
             info = self._catalog.cluster_info()
-            lease = self._catalog.shard_lease(GROUP_OFFSETS_ROLE, shard_for(group, info.group_offsets_shards))
+            lease = self._catalog.shard_lease(Role.GROUP_OFFSETS, shard_for(group, info.group_offsets_shards))
             now = self._clock()
             if lease is None or lease.owner_node_id is None or lease.lease_expires_at_ms <= now:
                 return ""
-            nodes = {n.node_id: n.address for n in self._catalog.list_nodes(now, role=GROUP_OFFSETS_ROLE)}
+            nodes = {n.node_id: n.address for n in self._catalog.list_nodes(now, role=Role.GROUP_OFFSETS)}
             return nodes.get(lease.owner_node_id, "")
 
         return await asyncio.to_thread(lookup)
@@ -96,9 +94,7 @@ class TransactionCoordinatorServicer(pb.TransactionCoordinatorServiceServicer):
         self._node_id = node_id
         self._shard_for = shard_for
 
-    async def InitProducerId(
-        self, request: pb.InitProducerIdRequest, context: object
-    ) -> pb.InitProducerIdResponse:
+    async def InitProducerId(self, request: pb.InitProducerIdRequest, context: object) -> pb.InitProducerIdResponse:
         _check_transactional_id(request.transactional_id)
         # An empty id is Kafka's null transactional.id: an idempotent-only producer asking for a fresh
         # producer id at epoch 0. No state is kept for it, so any coordinator replica may answer.
@@ -123,7 +119,7 @@ class TransactionCoordinatorServicer(pb.TransactionCoordinatorServiceServicer):
     ) -> pb.AddPartitionsToTxnResponse:
         _check_transactional_id(request.transactional_id)
         producer = _required_producer(request)
-        partitions = [(tp.topic, tp.partition) for tp in request.partitions]
+        partitions = [TopicPartition(tp.topic, tp.partition) for tp in request.partitions]
         if not partitions:
             raise InvalidRequest("AddPartitionsToTxn needs at least one partition")
         await self._lookups.check_partitions_exist(partitions)
@@ -136,9 +132,7 @@ class TransactionCoordinatorServicer(pb.TransactionCoordinatorServiceServicer):
         )
         return pb.AddPartitionsToTxnResponse(partitions=request.partitions)
 
-    async def AddOffsetsToTxn(
-        self, request: pb.AddOffsetsToTxnRequest, context: object
-    ) -> pb.AddOffsetsToTxnResponse:
+    async def AddOffsetsToTxn(self, request: pb.AddOffsetsToTxnRequest, context: object) -> pb.AddOffsetsToTxnResponse:
         _check_transactional_id(request.transactional_id)
         producer = _required_producer(request)
         await self._coordinator.add_offsets(
@@ -221,12 +215,12 @@ class TransactionCoordinatorServicer(pb.TransactionCoordinatorServiceServicer):
             )
         )
 
-    async def SkipTxnMarkers(
-        self, request: pb.SkipTxnMarkersRequest, context: object
-    ) -> pb.SkipTxnMarkersResponse:
+    async def SkipTxnMarkers(self, request: pb.SkipTxnMarkersRequest, context: object) -> pb.SkipTxnMarkersResponse:
         _check_transactional_id(request.transactional_id)
         partitions, groups = await self._coordinator.skip_markers(
-            request.transactional_id, [(tp.topic, tp.partition) for tp in request.partitions], list(request.groups)
+            request.transactional_id,
+            [TopicPartition(tp.topic, tp.partition) for tp in request.partitions],
+            list(request.groups),
         )
         return pb.SkipTxnMarkersResponse(
             partitions=[common_pb.TopicPartition(topic=t, partition=p) for t, p in sorted(partitions)],
@@ -281,7 +275,7 @@ def _required_producer(
 
 
 def _identity_pb(identity: ProducerIdAndEpoch) -> common_pb.ProducerIdentity:
-    return common_pb.ProducerIdentity(producer_id=identity.producer_id, producer_epoch=identity.producer_epoch)
+    return common_pb.ProducerIdentity(producer_id=identity.producer_id, producer_epoch=identity.epoch)
 
 
 def _state_pb(state: TransactionState) -> pb.TransactionState.ValueType:

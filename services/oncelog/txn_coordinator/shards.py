@@ -19,10 +19,11 @@ from typing import Protocol
 
 from oncelog.catalog.leases import ShardLeaseManager
 from oncelog.catalog.store import CatalogStore
+from oncelog.vocabulary import Role
 
 from .coordinator import TransactionCoordinator
 
-ROLE = "txn-coordinator"
+ROLE = Role.TXN_COORDINATOR
 
 
 class ShardTable(Protocol):

@@ -38,8 +38,9 @@ from oncelog.errors import (
     TransactionalIdNotFound,
 )
 from oncelog.telemetry.metrics import OncelogMetrics, default_metrics
+from oncelog.vocabulary import TopicPartition
 
-from .metadata import IllegalTransitionError, TopicPartition, TransactionMetadata, TxnTransition
+from .metadata import IllegalTransitionError, TransactionMetadata, TxnTransition
 from .state import TransactionState
 from .validation import is_expirable
 

@@ -53,8 +53,9 @@ from sqlalchemy.engine import Connection, Dialect, Engine
 
 from oncelog.errors import NotCoordinator, OncelogError, StorageUnavailable
 from oncelog.storage.sql import migrate
+from oncelog.vocabulary import TopicPartition
 
-from .metadata import TopicPartition, TxnTransition
+from .metadata import TxnTransition
 from .state import TransactionState
 
 log = logging.getLogger(__name__)
@@ -453,7 +454,7 @@ def _row_of(shard: int, t: TxnTransition) -> dict[str, Any]:
 
 
 def _transition_of(row: Any) -> TxnTransition:
-    partitions: frozenset[TopicPartition] = frozenset((str(topic), int(p)) for topic, p in row.partitions)
+    partitions: frozenset[TopicPartition] = frozenset(TopicPartition(str(topic), int(p)) for topic, p in row.partitions)
     return TxnTransition(
         state=TransactionState(row.state),
         producer_id=row.producer_id,

@@ -15,6 +15,7 @@ from oncelog.errors import (
     OncelogError,
     ProducerFenced,
 )
+from oncelog.vocabulary import ProducerIdAndEpoch
 
 from .metadata import (
     LAST_USABLE_EPOCH,
@@ -24,7 +25,6 @@ from .metadata import (
     TransactionMetadata,
     is_epoch_exhausted,
 )
-from .ports import ProducerIdAndEpoch
 from .state import TransactionResult, TransactionState
 
 

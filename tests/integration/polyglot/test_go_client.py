@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 
 from oncelog.api.cluster import v1 as cluster_pb
-from oncelog.client.fetch_filter import IsolationLevel
 from oncelog.rpc import sync_channel
 from oncelog.testing import LocalCluster
+from oncelog.vocabulary import IsolationLevel
 
 pytestmark = pytest.mark.timeout(1200)
 

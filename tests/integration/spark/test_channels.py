@@ -11,12 +11,12 @@ from typing import TYPE_CHECKING
 import pytest
 
 from oncelog.api.storage.v1 import OFFSET_SPEC_LATEST
-from oncelog.client.fetch_filter import IsolationLevel
 from oncelog.client.records import TopicPartition
 from oncelog.errors import UnknownTopicOrPartition
 from oncelog.spark import channels
 from oncelog.spark.channels import LogClient, channel
 from oncelog.testing import LocalCluster
+from oncelog.vocabulary import IsolationLevel
 
 if TYPE_CHECKING:
     from tests.integration.spark.conftest import Topic

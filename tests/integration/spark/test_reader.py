@@ -21,7 +21,6 @@ from pyspark.sql.datasource import InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxBytes, ReadMaxRows
 
 from oncelog.api.storage import v1 as storage_pb
-from oncelog.client.fetch_filter import IsolationLevel
 from oncelog.client.records import TopicPartition
 from oncelog.errors import OffsetOutOfRange
 from oncelog.spark import OncelogDataSource, OptionError
@@ -29,6 +28,7 @@ from oncelog.spark.channels import LogClient
 from oncelog.spark.offsets import OffsetRange
 from oncelog.spark.reader import RangePartition, read_range
 from oncelog.testing import LocalCluster
+from oncelog.vocabulary import IsolationLevel
 
 if TYPE_CHECKING:
     from tests.integration.spark.conftest import Topic

@@ -32,7 +32,6 @@ from pyspark.sql.types import (
 from oncelog.api.storage.v1 import OFFSET_SPEC_LATEST as LATEST
 from oncelog.client import AdminClient, NewTopic
 from oncelog.client.errors import ProducerFencedError
-from oncelog.client.fetch_filter import IsolationLevel
 from oncelog.client.producer import Producer
 from oncelog.client.records import TopicPartition
 from oncelog.errors import OncelogError
@@ -55,6 +54,7 @@ from oncelog.spark.writer import (
     check_stable_partitioning,
 )
 from oncelog.testing import LocalCluster
+from oncelog.vocabulary import IsolationLevel
 
 from .conftest import Topic
 

@@ -14,9 +14,10 @@ from oncelog.client.accumulator import MAX_BATCH_SIZE, RecordAccumulator
 from oncelog.client.errors import AbortableError, BufferExhaustedError, IllegalStateError, RetriableError
 from oncelog.client.producer_batch import ProducerBatch, estimate_record_size
 from oncelog.client.records import RecordMetadata, TopicPartition
-from oncelog.client.sequences import ProducerIdAndEpoch, ProducerSequences
+from oncelog.client.sequences import ProducerSequences
 from oncelog.errors import MessageTooLarge, NotLeader, Reason
 from oncelog.records import BATCH_OVERHEAD, Compression, TimestampType, decode_records, read_header, validate_batch
+from oncelog.vocabulary import ProducerIdAndEpoch
 
 TP = TopicPartition("orders", 0)
 TP1 = TopicPartition("orders", 1)

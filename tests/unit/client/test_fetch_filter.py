@@ -9,10 +9,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from oncelog.client.fetch_filter import AbortedTransaction, CompletedFetch, IsolationLevel, filter_fetch
+from oncelog.client.fetch_filter import AbortedTransaction, CompletedFetch, filter_fetch
 from oncelog.client.records import TopicPartition
 from oncelog.errors import CorruptMessage
 from oncelog.records import Compression, ControlType, Record, TimestampType, build_batch, build_control_batch
+from oncelog.vocabulary import IsolationLevel
 
 TP = TopicPartition("payments", 3)
 RC = IsolationLevel.READ_COMMITTED

@@ -14,9 +14,7 @@ from oncelog.client.producer_batch import ProducerBatch
 from oncelog.client.records import TopicPartition
 from oncelog.client.sequences import (
     MAX_PRODUCER_EPOCH,
-    NO_PRODUCER_ID_AND_EPOCH,
     NO_SEQUENCE,
-    ProducerIdAndEpoch,
     ProducerSequences,
     decrement_sequence,
     increment_sequence,
@@ -31,6 +29,7 @@ from oncelog.errors import (
     UnknownProducerId,
 )
 from oncelog.records import decode_records, read_header
+from oncelog.vocabulary import NO_PRODUCER_ID_AND_EPOCH, ProducerIdAndEpoch
 
 TP = TopicPartition("orders", 0)
 OTHER = TopicPartition("orders", 1)

@@ -30,7 +30,6 @@ from oncelog.partition_storage import partition_log as partition_log_module
 from oncelog.partition_storage.engine import (
     EngineConfig,
     FetchResult,
-    IsolationLevel,
     OffsetSpec,
     PartitionEngine,
     TxnMarkerSpec,
@@ -46,6 +45,7 @@ from oncelog.records import (
     read_control_record,
     validate_batch,
 )
+from oncelog.vocabulary import IsolationLevel
 
 RC = IsolationLevel.READ_COMMITTED
 RU = IsolationLevel.READ_UNCOMMITTED

@@ -6,10 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from oncelog.partition_storage.engine import EngineConfig, IsolationLevel, PartitionEngine, TxnMarkerSpec
+from oncelog.partition_storage.engine import EngineConfig, PartitionEngine, TxnMarkerSpec
 from oncelog.partition_storage.leader_epoch_cache import EpochEntry
 from oncelog.partition_storage.log_truncation import truncate_partition_files
 from oncelog.records import ControlType, Record, build_batch
+from oncelog.vocabulary import IsolationLevel
 
 pytestmark = pytest.mark.timeout(60)
 RC = IsolationLevel.READ_COMMITTED

@@ -17,7 +17,7 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from oncelog.catalog import CatalogStore
-from oncelog.partition_storage.engine import IsolationLevel, TxnMarkerSpec
+from oncelog.partition_storage.engine import TxnMarkerSpec
 from oncelog.partition_storage.partition_manager import FetchSpec, PartitionManager, StorageNodeConfig
 from oncelog.records import ControlType, Record, build_batch
 from oncelog.storage.sql import create_engine
@@ -29,6 +29,7 @@ from oncelog.telemetry.metrics import (
     PRODUCE_RECORDS,
     OncelogMetrics,
 )
+from oncelog.vocabulary import IsolationLevel
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -31,7 +31,6 @@ from oncelog.partition_storage.producer_state import (
     AppendOrigin,
     BatchMetadata,
     CompletedTxn,
-    ControlType,
     OngoingTxn,
     ProducerAppendInfo,
     ProducerDescription,
@@ -40,6 +39,7 @@ from oncelog.partition_storage.producer_state import (
     next_sequence,
 )
 from oncelog.partition_storage.txn_index import AbortedTxn, TransactionIndex, collect_aborted_txns
+from oncelog.vocabulary import ControlType
 
 EXPIRATION_MS = 86_400_000
 MAX_TXN_TIMEOUT_MS = 5 * 60 * 1000

@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 
 from oncelog.errors import CorruptMessage, InvalidRequest
-from oncelog.partition_storage.engine import EngineConfig, IsolationLevel, PartitionEngine, TxnMarkerSpec
+from oncelog.partition_storage.engine import EngineConfig, PartitionEngine, TxnMarkerSpec
 from oncelog.records import ControlType, Record, build_batch
+from oncelog.vocabulary import IsolationLevel
 
 pytestmark = pytest.mark.timeout(60)
 RC = IsolationLevel.READ_COMMITTED

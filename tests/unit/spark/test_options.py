@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from oncelog.client.fetch_filter import IsolationLevel
 from oncelog.client.records import TopicPartition
 from oncelog.spark.offsets import EARLIEST, LATEST
 from oncelog.spark.options import (
@@ -19,6 +18,7 @@ from oncelog.spark.options import (
     parse_source_options,
     resolve_bootstrap,
 )
+from oncelog.vocabulary import IsolationLevel
 
 BASE = {"bootstrap": "127.0.0.1:7101", "topic": "orders"}
 

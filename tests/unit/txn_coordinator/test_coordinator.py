@@ -784,7 +784,7 @@ async def test_requests_for_unowned_or_loading_shards(h: Harness) -> None:
     h.store.load_gate.set()
     await loading
     h.store.lease_epochs[shard] = 5
-    assert (await h.init("t")).producer_epoch == 0
+    assert (await h.init("t")).epoch == 0
 
 
 async def test_a_shard_leased_here_but_not_loaded_yet_answers_load_in_progress(h: Harness) -> None:
@@ -1044,7 +1044,7 @@ async def test_describe_and_list_transactions(h: Harness) -> None:
     assert described["a"] == TransactionDescription(
         transactional_id="a",
         producer_id=a.producer_id,
-        producer_epoch=a.producer_epoch,
+        producer_epoch=a.epoch,
         state=S.ONGOING,
         txn_timeout_ms=TIMEOUT,
         txn_start_timestamp=h.clock.now,
@@ -1129,7 +1129,7 @@ async def test_concurrent_new_init_producer_ids_on_exhausted_epoch(h: Harness) -
     outcomes = await asyncio.gather(h.init("t"), h.init("t"), return_exceptions=True)
     winners = [o for o in outcomes if isinstance(o, tuple)]
     assert len(winners) == 1
-    assert winners[0].producer_id != 10 and winners[0].producer_epoch == 0
+    assert winners[0].producer_id != 10 and winners[0].epoch == 0
     assert all(isinstance(o, ConcurrentTransactions) for o in outcomes if not isinstance(o, tuple))
     assert await h.init("t") == (winners[0].producer_id, 1)
 
@@ -1158,7 +1158,7 @@ async def test_concurrent_continuing_init_with_same_stale_epoch_exactly_one_succ
         return_exceptions=True,
     )
     winners = [o for o in outcomes if isinstance(o, tuple)]
-    assert len(winners) == 1 and winners[0].producer_epoch == 0
+    assert len(winners) == 1 and winners[0].epoch == 0
     await expect(ProducerFenced, h.init("t", expected_pid=11, expected_epoch=10))
 
 
@@ -1173,9 +1173,9 @@ async def test_retry_of_bump_racing_new_producer(h: Harness, retry_first: bool) 
     assert isinstance(second, ConcurrentTransactions)
     if retry_first:
         assert first == bumped
-        assert await h.init("t") == (pid, bumped.producer_epoch + 1)
+        assert await h.init("t") == (pid, bumped.epoch + 1)
     else:
-        assert first == (pid, bumped.producer_epoch + 1)
+        assert first == (pid, bumped.epoch + 1)
         await expect(ProducerFenced, h.init("t", expected_pid=pid, expected_epoch=epoch))
 
 
@@ -1188,7 +1188,7 @@ async def test_concurrent_init_at_producer_id_boundary(h: Harness, continuing_fi
     new = h.init("t")
     calls = (continuing, new) if continuing_first else (new, continuing)
     first, second = await asyncio.gather(*calls, return_exceptions=True)
-    assert isinstance(first, tuple) and first.producer_epoch == 0 and first.producer_id != 10
+    assert isinstance(first, tuple) and first.epoch == 0 and first.producer_id != 10
     assert isinstance(second, ConcurrentTransactions)
     if continuing_first:
         assert await h.init("t") == (first.producer_id, 1)
@@ -1288,7 +1288,7 @@ async def test_add_partitions_after_epoch_overflow_waits_for_rotation() -> None:
     h.seed("t", S.ONGOING, producer_id=10, epoch=LAST_USABLE_EPOCH)
     await h.load_all()
     next_identity = await h.coordinator.end_txn("t", 10, LAST_USABLE_EPOCH, commit=True)
-    assert next_identity.producer_id != 10 and next_identity.producer_epoch == 0
+    assert next_identity.producer_id != 10 and next_identity.epoch == 0
     add = asyncio.create_task(h.coordinator.add_partitions("t", *next_identity, {TP1}))
     assert await parked(add)
     await h.markers.deliver_all()
@@ -1322,7 +1322,7 @@ async def test_parked_request_revalidates_and_is_fenced_by_a_new_instance() -> N
     add = asyncio.create_task(h.coordinator.add_partitions("t", *next_identity, {TP1}))
     assert await parked(init) and await parked(add)
     await h.markers.deliver_all()
-    assert await init == (pid, next_identity.producer_epoch + 1)
+    assert await init == (pid, next_identity.epoch + 1)
     outcome = (await asyncio.gather(add, return_exceptions=True))[0]
     # woken behind the new instance's bump: refused while that write is in flight, fenced after it
     assert isinstance(outcome, ConcurrentTransactions | ProducerFenced), outcome

@@ -442,7 +442,7 @@ class CoordinatorInterleavings(RuleBasedStateMachine):
         held = self.model.instances[(tid, slot)]
         expected = held if recover else None
         result = await self.current.coordinator.init_producer_id(tid, TIMEOUT_MS, *(expected or (None, None)))
-        self.model.init_returned(tid, slot, (result.producer_id, result.producer_epoch), expected is None, lost)
+        self.model.init_returned(tid, slot, (result.producer_id, result.epoch), expected is None, lost)
 
     async def _add(self, tid: str, slot: int, participants: frozenset[Participant]) -> None:
         identity = self.model.instances[(tid, slot)]
@@ -465,9 +465,9 @@ class CoordinatorInterleavings(RuleBasedStateMachine):
         if commit:
             self.model.commit_asked.add((tid, identity))
         reply = await self.current.coordinator.end_txn(tid, *identity, commit=commit)
-        self.model.end_returned(tid, slot, identity, result, (reply.producer_id, reply.producer_epoch))
+        self.model.end_returned(tid, slot, identity, result, (reply.producer_id, reply.epoch))
         if not lost and self.model.instances[(tid, slot)] == identity:
-            self.model.instances[(tid, slot)] = (reply.producer_id, reply.producer_epoch)
+            self.model.instances[(tid, slot)] = (reply.producer_id, reply.epoch)
 
     @rule(tid=a_tid, slot=a_slot, recover=st.booleans(), lost=st.booleans(), steps=loop_steps)
     def init_producer_id(self, tid: str, slot: int, recover: bool, lost: bool, steps: int) -> None:
