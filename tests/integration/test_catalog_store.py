@@ -9,12 +9,16 @@ import pytest
 import sqlalchemy as sa
 
 from oncelog.catalog import CatalogStore, PartitionRecord
+from oncelog.catalog.replicas import StorageNode, place_replicas
+from oncelog.catalog.topics import TopicConfig, java_string_hash
 from oncelog.errors import (
     InvalidConfig,
+    InvalidPartitions,
     InvalidReplicationFactor,
     InvalidRequest,
     StorageUnavailable,
     TopicAlreadyExists,
+    UnknownTopicOrPartition,
 )
 from oncelog.storage.sql import create_engine
 
@@ -463,3 +467,103 @@ def test_a_round_that_loses_a_first_insert_race_learns_the_winner(postgres_url: 
     assert result.elsewhere[0].owner_node_id == "winner"
     engine.dispose()
     admin.dispose()
+
+
+# ------------------------------------------------------------------------------------------ adding partitions
+
+
+def test_partitions_are_added_keeping_the_existing_ones_and_the_replication_factor(store: CatalogStore) -> None:
+    _storage_nodes(store, 3)
+    [before] = store.create_topics([("grow", 2, {}, 2)], now_ms=1)
+    [grown] = store.create_partitions([("grow", 5)], now_ms=2)
+    assert grown.partitions[:2] == before.partitions  # data, replicas, leaders and epochs untouched
+    added = grown.partitions[2:]
+    assert [p.partition for p in added] == [2, 3, 4]
+    assert all(len(p.replicas) == 2 and p.isr == p.replicas and p.leader_node_id == p.replicas[0] for p in added)
+    # placed as creation places a topic of the new count
+    nodes = [StorageNode(f"s-{i}") for i in range(3)]
+    assert [p.replicas for p in added] == place_replicas(5, nodes, 2, java_string_hash("grow"))[2:]
+    [described] = store.describe_topics(["grow"])
+    assert described.partitions == grown.partitions
+
+
+@pytest.mark.parametrize(("count", "change"), [(2, "already has"), (1, "cannot shrink to")])
+def test_a_partition_count_that_does_not_grow_is_refused(store: CatalogStore, count: int, change: str) -> None:
+    _storage_nodes(store, 1)
+    store.create_topics([("fixed", 2, {})], now_ms=1)
+    with pytest.raises(InvalidPartitions) as info:
+        store.create_partitions([("fixed", count)], now_ms=2)
+    assert info.value.message == (
+        f"topic 'fixed' has 2 partition(s) and {change} {count}: the count can only grow (partitions are never "
+        "removed, so keyed records keep their partition); ask for more than 2"
+    )
+    assert len(store.describe_topics(["fixed"])[0].partitions) == 2
+
+
+def test_adding_partitions_is_all_or_nothing_and_honours_the_replication_factor(store: CatalogStore) -> None:
+    _storage_nodes(store, 2)
+    store.create_topics([("a", 1, {}), ("b", 1, {}, 2)], now_ms=1)
+    with pytest.raises(UnknownTopicOrPartition):
+        store.create_partitions([("a", 3), ("missing", 2)], now_ms=2)
+    store.deregister_node("s-1", 1)  # one live node left: b's factor 2 cannot be placed
+    with pytest.raises(InvalidReplicationFactor) as info:
+        store.create_partitions([("a", 3), ("b", 2)], now_ms=3)
+    assert info.value.message.startswith("topic 'b': replication_factor=2 is larger than the 1 live storage node")
+    assert [len(t.partitions) for t in store.describe_topics(["a", "b"])] == [1, 1]
+    assert [p.partition for p in store.create_partitions([("a", 2)], now_ms=3, validate_only=True)[0].partitions] == [
+        0,
+        1,
+    ]
+    assert len(store.describe_topics(["a"])[0].partitions) == 1
+
+
+# ------------------------------------------------------------------------------------------ topic configs
+
+
+def test_configs_are_set_and_deleted_by_either_name_and_only_set_ones_are_overrides(store: CatalogStore) -> None:
+    _storage_nodes(store, 2)
+    [created] = store.create_topics([("c", 1, {"retention.ms": "1000"}, 2)], now_ms=1)
+    assert (created.config.retention_ms, created.overrides) == (1000, frozenset({"retention_ms"}))
+    [altered] = store.alter_configs([("c", [("min.insync.replicas", "2"), ("retention_ms", None)])])
+    assert altered.config.min_insync_replicas == 2 and altered.config.retention_ms == TopicConfig().retention_ms
+    assert altered.overrides == frozenset({"min_insync_replicas"})
+    [described] = store.describe_topics(["c"])
+    assert (described.config, described.overrides) == (altered.config, altered.overrides)
+    store.alter_configs([("c", [("segment_ms", None)])])  # deleting a setting that is not set changes nothing
+    assert store.describe_topics(["c"])[0].overrides == frozenset({"min_insync_replicas"})
+
+
+@pytest.mark.parametrize(
+    ("ops", "message"),
+    [
+        (
+            [("retention.mss", "1")],
+            "topic 'c': unknown topic config 'retention.mss'; known: flush, max_message_bytes, retention_ms, "
+            "retention_bytes, segment_bytes, segment_ms, min_insync_replicas (or Kafka's retention.ms, "
+            "retention.bytes, segment.ms, segment.bytes, max.message.bytes, min.insync.replicas)",
+        ),
+        (
+            [("retention_ms", "soon"), ("flush", "never")],
+            "topic 'c': retention_ms='soon' is not an integer; flush='never'; use 'sync' (fsync before ack) or 'async'",
+        ),
+        (
+            [("retention.ms", "1"), ("retention_ms", "2")],
+            "topic 'c': retention_ms is changed twice; change each setting once",
+        ),
+        (
+            [("min_insync_replicas", "2")],
+            "topic 'c': min_insync_replicas=2 is above its replication factor 1, so no "
+            "write could ever be acknowledged; use at most 1",
+        ),
+    ],
+)
+def test_bad_config_changes_are_refused_naming_each_problem_and_change_nothing(
+    store: CatalogStore, ops: list[tuple[str, str | None]], message: str
+) -> None:
+    _storage_nodes(store, 1)
+    store.create_topics([("c", 1, {"retention_ms": "5000"})], now_ms=1)
+    with pytest.raises(InvalidConfig) as info:
+        store.alter_configs([("c", ops)])
+    assert info.value.message == message
+    [topic] = store.describe_topics(["c"])
+    assert (topic.config.retention_ms, topic.overrides) == (5000, frozenset({"retention_ms"}))

@@ -346,6 +346,86 @@ def test_find_hanging_lists_transactions_open_longer_than_the_timeout(local: Loc
     }
 
 
+def test_topics_alter_adds_partitions_and_refuses_a_decrease(local: LocalCluster) -> None:
+    topic = new_topic(local, partitions=2)
+    b = ["-b", local.bootstrap]
+    grown = oncelog("topics", "alter", topic, "--partitions", "4", *b)
+    assert (grown.returncode, grown.stderr) == (0, "")
+    assert grown.stdout == (
+        f"altered topic {topic}: 2 -> 4 partition(s); added 2 (leader partition-storage-0), "
+        "3 (leader partition-storage-0)\n"
+    )
+    shrink = oncelog("topics", "alter", topic, "--partitions", "3", *b)
+    assert (shrink.returncode, shrink.stdout) == (1, "")
+    assert shrink.stderr == (
+        f"error: topic '{topic}' has 4 partition(s) and cannot shrink to 3: the count can only grow (partitions "
+        "are never removed, so keyed records keep their partition); ask for more than 4\n"
+    )
+    described = json.loads(oncelog("topics", "describe", topic, "-o", "json", *b).stdout)
+    assert [p["partition"] for p in described[0]["partitions"]] == [0, 1, 2, 3]
+
+
+def test_configs_describe_and_alter_with_kafka_names(local: LocalCluster) -> None:
+    topic = unique("configs")
+    b = ["-b", local.bootstrap]
+    assert oncelog("topics", "create", topic, "-c", "retention.ms=60000", *b).returncode == 0
+    altered = oncelog(
+        "configs", "alter", "--entity-type", "topics", "--entity-name", topic,
+        "--add-config", "max.message.bytes=4096,segment.ms=3600000", "--delete-config", "retention.ms", *b,
+    )  # fmt: skip
+    assert (altered.returncode, altered.stderr) == (0, "")
+    assert altered.stdout == (
+        f"altered configs of topic {topic}: max_message_bytes=4096, segment_ms=3600000, "
+        "retention_ms=604800000 (default)\n"
+    )
+    described = oncelog("configs", "describe", "--entity-type", "topics", "--entity-name", topic, "-o", "json", *b)
+    assert json.loads(described.stdout) == [
+        {"topic": topic, "name": "flush", "value": "sync", "source": "default"},
+        {"topic": topic, "name": "max_message_bytes", "value": "4096", "source": "topic"},
+        {"topic": topic, "name": "min_insync_replicas", "value": "1", "source": "default"},
+        {"topic": topic, "name": "retention_bytes", "value": "-1", "source": "default"},
+        {"topic": topic, "name": "retention_ms", "value": "604800000", "source": "default"},
+        {"topic": topic, "name": "segment_bytes", "value": "134217728", "source": "default"},
+        {"topic": topic, "name": "segment_ms", "value": "3600000", "source": "topic"},
+    ]
+    plain = oncelog("configs", "describe", "--topic", topic, "-o", "plain", *b)
+    assert plain.stdout.splitlines()[1] == f"{topic}\tmax_message_bytes\t4096\ttopic"
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "message"),
+    [
+        (
+            ["--add-config", "retention.ms=soon,flush=never"],
+            1,
+            "error: topic '{topic}': retention_ms='soon' is not an integer; flush='never'; use 'sync' (fsync before "
+            "ack) or 'async'\n",
+        ),
+        (
+            ["--add-config", "min.insync.replicas=2"],
+            1,
+            "error: topic '{topic}': min_insync_replicas=2 is above its replication factor 1, so no write could ever "
+            "be acknowledged; use at most 1\n",
+        ),
+        (["--entity-type", "brokers", "--add-config", "a=1"], 2, "oncelog has topic settings only"),
+        (["--add-config", "retention.ms"], 2, "'retention.ms' is not key=value"),
+        (["--add-config", "a=1", "--delete-config", "a"], 2, "a is both added and deleted; choose one"),
+    ],
+)
+def test_bad_config_changes_are_refused_precisely(
+    local: LocalCluster, args: list[str], code: int, message: str
+) -> None:
+    topic = new_topic(local)
+    done = oncelog("configs", "alter", "--entity-name", topic, *args, "-b", local.bootstrap)
+    assert done.returncode == code
+    if code == 1:
+        assert done.stderr == message.format(topic=topic)
+    else:  # usage errors come in typer's box, which wraps lines
+        assert message in " ".join(done.stderr.replace("│", " ").split())
+    after = oncelog("configs", "describe", "--topic", topic, "-o", "json", "-b", local.bootstrap)
+    assert {e["source"] for e in json.loads(after.stdout)} == {"default"}
+
+
 # ---------------------------------------------------------------------------------------------- interrupts
 
 

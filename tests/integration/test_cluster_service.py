@@ -124,6 +124,34 @@ def test_create_topics_is_all_or_nothing(stubs) -> None:
     assert "good" not in {t.name for t in stubs[0].Metadata(pb.MetadataRequest()).topics}
 
 
+def test_partitions_and_configs_are_changed_through_any_process(stubs) -> None:
+    stubs[0].CreateTopics(pb.CreateTopicsRequest(topics=[pb.TopicSpec(name="altered", partitions=1)]))
+    grown = stubs[1].CreatePartitions(pb.CreatePartitionsRequest(topics=[pb.PartitionsSpec(topic="altered", count=2)]))
+    assert [p.partition for p in grown.topics[0].partitions] == [0, 1]
+    code, err = _error(
+        stubs[2].CreatePartitions, pb.CreatePartitionsRequest(topics=[pb.PartitionsSpec(topic="altered", count=1)])
+    )
+    assert (code, err.reason) == (grpc.StatusCode.INVALID_ARGUMENT, Reason.INVALID_PARTITIONS)
+    set_op = pb.AlterConfigOp(name="retention.ms", value="1000", op=pb.ALTER_CONFIG_OP_TYPE_SET)
+    altered = stubs[0].IncrementalAlterConfigs(
+        pb.IncrementalAlterConfigsRequest(topics=[pb.TopicConfigAlteration(topic="altered", ops=[set_op])])
+    )
+    [entry] = [e for e in altered.topics[0].entries if e.name == "retention_ms"]
+    assert (entry.value, entry.source) == ("1000", pb.CONFIG_SOURCE_TOPIC)
+    described = stubs[-1].DescribeConfigs(pb.DescribeConfigsRequest(topics=["altered"]))
+    assert described.topics[0] == altered.topics[0]
+    no_op = pb.AlterConfigOp(name="retention_ms", value="5")
+    code, err = _error(
+        stubs[0].IncrementalAlterConfigs,
+        pb.IncrementalAlterConfigsRequest(topics=[pb.TopicConfigAlteration(topic="altered", ops=[no_op])]),
+    )
+    assert err.reason == Reason.INVALID_REQUEST
+    assert err.message == (
+        "topic 'altered', config 'retention_ms': op must be ALTER_CONFIG_OP_TYPE_SET or ALTER_CONFIG_OP_TYPE_DELETE"
+    )
+    stubs[0].DeleteTopics(pb.DeleteTopicsRequest(topics=["altered"]))
+
+
 def test_find_coordinator_maps_keys_to_stable_shards(cluster: LocalCluster, stubs) -> None:
     store = CatalogStore(sa.create_engine(cluster.database_url))
     info = store.cluster_info()

@@ -83,6 +83,29 @@ class ClusterServicer(pb.ClusterServiceServicer):
         deleted = await asyncio.to_thread(self.store.delete_topics, list(request.topics))
         return pb.DeleteTopicsResponse(deleted=deleted)
 
+    async def CreatePartitions(
+        self, request: pb.CreatePartitionsRequest, context: object
+    ) -> pb.CreatePartitionsResponse:
+        grown = await asyncio.to_thread(
+            self.store.create_partitions,
+            [(s.topic, s.count) for s in request.topics],
+            self.clock(),
+            validate_only=request.validate_only,
+        )
+        addresses = await self._live_addresses()
+        return pb.CreatePartitionsResponse(topics=[_topic(t, addresses) for t in grown])
+
+    async def DescribeConfigs(self, request: pb.DescribeConfigsRequest, context: object) -> pb.DescribeConfigsResponse:
+        topics = await asyncio.to_thread(self.store.describe_topics, list(request.topics))
+        return pb.DescribeConfigsResponse(topics=[_configs(t) for t in topics])
+
+    async def IncrementalAlterConfigs(
+        self, request: pb.IncrementalAlterConfigsRequest, context: object
+    ) -> pb.IncrementalAlterConfigsResponse:
+        alterations = [(a.topic, [_config_change(a.topic, op) for op in a.ops]) for a in request.topics]
+        altered = await asyncio.to_thread(self.store.alter_configs, alterations, validate_only=request.validate_only)
+        return pb.IncrementalAlterConfigsResponse(topics=[_configs(t) for t in altered])
+
     async def _live_addresses(self) -> dict[str, str]:
         nodes = await asyncio.to_thread(self.store.list_nodes, self.clock())
         return {n.node_id: n.address for n in nodes}
@@ -116,4 +139,28 @@ def _topic(t: TopicRecord, addresses: dict[str, str]) -> pb.TopicMetadata:
             )
             for p in t.partitions
         ],
+    )
+
+
+def _configs(t: TopicRecord) -> pb.TopicConfigs:
+    return pb.TopicConfigs(
+        topic=t.name,
+        entries=[
+            pb.ConfigEntry(
+                name=name,
+                value=value,
+                source=pb.CONFIG_SOURCE_TOPIC if name in t.overrides else pb.CONFIG_SOURCE_DEFAULT,
+            )
+            for name, value in sorted(t.config.to_map().items())
+        ],
+    )
+
+
+def _config_change(topic: str, op: pb.AlterConfigOp) -> tuple[str, str | None]:
+    if op.op == pb.ALTER_CONFIG_OP_TYPE_SET:
+        return op.name, op.value
+    if op.op == pb.ALTER_CONFIG_OP_TYPE_DELETE:
+        return op.name, None
+    raise InvalidRequest(
+        f"topic {topic!r}, config {op.name!r}: op must be ALTER_CONFIG_OP_TYPE_SET or ALTER_CONFIG_OP_TYPE_DELETE"
     )

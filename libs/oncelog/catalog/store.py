@@ -19,7 +19,10 @@ from sqlalchemy.engine import Connection, Engine
 from oncelog.catalog import schema as t
 from oncelog.catalog.replicas import StorageNode, place_replicas, validate_replication_factor
 from oncelog.catalog.topics import (
+    KAFKA_CONFIG_NAMES,
+    MAX_PARTITIONS,
     TopicConfig,
+    config_name,
     java_string_hash,
     shard_for,
     validate_partitions,
@@ -27,6 +30,7 @@ from oncelog.catalog.topics import (
 )
 from oncelog.errors import (
     InvalidConfig,
+    InvalidPartitions,
     InvalidReplicationFactor,
     InvalidRequest,
     StaleRequesterEpoch,
@@ -88,6 +92,8 @@ class TopicRecord:
     topic_id: str
     config: TopicConfig
     partitions: tuple[PartitionRecord, ...]
+    overrides: frozenset[str] = frozenset()
+    """The settings set on the topic (the others are defaults)."""
 
 
 @dataclass(frozen=True)
@@ -261,8 +267,9 @@ class CatalogStore:
             if name in seen:
                 raise InvalidRequest(f"topic {name!r} appears twice in the request")
             seen.add(name)
+            named = {config_name(key): value for key, value in configs.items()}
             parsed.append(
-                (name, count, TopicConfig.parse(configs), default_replication_factor if factor is None else factor)
+                (name, count, TopicConfig.parse(named), default_replication_factor if factor is None else factor, named)
             )
         if not parsed:
             raise InvalidRequest("no topics to create; give at least one TopicSpec")
@@ -290,7 +297,7 @@ class CatalogStore:
                     sa.select(t.deleted_topics).where(t.deleted_topics.c.name.in_([p[0] for p in parsed]))
                 )
             }
-            for name, _, config, factor in parsed:
+            for name, _, config, factor, _ in parsed:
                 try:
                     validate_replication_factor(factor, len(storage))
                 except InvalidReplicationFactor as err:
@@ -301,7 +308,7 @@ class CatalogStore:
                         f"factor {factor}, so no write could ever be acknowledged; lower it or add replicas"
                     )
             created = []
-            for name, count, config, factor in parsed:
+            for name, count, config, factor, named in parsed:
                 topic_id = str(uuid.uuid4())
                 placement = place_replicas(count, storage, factor, java_string_hash(name))
                 epoch = first_epochs.get(name, 0)
@@ -309,7 +316,7 @@ class CatalogStore:
                     PartitionRecord(p, replicas[0], epoch, replicas, replicas, 0)
                     for p, replicas in enumerate(placement)
                 )
-                created.append(TopicRecord(name, topic_id, config, partitions))
+                created.append(TopicRecord(name, topic_id, config, partitions, frozenset(named)))
                 if validate_only:
                     continue
                 conn.execute(
@@ -317,7 +324,7 @@ class CatalogStore:
                         name=name,
                         topic_id=topic_id,
                         partition_count=count,
-                        configs=config.to_map(),
+                        configs=config.overrides(named),
                         created_at_ms=now_ms,
                     )
                 )
@@ -385,9 +392,200 @@ class CatalogStore:
             for r in conn.execute(part_query):
                 by_topic.setdefault(r.topic, []).append(_partition(r))
         return [
-            TopicRecord(r.name, r.topic_id, TopicConfig.parse(r.configs), tuple(by_topic.get(r.name, ())))
+            TopicRecord(
+                r.name, r.topic_id, TopicConfig.parse(r.configs), tuple(by_topic.get(r.name, ())), frozenset(r.configs)
+            )
             for r in topic_rows
         ]
+
+    def create_partitions(
+        self, specs: Iterable[tuple[str, int]], now_ms: int, *, validate_only: bool = False
+    ) -> list[TopicRecord]:
+        """Grow topics to new partition counts in one transaction, all or nothing (Kafka's CreatePartitions).
+
+        Existing partitions keep their data, replicas and leaders. A new partition gets the topic's replication
+        factor (its first partition's replica count) and is placed over the live storage nodes as creation would
+        place it in a topic of the new count (:func:`~oncelog.catalog.replicas.place_replicas` from the topic's
+        starting point); its first replica leads and every replica starts in the ISR (it is empty).
+
+        Raises:
+            InvalidPartitions: a count is not above the topic's current one (partitions are never removed), or is
+                above :data:`~oncelog.catalog.topics.MAX_PARTITIONS`.
+            InvalidReplicationFactor: fewer live storage nodes than the topic's replication factor.
+            UnknownTopicOrPartition: a topic does not exist.
+        """
+        wanted = dict[str, int]()
+        for name, count in specs:
+            if name in wanted:
+                raise InvalidRequest(f"topic {name!r} appears twice in the request")
+            wanted[name] = count
+        if not wanted:
+            raise InvalidRequest("no topics to grow; give at least one topic and its new partition count")
+        with self._begin() as conn:
+            rows = {
+                r.name: r
+                for r in conn.execute(sa.select(t.topics).where(t.topics.c.name.in_(list(wanted))).with_for_update())
+            }
+            missing = [n for n in wanted if n not in rows]
+            if missing:
+                raise UnknownTopicOrPartition(f"unknown topic(s): {', '.join(missing)}; create them first")
+            for name, count in wanted.items():
+                current = rows[name].partition_count
+                if count <= current:
+                    change = "already has" if count == current else "cannot shrink to"
+                    raise InvalidPartitions(
+                        f"topic {name!r} has {current} partition(s) and {change} {count}: the count can only grow "
+                        f"(partitions are never removed, so keyed records keep their partition); ask for more than "
+                        f"{current}"
+                    )
+                if count > MAX_PARTITIONS:
+                    raise InvalidPartitions(f"topic {name!r}: partitions={count}; the limit is {MAX_PARTITIONS}")
+            storage = [
+                StorageNode(r.node_id, r.rack)
+                for r in conn.execute(
+                    sa.select(t.nodes.c.node_id, t.nodes.c.rack).where(
+                        t.nodes.c.role == "partition-storage", t.nodes.c.lease_expires_at_ms > now_ms
+                    )
+                )
+            ]
+            existing: dict[str, list[PartitionRecord]] = {}
+            for r in conn.execute(
+                sa.select(t.partitions)
+                .where(t.partitions.c.topic.in_(list(wanted)))
+                .order_by(t.partitions.c.topic, t.partitions.c.partition)
+            ):
+                existing.setdefault(r.topic, []).append(_partition(r))
+            first_epochs = {
+                row.name: row.next_leader_epoch
+                for row in conn.execute(sa.select(t.deleted_topics).where(t.deleted_topics.c.name.in_(list(wanted))))
+            }
+            grown = []
+            for name, count in wanted.items():
+                row, old = rows[name], existing.get(name, [])
+                factor = len(old[0].replicas) if old else 1
+                try:
+                    validate_replication_factor(factor, len(storage))
+                except InvalidReplicationFactor as err:
+                    raise InvalidReplicationFactor(f"topic {name!r}: {err.message}") from None
+                placement = place_replicas(count, storage, factor, java_string_hash(name))
+                epoch = first_epochs.get(name, 0)
+                added = tuple(
+                    PartitionRecord(p, placement[p][0], epoch, placement[p], placement[p], 0)
+                    for p in range(row.partition_count, count)
+                )
+                grown.append(
+                    TopicRecord(
+                        name, row.topic_id, TopicConfig.parse(row.configs), (*old, *added), frozenset(row.configs)
+                    )
+                )
+                if validate_only:
+                    continue
+                conn.execute(sa.update(t.topics).where(t.topics.c.name == name).values(partition_count=count))
+                conn.execute(
+                    sa.insert(t.partitions),
+                    [
+                        {
+                            "topic": name,
+                            "partition": p.partition,
+                            "leader_node_id": p.leader_node_id,
+                            "leader_epoch": p.leader_epoch,
+                            "replicas": list(p.replicas),
+                            "isr": list(p.isr),
+                            "partition_epoch": p.partition_epoch,
+                        }
+                        for p in added
+                    ],
+                )
+            return grown
+
+    def alter_configs(
+        self,
+        alterations: Iterable[tuple[str, Iterable[tuple[str, str | None]]]],
+        *,
+        validate_only: bool = False,
+    ) -> list[TopicRecord]:
+        """Set or delete topic settings in one transaction, all or nothing (Kafka's IncrementalAlterConfigs).
+
+        Each alteration is ``(topic, [(name, value), ...])``: a value sets the setting, None deletes the topic's
+        value so the default applies again (deleting one that is not set changes nothing). Names may be Kafka's
+        dotted ones (``retention.ms``). Storage nodes apply the result on their next catalog refresh.
+
+        Raises:
+            InvalidConfig: an unknown name, a value that does not parse or is out of range, a name given twice,
+                or min_insync_replicas above the topic's replication factor (every problem of a topic is named).
+            UnknownTopicOrPartition: a topic does not exist.
+        """
+        changes: dict[str, dict[str, str | None]] = {}
+        for name, ops in alterations:
+            if name in changes:
+                raise InvalidRequest(f"topic {name!r} appears twice in the request")
+            topic_changes: dict[str, str | None] = {}
+            for key, value in ops:
+                canonical = config_name(key)
+                if canonical not in TopicConfig.KEYS:
+                    raise InvalidConfig(
+                        f"topic {name!r}: unknown topic config {key!r}; known: {', '.join(TopicConfig.KEYS)} "
+                        f"(or Kafka's {', '.join(KAFKA_CONFIG_NAMES)})"
+                    )
+                if canonical in topic_changes:
+                    raise InvalidConfig(f"topic {name!r}: {canonical} is changed twice; change each setting once")
+                topic_changes[canonical] = value
+            changes[name] = topic_changes
+        if not changes:
+            raise InvalidRequest("no topics to alter; give at least one topic and a setting to change")
+        with self._begin() as conn:
+            rows = {
+                r.name: r
+                for r in conn.execute(sa.select(t.topics).where(t.topics.c.name.in_(list(changes))).with_for_update())
+            }
+            missing = [n for n in changes if n not in rows]
+            if missing:
+                raise UnknownTopicOrPartition(f"unknown topic(s): {', '.join(missing)}; create them first")
+            factors = {
+                r.topic: len(r.replicas)
+                for r in conn.execute(
+                    sa.select(t.partitions.c.topic, t.partitions.c.replicas).where(
+                        t.partitions.c.topic.in_(list(changes)), t.partitions.c.partition == 0
+                    )
+                )
+            }
+            altered = []
+            for name, topic_changes in changes.items():
+                stored = {key: value for key, value in rows[name].configs.items() if key in TopicConfig.KEYS}
+                for key, value in topic_changes.items():
+                    if value is None:
+                        stored.pop(key, None)
+                    else:
+                        stored[key] = value
+                try:
+                    config = TopicConfig.parse(stored)
+                except InvalidConfig as err:
+                    raise InvalidConfig(f"topic {name!r}: {err.message}") from None
+                factor = factors.get(name, 1)
+                if config.min_insync_replicas > factor:
+                    raise InvalidConfig(
+                        f"topic {name!r}: min_insync_replicas={config.min_insync_replicas} is above its replication "
+                        f"factor {factor}, so no write could ever be acknowledged; use at most {factor}"
+                    )
+                record = self._topic_record(conn, rows[name], config, frozenset(stored))
+                altered.append(record)
+                if not validate_only:
+                    conn.execute(
+                        sa.update(t.topics).where(t.topics.c.name == name).values(configs=config.overrides(stored))
+                    )
+            return altered
+
+    def _topic_record(
+        self,
+        conn: Connection,
+        row: sa.Row,
+        config: TopicConfig,
+        overrides: frozenset[str],  # type: ignore[type-arg]
+    ) -> TopicRecord:
+        partitions = conn.execute(
+            sa.select(t.partitions).where(t.partitions.c.topic == row.name).order_by(t.partitions.c.partition)
+        )
+        return TopicRecord(row.name, row.topic_id, config, tuple(_partition(r) for r in partitions), overrides)
 
     def partition(self, topic: str, partition: int) -> PartitionRecord:
         """One partition's current row; raises UnknownTopicOrPartition if it does not exist."""

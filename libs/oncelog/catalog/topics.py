@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -109,6 +109,26 @@ class TopicConfig:
     def to_map(self) -> dict[str, str]:
         """The full settings as strings, as returned by Metadata."""
         return {key: str(getattr(self, key)) for key in self.KEYS}
+
+    def overrides(self, keys: Iterable[str]) -> dict[str, str]:
+        """The values of ``keys`` (the settings set on the topic) as strings: what the catalog stores."""
+        return {key: str(getattr(self, key)) for key in self.KEYS if key in set(keys)}
+
+
+KAFKA_CONFIG_NAMES = {
+    "retention.ms": "retention_ms",
+    "retention.bytes": "retention_bytes",
+    "segment.ms": "segment_ms",
+    "segment.bytes": "segment_bytes",
+    "max.message.bytes": "max_message_bytes",
+    "min.insync.replicas": "min_insync_replicas",
+}
+"""Kafka's dotted topic config names, accepted wherever a topic config is named (``retention.ms``)."""
+
+
+def config_name(name: str) -> str:
+    """oncelog's name of a topic config given by either name (``retention.ms`` → ``retention_ms``)."""
+    return KAFKA_CONFIG_NAMES.get(name, name)
 
 
 def java_string_hash(value: str) -> int:

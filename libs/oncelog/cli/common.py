@@ -21,6 +21,7 @@ from typing import TypeVar
 import grpc
 import typer
 
+from oncelog.catalog.topics import config_name
 from oncelog.cli.output import error
 from oncelog.client import AdminClient, OncelogError, TopicPartition
 from oncelog.client.metadata import TopicInfo
@@ -28,7 +29,6 @@ from oncelog.client.transport import BOOTSTRAP_ENV, DEFAULT_CLUSTER_FILE, Bootst
 
 __all__ = [
     "CONNECT_TIMEOUT_S",
-    "KAFKA_CONFIG_ALIASES",
     "OPEN_STATES",
     "SETTINGS",
     "Bootstrap",
@@ -182,16 +182,6 @@ def ms_to_text(ms: int) -> str:
     return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S")
 
 
-# Kafka's dotted topic config names, accepted as aliases of oncelog's (kafka-topics --config retention.ms=...)
-KAFKA_CONFIG_ALIASES = {
-    "retention.ms": "retention_ms",
-    "retention.bytes": "retention_bytes",
-    "segment.ms": "segment_ms",
-    "segment.bytes": "segment_bytes",
-    "max.message.bytes": "max_message_bytes",
-}
-
-
 def key_values(items: list[str], option: str) -> list[tuple[str, str]]:
     pairs = []
     for item in items:
@@ -203,7 +193,7 @@ def key_values(items: list[str], option: str) -> list[tuple[str, str]]:
 
 
 def parse_configs(items: list[str]) -> dict[str, str]:
-    return {KAFKA_CONFIG_ALIASES.get(key, key): value for key, value in key_values(items, "--config")}
+    return {config_name(key): value for key, value in key_values(items, "--config")}
 
 
 def parse_topic_partition(text: str) -> TopicPartition:

@@ -140,6 +140,7 @@ app.command("spark-demo")(spark_demo)
 # group is one line here.
 COMMAND_MODULES = (
     "topics",
+    "configs",
     "produce",
     "consume",
     "transactions",

@@ -142,6 +142,33 @@ def replica_table(topic: TopicInfo) -> Table:
     return table
 
 
+@app.command("alter")
+def topics_alter(
+    name: str = typer.Argument(..., help="topic to grow"),
+    partitions: int = typer.Option(
+        ..., "--partitions", "-p", min=1, help="the new total partition count; above the current one"
+    ),
+    bootstrap: str | None = Bootstrap,
+) -> None:
+    """Add partitions to a topic (kafka-topics --alter --partitions).
+
+    Existing partitions keep their data and leaders; the new ones get the topic's replication factor and are
+    placed over the live storage nodes as at creation. Partitions are never removed, so a smaller count is
+    refused. Keyed records map to partitions by the count: after growing, a key may go to another partition.
+    Producers and consumers use the new partitions at their next metadata refresh.
+
+    Example: oncelog topics alter orders --partitions 6
+    """
+
+    def grow(admin: AdminClient) -> tuple[int, TopicInfo]:
+        before = len(admin.describe_topics([name])[name].partitions)
+        return before, admin.create_partitions({name: partitions})[name]
+
+    before, topic = with_admin(bootstrap, grow)
+    added = ", ".join(f"{p.partition} (leader {p.leader_node_id})" for p in topic.partitions[before:])
+    typer.echo(f"altered topic {topic.name}: {before} -> {len(topic.partitions)} partition(s); added {added}")
+
+
 @app.command("delete")
 def topics_delete(
     names: list[str] = typer.Argument(..., help="topics to delete"),

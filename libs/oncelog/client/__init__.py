@@ -14,6 +14,7 @@ Import from here::
 
 from oncelog.client.admin import (
     AdminClient,
+    ConfigEntry,
     NewTopic,
     ProducerStateDescription,
     TransactionDescription,
@@ -47,6 +48,7 @@ __all__ = [
     "BootstrapError",
     "BufferExhaustedError",
     "ClusterDescription",
+    "ConfigEntry",
     "Consumer",
     "ConsumerGroupMetadata",
     "ConsumerRecord",

@@ -27,12 +27,13 @@ from oncelog.client.errors import IllegalStateError, Refresh, RetriableError, cl
 from oncelog.client.metadata import ClusterDescription, ClusterMetadata, TopicInfo, topic_info
 from oncelog.client.records import OffsetAndMetadata, TopicPartition
 from oncelog.client.transport import Backoff, BootstrapError, Channels, Deadline, IoThread, call, resolve_bootstrap
-from oncelog.errors import CoordinatorNotAvailable, OncelogError, Reason
+from oncelog.errors import CoordinatorNotAvailable, InvalidRequest, OncelogError, Reason
 from oncelog.rpc.errors import from_error_info
 from oncelog.vocabulary import Role
 
 __all__ = [
     "AdminClient",
+    "ConfigEntry",
     "NewTopic",
     "OffsetSpec",
     "ProducerStateDescription",
@@ -42,6 +43,7 @@ __all__ = [
 
 T = TypeVar("T")
 
+_MAX_PRODUCER_EPOCH = 32_767
 _TRANSACTION = cluster_pb.COORDINATOR_TYPE_TRANSACTION
 _GROUP = cluster_pb.COORDINATOR_TYPE_GROUP
 _STATE_PREFIX = "TRANSACTION_STATE_"
@@ -67,6 +69,31 @@ class NewTopic:
     num_partitions: int = 1
     configs: Mapping[str, str] = field(default_factory=dict)
     replication_factor: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigEntry:
+    """One topic setting (Kafka's ``ConfigEntry``).
+
+    Attributes:
+        name: oncelog's name (``retention_ms``; Kafka's dotted names are accepted as input only).
+        value: the effective value, as a string.
+        source: ``"topic"`` when set on the topic, ``"default"`` otherwise.
+    """
+
+    name: str
+    value: str
+    source: str
+
+
+_CONFIG_SOURCES = {cluster_pb.CONFIG_SOURCE_TOPIC: "topic", cluster_pb.CONFIG_SOURCE_DEFAULT: "default"}
+
+
+def _config_entries(topics: Iterable[cluster_pb.TopicConfigs]) -> dict[str, list[ConfigEntry]]:
+    return {
+        t.topic: [ConfigEntry(e.name, e.value, _CONFIG_SOURCES.get(e.source, "unknown")) for e in t.entries]
+        for t in topics
+    }
 
 
 @dataclass(frozen=True, slots=True)
@@ -315,6 +342,94 @@ class AdminClient:
 
         return self._run(describe, timeout)
 
+    def create_partitions(
+        self, new_counts: Mapping[str, int], *, validate_only: bool = False, timeout: float | None = None
+    ) -> dict[str, TopicInfo]:
+        """Grow topics to new total partition counts (Kafka's ``createPartitions``); all or nothing.
+
+        Existing partitions keep their data and leaders; new ones get the topic's replication factor and are
+        placed like at creation. Producers and consumers see them at their next metadata refresh
+        (``metadata_max_age_ms``, or at once for a record sent to a partition they did not know).
+
+        Raises:
+            InvalidPartitions: a count is not above the current one (partitions are never removed).
+            InvalidReplicationFactor: fewer live storage nodes than the topic's replication factor.
+            UnknownTopicOrPartition: a topic does not exist.
+        """
+        request = cluster_pb.CreatePartitionsRequest(
+            topics=[cluster_pb.PartitionsSpec(topic=name, count=count) for name, count in new_counts.items()],
+            validate_only=validate_only,
+        )
+
+        async def grow(deadline: Deadline) -> dict[str, TopicInfo]:
+            response = await self._metadata.cluster_call(
+                lambda stub: call(stub.CreatePartitions, request, timeout_s=self._rpc_timeout(deadline))
+            )
+            return {t.name: topic_info(t) for t in response.topics}
+
+        return self._run(grow, timeout)
+
+    def describe_configs(
+        self, topics: Iterable[str] | None = None, *, timeout: float | None = None
+    ) -> dict[str, list[ConfigEntry]]:
+        """Every setting of ``topics`` (default every topic) with its value and source, by topic.
+
+        Raises:
+            UnknownTopicOrPartition: a named topic does not exist.
+        """
+        request = cluster_pb.DescribeConfigsRequest(topics=list(topics or ()))
+
+        async def describe(deadline: Deadline) -> dict[str, list[ConfigEntry]]:
+            response = await self._metadata.cluster_call(
+                lambda stub: call(stub.DescribeConfigs, request, timeout_s=self._rpc_timeout(deadline))
+            )
+            return _config_entries(response.topics)
+
+        return self._run(describe, timeout)
+
+    def incremental_alter_configs(
+        self,
+        changes: Mapping[str, Mapping[str, str | None]],
+        *,
+        validate_only: bool = False,
+        timeout: float | None = None,
+    ) -> dict[str, list[ConfigEntry]]:
+        """Set or delete topic settings (Kafka's ``incrementalAlterConfigs``); all or nothing.
+
+        ``changes`` maps a topic to ``{name: value}``: a string sets the setting, None deletes the topic's value
+        so the default applies again. Names may be Kafka's dotted ones (``retention.ms``). Storage nodes apply
+        the new settings (retention, segment rolling, max message size, flush, min in-sync replicas) at their
+        next catalog refresh. Returns every setting of each topic after the change.
+
+        Raises:
+            InvalidConfig: an unknown name or a bad value (every problem is named); nothing was changed.
+            UnknownTopicOrPartition: a topic does not exist.
+        """
+        set_op, delete_op = cluster_pb.ALTER_CONFIG_OP_TYPE_SET, cluster_pb.ALTER_CONFIG_OP_TYPE_DELETE
+        request = cluster_pb.IncrementalAlterConfigsRequest(
+            topics=[
+                cluster_pb.TopicConfigAlteration(
+                    topic=topic,
+                    ops=[
+                        cluster_pb.AlterConfigOp(
+                            name=name, value=value or "", op=delete_op if value is None else set_op
+                        )
+                        for name, value in ops.items()
+                    ],
+                )
+                for topic, ops in changes.items()
+            ],
+            validate_only=validate_only,
+        )
+
+        async def alter(deadline: Deadline) -> dict[str, list[ConfigEntry]]:
+            response = await self._metadata.cluster_call(
+                lambda stub: call(stub.IncrementalAlterConfigs, request, timeout_s=self._rpc_timeout(deadline))
+            )
+            return _config_entries(response.topics)
+
+        return self._run(alter, timeout)
+
     def list_topics(self, *, timeout: float | None = None) -> list[str]:
         """Names of every topic, sorted."""
         return sorted(self.describe_topics(timeout=timeout))
@@ -519,6 +634,60 @@ class AdminClient:
             return response.producer.producer_id, response.producer.producer_epoch
 
         return self._run(abort, timeout)
+
+    def abort_transaction_on_partition(
+        self,
+        partition: TopicPartition | tuple[str, int],
+        producer_id: int,
+        producer_epoch: int,
+        coordinator_epoch: int,
+        *,
+        timeout: float | None = None,
+    ) -> None:
+        """Abort one producer's open transaction on one partition by writing its ABORT marker there (KIP-664's
+        ``abortTransaction(AbortTransactionSpec)``), for a hanging transaction its coordinator does not know.
+
+        ``producer_epoch`` and ``coordinator_epoch`` are the partition's view (:meth:`describe_producers`). The
+        marker carries the next epoch, as the coordinator's own markers do (KIP-890): the partition accepts it and
+        fences that producer instance there. The last stable offset moves past the transaction and read_committed
+        consumers never see its records.
+
+        Raises:
+            InvalidRequest: the producer epoch is already the largest one (32767).
+            InvalidProducerEpoch / TransactionCoordinatorFenced: the partition has newer state for the producer.
+        """
+        tp = TopicPartition(*partition)
+        marker = common_pb.TxnMarker(
+            producer=common_pb.ProducerIdentity(producer_id=producer_id, producer_epoch=producer_epoch + 1),
+            coordinator_epoch=max(coordinator_epoch, 0),
+            result=common_pb.TRANSACTION_RESULT_ABORT,
+            partitions=[_tp_pb(tp)],
+        )
+
+        async def abort(deadline: Deadline) -> None:
+            leader = await self._metadata.wait_for_leader(tp, deadline)
+            request = storage_pb.WriteTxnMarkersRequest(markers=[marker])
+            response = await self._leader_call(
+                [tp],
+                call(
+                    self._channels.storage(leader.leader_address).WriteTxnMarkers,
+                    request,
+                    timeout_s=self._rpc_timeout(deadline),
+                ),
+            )
+            for result in response.results:
+                for item in result.partition_errors:
+                    if item.HasField("error"):
+                        failure = from_error_info(item.error)
+                        self._metadata.note_failure([tp.topic], failure)
+                        raise failure
+
+        if producer_epoch >= _MAX_PRODUCER_EPOCH:
+            raise InvalidRequest(
+                f"producer {producer_id} is at epoch {producer_epoch}, the largest: no marker epoch can fence it; "
+                "wait for its transaction timeout or delete the topic"
+            )
+        self._run(abort, timeout)
 
     def skip_transaction_markers(
         self,

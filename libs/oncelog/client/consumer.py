@@ -114,6 +114,8 @@ class Consumer:
         request_timeout_ms: deadline of one request.
         default_api_timeout_ms: bound of blocking calls without a timeout (``position``, ``committed``, ...).
         retry_backoff_ms: pause before retrying a failed request.
+        metadata_max_age_ms: topic metadata older than this is refreshed, so a subscription reads partitions
+            added to its topics (Kafka's ``metadata.max.age.ms``).
         check_crcs: verify each batch's CRC32C.
         client_id: a name for logs and thread names.
         credentials: TLS channel credentials; None for plaintext.
@@ -136,6 +138,7 @@ class Consumer:
         request_timeout_ms: int = 30_000,
         default_api_timeout_ms: int = 60_000,
         retry_backoff_ms: int = 100,
+        metadata_max_age_ms: int = 300_000,
         check_crcs: bool = True,
         client_id: str | None = None,
         credentials: grpc.ChannelCredentials | None = None,
@@ -153,6 +156,8 @@ class Consumer:
             problems.append("enable_auto_commit needs a group_id")
         if max_poll_records < 1 or fetch_max_wait_ms < 0 or fetch_min_bytes < 0:
             problems.append("max_poll_records must be >= 1, fetch_max_wait_ms and fetch_min_bytes >= 0")
+        if metadata_max_age_ms < 0:
+            problems.append(f"metadata_max_age_ms must not be negative, got {metadata_max_age_ms}")
         if problems:
             raise ValueError("invalid consumer configuration: " + "; ".join(problems))
         self._group_id = group_id
@@ -184,6 +189,7 @@ class Consumer:
             bootstrap_addresses,
             request_timeout_s=self._request_timeout_s,
             retry_backoff_ms=retry_backoff_ms,
+            metadata_max_age_ms=metadata_max_age_ms,
         )
 
     # -------------------------------------------------------------------------------- helpers

@@ -96,6 +96,9 @@ class Producer:
         request_timeout_ms: deadline of one request.
         retry_backoff_ms: first pause before a retry.
         retry_backoff_max_ms: the pause doubles up to this.
+        metadata_max_age_ms: topic metadata older than this is refreshed, so partitions added to a topic are
+            used by keyed and unkeyed records (Kafka's ``metadata.max.age.ms``); a record sent to a partition
+            the cached metadata does not list refreshes it at once.
         key_serializer: turns a key into bytes (default: keys must be bytes or None).
         value_serializer: turns a value into bytes (default: values must be bytes or None).
         client_id: a name for logs and thread names.
@@ -127,6 +130,7 @@ class Producer:
         request_timeout_ms: int = 30_000,
         retry_backoff_ms: int = 100,
         retry_backoff_max_ms: int = 1_000,
+        metadata_max_age_ms: int = 300_000,
         key_serializer: Serializer | None = None,
         value_serializer: Serializer | None = None,
         client_id: str | None = None,
@@ -141,6 +145,7 @@ class Producer:
             transaction_timeout_ms=transaction_timeout_ms,
             request_timeout_ms=request_timeout_ms,
             max_block_ms=max_block_ms,
+            metadata_max_age_ms=metadata_max_age_ms,
         )
         self._config = ProducerConfig(
             client_id=client_id or f"producer-{uuid.uuid4().hex[:8]}",
@@ -191,6 +196,7 @@ class Producer:
             request_timeout_s=request_timeout_ms / 1000,
             retry_backoff_ms=retry_backoff_ms,
             retry_backoff_max_ms=retry_backoff_max_ms,
+            metadata_max_age_ms=metadata_max_age_ms,
         )
         transport = GrpcProducerTransport(self._channels, self._metadata)
         self._txn: TransactionManager | None = None
@@ -267,11 +273,11 @@ class Producer:
     def _run(self, coro: Awaitable[T]) -> T:
         return self._io.run(coro)  # type: ignore[arg-type]
 
-    async def _topic(self, topic: str, deadline: Deadline) -> TopicInfo:
+    async def _topic(self, topic: str, deadline: Deadline, *, refresh: bool = False) -> TopicInfo:
         backoff = Backoff(self._config.retry_backoff_ms, self._config.retry_backoff_max_ms)
         while True:
             try:
-                return await self._metadata.topic(topic)
+                return await self._metadata.topic(topic, refresh=refresh)
             except OncelogError as err:
                 if err.reason is Reason.UNKNOWN_TOPIC_OR_PARTITION or not err.retriable or deadline.expired:
                     raise
@@ -374,6 +380,9 @@ class Producer:
         elif self._metadata.needs_update(topic):
             self._wake()  # the sender refreshes stale metadata in the background
         count = len(info.partitions)
+        if partition is not None and partition >= count:  # the topic may have grown since the metadata was read
+            info = self._run(self._topic(topic, self._deadline(None), refresh=True))
+            count = len(info.partitions)
         if partition is not None:
             if not 0 <= partition < count:
                 raise UnknownTopicOrPartition(

@@ -41,6 +41,7 @@ def check_options(
     transaction_timeout_ms: int,
     request_timeout_ms: int,
     max_block_ms: int,
+    metadata_max_age_ms: int = 300_000,
 ) -> tuple[bool, Compression]:
     """Check the producer's options together; return whether acks is "all", and the compression codec.
 
@@ -64,6 +65,8 @@ def check_options(
         problems.append(f"compression={compression!r}{unsupported}; use one of None, 'gzip', 'lz4', 'zstd'")
     if transaction_timeout_ms <= 0 or request_timeout_ms <= 0 or max_block_ms < 0:
         problems.append("transaction_timeout_ms and request_timeout_ms must be positive, max_block_ms >= 0")
+    if metadata_max_age_ms < 0:
+        problems.append(f"metadata_max_age_ms must not be negative, got {metadata_max_age_ms}")
     if problems:
         raise ValueError("invalid producer configuration: " + "; ".join(problems))
     assert acks_all is not None

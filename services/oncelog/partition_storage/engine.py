@@ -820,6 +820,21 @@ class PartitionEngine:
         async with self._lock:
             return self._producers.remove_expired_producers()
 
+    def reconfigure(self, config: EngineConfig) -> bool:
+        """Apply changed settings (a topic config altered in the catalog) to the open partition; False when
+        nothing changed. Segment rolling, retention, the largest batch and ``flush`` follow the new values from
+        the next append or retention pass on."""
+        if config == self.config:
+            return False
+        self._log.reconfigure(
+            segment_bytes=config.segment_bytes,
+            segment_ms=config.segment_ms,
+            retention_bytes=config.retention_bytes,
+            retention_ms=config.retention_ms,
+        )
+        self.config = config
+        return True
+
     async def enforce_retention(self) -> list[int]:
         """Delete whole segments beyond the topic's retention, never past the high watermark; returns their bases."""
         self._check_online()

@@ -525,6 +525,20 @@ class PartitionLog:
     def _range_message(self, offset: int) -> str:
         return f"offset {offset} is outside [{self._bases[0]}, {self._log_end_offset}] of {self._dir}"
 
+    def reconfigure(self, *, segment_bytes: int, segment_ms: int, retention_bytes: int, retention_ms: int) -> None:
+        """Apply changed topic settings to the open log: the next append rolls and the next retention pass
+        deletes by the new values (existing segments keep their size).
+
+        Raises:
+            InvalidConfig: a setting is out of range (nothing changes).
+        """
+        _check_config(segment_bytes, segment_ms, retention_bytes, retention_ms, self._index_interval)
+        with self._lock:
+            self._segment_bytes = segment_bytes
+            self._segment_ms = segment_ms
+            self._retention_bytes = retention_bytes
+            self._retention_ms = retention_ms
+
     # ------------------------------------------------------------------------------------------ retention
 
     def enforce_retention(self, now_ms: int | None = None, *, up_to: int | None = None) -> list[int]:

@@ -662,6 +662,8 @@ class PartitionManager:
                 await self._retire(key, engine, delete=False)
             else:
                 engine.leader_epoch = assignment.leader_epoch
+                if engine.reconfigure(self._config.engine_config(assignment.config)):
+                    log.info("%s-%d: applied the topic's changed configs %s", *key, assignment.config)
                 self._attach_replication(key, assignment, engine)
         if self._fetchers is not None and not self._stopping:
             for key, assignment in self._assignments.items():

@@ -353,6 +353,22 @@ def test_retention_by_size_deletes_oldest_segments_but_never_the_active_one(tmp_
         assert log.read(log.log_start_offset, 10)[0]
 
 
+def test_reconfigured_retention_and_segment_size_apply_to_the_open_log(tmp_path: Path) -> None:
+    with open_log(tmp_path / "p", segment_bytes=2_000, retention_bytes=-1) as log:
+        fill(log, 120)
+        log.flush()
+        assert log.enforce_retention() == []  # no limit yet
+        with pytest.raises(InvalidConfig, match="retention_bytes must be -1"):
+            log.reconfigure(segment_bytes=2_000, segment_ms=10**9, retention_bytes=-5, retention_ms=-1)
+        assert log.enforce_retention() == []  # a refused change changes nothing
+        log.reconfigure(segment_bytes=500, segment_ms=10**9, retention_bytes=0, retention_ms=-1)
+        assert log.enforce_retention()
+        assert log.segment_bases == [log.active_segment_base]
+        before = len(log.segment_bases)
+        fill(log, 20)
+        assert len(log.segment_bases) > before  # rolls at the new, smaller size
+
+
 def test_retention_by_time_uses_largest_timestamps_and_spares_the_active_segment(tmp_path: Path) -> None:
     with open_log(tmp_path / "p", segment_bytes=1_500, retention_ms=1_000) as log:
         fill(log, 60, timestamp=lambda i: 100 * i)

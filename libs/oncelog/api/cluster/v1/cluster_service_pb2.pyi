@@ -75,6 +75,54 @@ COORDINATOR_TYPE_GROUP: CoordinatorType.ValueType  # 2
 """COORDINATOR_TYPE_GROUP resolves a consumer group id to its group-offsets owner."""
 Global___CoordinatorType: _TypeAlias = CoordinatorType  # noqa: Y015
 
+class _ConfigSource:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _ConfigSourceEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ConfigSource.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    CONFIG_SOURCE_UNSPECIFIED: _ConfigSource.ValueType  # 0
+    """CONFIG_SOURCE_UNSPECIFIED is never sent."""
+    CONFIG_SOURCE_DEFAULT: _ConfigSource.ValueType  # 1
+    """CONFIG_SOURCE_DEFAULT is the built-in default (Kafka's DEFAULT_CONFIG)."""
+    CONFIG_SOURCE_TOPIC: _ConfigSource.ValueType  # 2
+    """CONFIG_SOURCE_TOPIC was set on the topic (Kafka's DYNAMIC_TOPIC_CONFIG)."""
+
+class ConfigSource(_ConfigSource, metaclass=_ConfigSourceEnumTypeWrapper):
+    """ConfigSource says where a setting's value comes from."""
+
+CONFIG_SOURCE_UNSPECIFIED: ConfigSource.ValueType  # 0
+"""CONFIG_SOURCE_UNSPECIFIED is never sent."""
+CONFIG_SOURCE_DEFAULT: ConfigSource.ValueType  # 1
+"""CONFIG_SOURCE_DEFAULT is the built-in default (Kafka's DEFAULT_CONFIG)."""
+CONFIG_SOURCE_TOPIC: ConfigSource.ValueType  # 2
+"""CONFIG_SOURCE_TOPIC was set on the topic (Kafka's DYNAMIC_TOPIC_CONFIG)."""
+Global___ConfigSource: _TypeAlias = ConfigSource  # noqa: Y015
+
+class _AlterConfigOpType:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _AlterConfigOpTypeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_AlterConfigOpType.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    ALTER_CONFIG_OP_TYPE_UNSPECIFIED: _AlterConfigOpType.ValueType  # 0
+    """ALTER_CONFIG_OP_TYPE_UNSPECIFIED is rejected."""
+    ALTER_CONFIG_OP_TYPE_SET: _AlterConfigOpType.ValueType  # 1
+    """ALTER_CONFIG_OP_TYPE_SET sets the setting on the topic to value."""
+    ALTER_CONFIG_OP_TYPE_DELETE: _AlterConfigOpType.ValueType  # 2
+    """ALTER_CONFIG_OP_TYPE_DELETE removes the topic's value, so the default applies again."""
+
+class AlterConfigOpType(_AlterConfigOpType, metaclass=_AlterConfigOpTypeEnumTypeWrapper):
+    """AlterConfigOpType is what an alteration does to one setting."""
+
+ALTER_CONFIG_OP_TYPE_UNSPECIFIED: AlterConfigOpType.ValueType  # 0
+"""ALTER_CONFIG_OP_TYPE_UNSPECIFIED is rejected."""
+ALTER_CONFIG_OP_TYPE_SET: AlterConfigOpType.ValueType  # 1
+"""ALTER_CONFIG_OP_TYPE_SET sets the setting on the topic to value."""
+ALTER_CONFIG_OP_TYPE_DELETE: AlterConfigOpType.ValueType  # 2
+"""ALTER_CONFIG_OP_TYPE_DELETE removes the topic's value, so the default applies again."""
+Global___AlterConfigOpType: _TypeAlias = AlterConfigOpType  # noqa: Y015
+
 @_typing.final
 class Node(_message.Message):
     """Node is one registered oncelog process."""
@@ -548,3 +596,297 @@ class DeleteTopicsResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___DeleteTopicsResponse: _TypeAlias = DeleteTopicsResponse  # noqa: Y015
+
+@_typing.final
+class PartitionsSpec(_message.Message):
+    """PartitionsSpec names a topic and the partition count it should grow to."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_FIELD_NUMBER: _builtins.int
+    COUNT_FIELD_NUMBER: _builtins.int
+    topic: _builtins.str
+    """topic is an existing topic."""
+    count: _builtins.int
+    """count is the new total partition count; it must be above the current count (partitions are never removed)."""
+    def __init__(
+        self,
+        *,
+        topic: _builtins.str = ...,
+        count: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["count", b"count", "topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PartitionsSpec: _TypeAlias = PartitionsSpec  # noqa: Y015
+
+@_typing.final
+class CreatePartitionsRequest(_message.Message):
+    """CreatePartitionsRequest grows one or more topics; all or nothing."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPICS_FIELD_NUMBER: _builtins.int
+    VALIDATE_ONLY_FIELD_NUMBER: _builtins.int
+    validate_only: _builtins.bool
+    """validate_only checks the request without changing anything."""
+    @_builtins.property
+    def topics(self) -> _containers.RepeatedCompositeFieldContainer[Global___PartitionsSpec]:
+        """topics lists each topic and its new partition count."""
+
+    def __init__(
+        self,
+        *,
+        topics: _abc.Iterable[Global___PartitionsSpec] | None = ...,
+        validate_only: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["topics", b"topics", "validate_only", b"validate_only"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CreatePartitionsRequest: _TypeAlias = CreatePartitionsRequest  # noqa: Y015
+
+@_typing.final
+class CreatePartitionsResponse(_message.Message):
+    """CreatePartitionsResponse describes the grown topics."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPICS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def topics(self) -> _containers.RepeatedCompositeFieldContainer[Global___TopicMetadata]:
+        """topics lists each topic with all its partitions, the new ones placed over the live storage nodes."""
+
+    def __init__(
+        self,
+        *,
+        topics: _abc.Iterable[Global___TopicMetadata] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["topics", b"topics"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CreatePartitionsResponse: _TypeAlias = CreatePartitionsResponse  # noqa: Y015
+
+@_typing.final
+class ConfigEntry(_message.Message):
+    """ConfigEntry is one setting of a topic."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    VALUE_FIELD_NUMBER: _builtins.int
+    SOURCE_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """name is oncelog's setting name (for example retention_ms)."""
+    value: _builtins.str
+    """value is the effective value as a string."""
+    source: Global___ConfigSource.ValueType
+    """source says whether the value was set on the topic or is the default."""
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        value: _builtins.str = ...,
+        source: Global___ConfigSource.ValueType = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name", "source", b"source", "value", b"value"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ConfigEntry: _TypeAlias = ConfigEntry  # noqa: Y015
+
+@_typing.final
+class TopicConfigs(_message.Message):
+    """TopicConfigs lists every setting of one topic."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_FIELD_NUMBER: _builtins.int
+    ENTRIES_FIELD_NUMBER: _builtins.int
+    topic: _builtins.str
+    """topic is the topic name."""
+    @_builtins.property
+    def entries(self) -> _containers.RepeatedCompositeFieldContainer[Global___ConfigEntry]:
+        """entries lists every known setting, sorted by name."""
+
+    def __init__(
+        self,
+        *,
+        topic: _builtins.str = ...,
+        entries: _abc.Iterable[Global___ConfigEntry] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["entries", b"entries", "topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TopicConfigs: _TypeAlias = TopicConfigs  # noqa: Y015
+
+@_typing.final
+class DescribeConfigsRequest(_message.Message):
+    """DescribeConfigsRequest names the topics whose settings to list."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPICS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def topics(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """topics to describe; empty means every topic."""
+
+    def __init__(
+        self,
+        *,
+        topics: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["topics", b"topics"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DescribeConfigsRequest: _TypeAlias = DescribeConfigsRequest  # noqa: Y015
+
+@_typing.final
+class DescribeConfigsResponse(_message.Message):
+    """DescribeConfigsResponse carries the settings of each requested topic."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPICS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def topics(self) -> _containers.RepeatedCompositeFieldContainer[Global___TopicConfigs]:
+        """topics in name order; an unknown requested topic fails the call with UNKNOWN_TOPIC_OR_PARTITION."""
+
+    def __init__(
+        self,
+        *,
+        topics: _abc.Iterable[Global___TopicConfigs] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["topics", b"topics"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DescribeConfigsResponse: _TypeAlias = DescribeConfigsResponse  # noqa: Y015
+
+@_typing.final
+class AlterConfigOp(_message.Message):
+    """AlterConfigOp changes one setting."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    VALUE_FIELD_NUMBER: _builtins.int
+    OP_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """name is the setting's name (oncelog's or Kafka's dotted name, for example retention.ms)."""
+    value: _builtins.str
+    """value is the new value for SET; ignored for DELETE."""
+    op: Global___AlterConfigOpType.ValueType
+    """op says whether to set or delete."""
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        value: _builtins.str = ...,
+        op: Global___AlterConfigOpType.ValueType = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name", "op", b"op", "value", b"value"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AlterConfigOp: _TypeAlias = AlterConfigOp  # noqa: Y015
+
+@_typing.final
+class TopicConfigAlteration(_message.Message):
+    """TopicConfigAlteration lists the changes to one topic's settings."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_FIELD_NUMBER: _builtins.int
+    OPS_FIELD_NUMBER: _builtins.int
+    topic: _builtins.str
+    """topic is an existing topic."""
+    @_builtins.property
+    def ops(self) -> _containers.RepeatedCompositeFieldContainer[Global___AlterConfigOp]:
+        """ops are applied in order; a name may appear once."""
+
+    def __init__(
+        self,
+        *,
+        topic: _builtins.str = ...,
+        ops: _abc.Iterable[Global___AlterConfigOp] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ops", b"ops", "topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TopicConfigAlteration: _TypeAlias = TopicConfigAlteration  # noqa: Y015
+
+@_typing.final
+class IncrementalAlterConfigsRequest(_message.Message):
+    """IncrementalAlterConfigsRequest changes topic settings; all or nothing."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPICS_FIELD_NUMBER: _builtins.int
+    VALIDATE_ONLY_FIELD_NUMBER: _builtins.int
+    validate_only: _builtins.bool
+    """validate_only checks the request without changing anything."""
+    @_builtins.property
+    def topics(self) -> _containers.RepeatedCompositeFieldContainer[Global___TopicConfigAlteration]:
+        """topics lists the changes per topic."""
+
+    def __init__(
+        self,
+        *,
+        topics: _abc.Iterable[Global___TopicConfigAlteration] | None = ...,
+        validate_only: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["topics", b"topics", "validate_only", b"validate_only"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___IncrementalAlterConfigsRequest: _TypeAlias = IncrementalAlterConfigsRequest  # noqa: Y015
+
+@_typing.final
+class IncrementalAlterConfigsResponse(_message.Message):
+    """IncrementalAlterConfigsResponse carries the resulting settings."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPICS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def topics(self) -> _containers.RepeatedCompositeFieldContainer[Global___TopicConfigs]:
+        """topics lists every setting of each altered topic after the change."""
+
+    def __init__(
+        self,
+        *,
+        topics: _abc.Iterable[Global___TopicConfigs] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["topics", b"topics"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___IncrementalAlterConfigsResponse: _TypeAlias = IncrementalAlterConfigsResponse  # noqa: Y015

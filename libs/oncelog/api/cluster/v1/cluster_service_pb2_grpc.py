@@ -60,6 +60,21 @@ class ClusterServiceStub:
                 request_serializer=oncelog_dot_api_dot_cluster_dot_v1_dot_cluster__service__pb2.DeleteTopicsRequest.SerializeToString,
                 response_deserializer=oncelog_dot_api_dot_cluster_dot_v1_dot_cluster__service__pb2.DeleteTopicsResponse.FromString,
                 _registered_method=True)
+        self.CreatePartitions = channel.unary_unary(
+                '/oncelog.api.cluster.v1.ClusterService/CreatePartitions',
+                request_serializer=oncelog_dot_api_dot_cluster_dot_v1_dot_cluster__service__pb2.CreatePartitionsRequest.SerializeToString,
+                response_deserializer=oncelog_dot_api_dot_cluster_dot_v1_dot_cluster__service__pb2.CreatePartitionsResponse.FromString,
+                _registered_method=True)
+        self.DescribeConfigs = channel.unary_unary(
+                '/oncelog.api.cluster.v1.ClusterService/DescribeConfigs',
+                request_serializer=oncelog_dot_api_dot_cluster_dot_v1_dot_cluster__service__pb2.DescribeConfigsRequest.SerializeToString,
+                response_deserializer=oncelog_dot_api_dot_cluster_dot_v1_dot_cluster__service__pb2.DescribeConfigsResponse.FromString,
+                _registered_method=True)
+        self.IncrementalAlterConfigs = channel.unary_unary(
+                '/oncelog.api.cluster.v1.ClusterService/IncrementalAlterConfigs',
+                request_serializer=oncelog_dot_api_dot_cluster_dot_v1_dot_cluster__service__pb2.IncrementalAlterConfigsRequest.SerializeToString,
+                response_deserializer=oncelog_dot_api_dot_cluster_dot_v1_dot_cluster__service__pb2.IncrementalAlterConfigsResponse.FromString,
+                _registered_method=True)
 
 
 class ClusterServiceServicer:
@@ -101,6 +116,27 @@ class ClusterServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CreatePartitions(self, request, context):
+        """CreatePartitions adds partitions to existing topics (Kafka's CreatePartitions); existing ones are untouched.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DescribeConfigs(self, request, context):
+        """DescribeConfigs lists every setting of topics with its value and where the value comes from.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def IncrementalAlterConfigs(self, request, context):
+        """IncrementalAlterConfigs sets or deletes individual topic settings; storage nodes apply them on their next refresh.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ClusterServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -128,6 +164,21 @@ def add_ClusterServiceServicer_to_server(servicer, server):
                     servicer.DeleteTopics,
                     request_deserializer=oncelog_dot_api_dot_cluster_dot_v1_dot_cluster__service__pb2.DeleteTopicsRequest.FromString,
                     response_serializer=oncelog_dot_api_dot_cluster_dot_v1_dot_cluster__service__pb2.DeleteTopicsResponse.SerializeToString,
+            ),
+            'CreatePartitions': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreatePartitions,
+                    request_deserializer=oncelog_dot_api_dot_cluster_dot_v1_dot_cluster__service__pb2.CreatePartitionsRequest.FromString,
+                    response_serializer=oncelog_dot_api_dot_cluster_dot_v1_dot_cluster__service__pb2.CreatePartitionsResponse.SerializeToString,
+            ),
+            'DescribeConfigs': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeConfigs,
+                    request_deserializer=oncelog_dot_api_dot_cluster_dot_v1_dot_cluster__service__pb2.DescribeConfigsRequest.FromString,
+                    response_serializer=oncelog_dot_api_dot_cluster_dot_v1_dot_cluster__service__pb2.DescribeConfigsResponse.SerializeToString,
+            ),
+            'IncrementalAlterConfigs': grpc.unary_unary_rpc_method_handler(
+                    servicer.IncrementalAlterConfigs,
+                    request_deserializer=oncelog_dot_api_dot_cluster_dot_v1_dot_cluster__service__pb2.IncrementalAlterConfigsRequest.FromString,
+                    response_serializer=oncelog_dot_api_dot_cluster_dot_v1_dot_cluster__service__pb2.IncrementalAlterConfigsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -266,6 +317,87 @@ class ClusterService:
             '/oncelog.api.cluster.v1.ClusterService/DeleteTopics',
             oncelog_dot_api_dot_cluster_dot_v1_dot_cluster__service__pb2.DeleteTopicsRequest.SerializeToString,
             oncelog_dot_api_dot_cluster_dot_v1_dot_cluster__service__pb2.DeleteTopicsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreatePartitions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/oncelog.api.cluster.v1.ClusterService/CreatePartitions',
+            oncelog_dot_api_dot_cluster_dot_v1_dot_cluster__service__pb2.CreatePartitionsRequest.SerializeToString,
+            oncelog_dot_api_dot_cluster_dot_v1_dot_cluster__service__pb2.CreatePartitionsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeConfigs(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/oncelog.api.cluster.v1.ClusterService/DescribeConfigs',
+            oncelog_dot_api_dot_cluster_dot_v1_dot_cluster__service__pb2.DescribeConfigsRequest.SerializeToString,
+            oncelog_dot_api_dot_cluster_dot_v1_dot_cluster__service__pb2.DescribeConfigsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def IncrementalAlterConfigs(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/oncelog.api.cluster.v1.ClusterService/IncrementalAlterConfigs',
+            oncelog_dot_api_dot_cluster_dot_v1_dot_cluster__service__pb2.IncrementalAlterConfigsRequest.SerializeToString,
+            oncelog_dot_api_dot_cluster_dot_v1_dot_cluster__service__pb2.IncrementalAlterConfigsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -43,6 +43,12 @@ class ClusterServiceStub:
     """CreateTopics creates topics and assigns their partitions to partition-storage nodes."""
     DeleteTopics: _grpc.UnaryUnaryMultiCallable[_cluster_service_pb2.DeleteTopicsRequest, _cluster_service_pb2.DeleteTopicsResponse]
     """DeleteTopics removes topics from the catalog; storage nodes drop their data afterwards."""
+    CreatePartitions: _grpc.UnaryUnaryMultiCallable[_cluster_service_pb2.CreatePartitionsRequest, _cluster_service_pb2.CreatePartitionsResponse]
+    """CreatePartitions adds partitions to existing topics (Kafka's CreatePartitions); existing ones are untouched."""
+    DescribeConfigs: _grpc.UnaryUnaryMultiCallable[_cluster_service_pb2.DescribeConfigsRequest, _cluster_service_pb2.DescribeConfigsResponse]
+    """DescribeConfigs lists every setting of topics with its value and where the value comes from."""
+    IncrementalAlterConfigs: _grpc.UnaryUnaryMultiCallable[_cluster_service_pb2.IncrementalAlterConfigsRequest, _cluster_service_pb2.IncrementalAlterConfigsResponse]
+    """IncrementalAlterConfigs sets or deletes individual topic settings; storage nodes apply them on their next refresh."""
 
 @_typing.type_check_only
 class ClusterServiceAsyncStub(ClusterServiceStub):
@@ -59,6 +65,12 @@ class ClusterServiceAsyncStub(ClusterServiceStub):
     """CreateTopics creates topics and assigns their partitions to partition-storage nodes."""
     DeleteTopics: _aio.UnaryUnaryMultiCallable[_cluster_service_pb2.DeleteTopicsRequest, _cluster_service_pb2.DeleteTopicsResponse]  # type: ignore[assignment]
     """DeleteTopics removes topics from the catalog; storage nodes drop their data afterwards."""
+    CreatePartitions: _aio.UnaryUnaryMultiCallable[_cluster_service_pb2.CreatePartitionsRequest, _cluster_service_pb2.CreatePartitionsResponse]  # type: ignore[assignment]
+    """CreatePartitions adds partitions to existing topics (Kafka's CreatePartitions); existing ones are untouched."""
+    DescribeConfigs: _aio.UnaryUnaryMultiCallable[_cluster_service_pb2.DescribeConfigsRequest, _cluster_service_pb2.DescribeConfigsResponse]  # type: ignore[assignment]
+    """DescribeConfigs lists every setting of topics with its value and where the value comes from."""
+    IncrementalAlterConfigs: _aio.UnaryUnaryMultiCallable[_cluster_service_pb2.IncrementalAlterConfigsRequest, _cluster_service_pb2.IncrementalAlterConfigsResponse]  # type: ignore[assignment]
+    """IncrementalAlterConfigs sets or deletes individual topic settings; storage nodes apply them on their next refresh."""
 
 class ClusterServiceServicer(metaclass=_abc_1.ABCMeta):
     """ClusterService answers catalog questions; any service address is therefore a valid bootstrap address."""
@@ -102,5 +114,29 @@ class ClusterServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_cluster_service_pb2.DeleteTopicsResponse, _abc.Awaitable[_cluster_service_pb2.DeleteTopicsResponse]]:
         """DeleteTopics removes topics from the catalog; storage nodes drop their data afterwards."""
+
+    @_abc_1.abstractmethod
+    def CreatePartitions(
+        self,
+        request: _cluster_service_pb2.CreatePartitionsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_cluster_service_pb2.CreatePartitionsResponse, _abc.Awaitable[_cluster_service_pb2.CreatePartitionsResponse]]:
+        """CreatePartitions adds partitions to existing topics (Kafka's CreatePartitions); existing ones are untouched."""
+
+    @_abc_1.abstractmethod
+    def DescribeConfigs(
+        self,
+        request: _cluster_service_pb2.DescribeConfigsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_cluster_service_pb2.DescribeConfigsResponse, _abc.Awaitable[_cluster_service_pb2.DescribeConfigsResponse]]:
+        """DescribeConfigs lists every setting of topics with its value and where the value comes from."""
+
+    @_abc_1.abstractmethod
+    def IncrementalAlterConfigs(
+        self,
+        request: _cluster_service_pb2.IncrementalAlterConfigsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_cluster_service_pb2.IncrementalAlterConfigsResponse, _abc.Awaitable[_cluster_service_pb2.IncrementalAlterConfigsResponse]]:
+        """IncrementalAlterConfigs sets or deletes individual topic settings; storage nodes apply them on their next refresh."""
 
 def add_ClusterServiceServicer_to_server(servicer: ClusterServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -137,6 +137,112 @@ func (CoordinatorType) EnumDescriptor() ([]byte, []int) {
 	return file_oncelog_api_cluster_v1_cluster_service_proto_rawDescGZIP(), []int{1}
 }
 
+// ConfigSource says where a setting's value comes from.
+type ConfigSource int32
+
+const (
+	// CONFIG_SOURCE_UNSPECIFIED is never sent.
+	ConfigSource_CONFIG_SOURCE_UNSPECIFIED ConfigSource = 0
+	// CONFIG_SOURCE_DEFAULT is the built-in default (Kafka's DEFAULT_CONFIG).
+	ConfigSource_CONFIG_SOURCE_DEFAULT ConfigSource = 1
+	// CONFIG_SOURCE_TOPIC was set on the topic (Kafka's DYNAMIC_TOPIC_CONFIG).
+	ConfigSource_CONFIG_SOURCE_TOPIC ConfigSource = 2
+)
+
+// Enum value maps for ConfigSource.
+var (
+	ConfigSource_name = map[int32]string{
+		0: "CONFIG_SOURCE_UNSPECIFIED",
+		1: "CONFIG_SOURCE_DEFAULT",
+		2: "CONFIG_SOURCE_TOPIC",
+	}
+	ConfigSource_value = map[string]int32{
+		"CONFIG_SOURCE_UNSPECIFIED": 0,
+		"CONFIG_SOURCE_DEFAULT":     1,
+		"CONFIG_SOURCE_TOPIC":       2,
+	}
+)
+
+func (x ConfigSource) Enum() *ConfigSource {
+	p := new(ConfigSource)
+	*p = x
+	return p
+}
+
+func (x ConfigSource) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ConfigSource) Descriptor() protoreflect.EnumDescriptor {
+	return file_oncelog_api_cluster_v1_cluster_service_proto_enumTypes[2].Descriptor()
+}
+
+func (ConfigSource) Type() protoreflect.EnumType {
+	return &file_oncelog_api_cluster_v1_cluster_service_proto_enumTypes[2]
+}
+
+func (x ConfigSource) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ConfigSource.Descriptor instead.
+func (ConfigSource) EnumDescriptor() ([]byte, []int) {
+	return file_oncelog_api_cluster_v1_cluster_service_proto_rawDescGZIP(), []int{2}
+}
+
+// AlterConfigOpType is what an alteration does to one setting.
+type AlterConfigOpType int32
+
+const (
+	// ALTER_CONFIG_OP_TYPE_UNSPECIFIED is rejected.
+	AlterConfigOpType_ALTER_CONFIG_OP_TYPE_UNSPECIFIED AlterConfigOpType = 0
+	// ALTER_CONFIG_OP_TYPE_SET sets the setting on the topic to value.
+	AlterConfigOpType_ALTER_CONFIG_OP_TYPE_SET AlterConfigOpType = 1
+	// ALTER_CONFIG_OP_TYPE_DELETE removes the topic's value, so the default applies again.
+	AlterConfigOpType_ALTER_CONFIG_OP_TYPE_DELETE AlterConfigOpType = 2
+)
+
+// Enum value maps for AlterConfigOpType.
+var (
+	AlterConfigOpType_name = map[int32]string{
+		0: "ALTER_CONFIG_OP_TYPE_UNSPECIFIED",
+		1: "ALTER_CONFIG_OP_TYPE_SET",
+		2: "ALTER_CONFIG_OP_TYPE_DELETE",
+	}
+	AlterConfigOpType_value = map[string]int32{
+		"ALTER_CONFIG_OP_TYPE_UNSPECIFIED": 0,
+		"ALTER_CONFIG_OP_TYPE_SET":         1,
+		"ALTER_CONFIG_OP_TYPE_DELETE":      2,
+	}
+)
+
+func (x AlterConfigOpType) Enum() *AlterConfigOpType {
+	p := new(AlterConfigOpType)
+	*p = x
+	return p
+}
+
+func (x AlterConfigOpType) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (AlterConfigOpType) Descriptor() protoreflect.EnumDescriptor {
+	return file_oncelog_api_cluster_v1_cluster_service_proto_enumTypes[3].Descriptor()
+}
+
+func (AlterConfigOpType) Type() protoreflect.EnumType {
+	return &file_oncelog_api_cluster_v1_cluster_service_proto_enumTypes[3]
+}
+
+func (x AlterConfigOpType) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use AlterConfigOpType.Descriptor instead.
+func (AlterConfigOpType) EnumDescriptor() ([]byte, []int) {
+	return file_oncelog_api_cluster_v1_cluster_service_proto_rawDescGZIP(), []int{3}
+}
+
 // Node is one registered oncelog process.
 type Node struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1006,6 +1112,593 @@ func (x *DeleteTopicsResponse) GetDeleted() []string {
 	return nil
 }
 
+// PartitionsSpec names a topic and the partition count it should grow to.
+type PartitionsSpec struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// topic is an existing topic.
+	Topic string `protobuf:"bytes,1,opt,name=topic,proto3" json:"topic,omitempty"`
+	// count is the new total partition count; it must be above the current count (partitions are never removed).
+	Count         int32 `protobuf:"varint,2,opt,name=count,proto3" json:"count,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PartitionsSpec) Reset() {
+	*x = PartitionsSpec{}
+	mi := &file_oncelog_api_cluster_v1_cluster_service_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PartitionsSpec) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PartitionsSpec) ProtoMessage() {}
+
+func (x *PartitionsSpec) ProtoReflect() protoreflect.Message {
+	mi := &file_oncelog_api_cluster_v1_cluster_service_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PartitionsSpec.ProtoReflect.Descriptor instead.
+func (*PartitionsSpec) Descriptor() ([]byte, []int) {
+	return file_oncelog_api_cluster_v1_cluster_service_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *PartitionsSpec) GetTopic() string {
+	if x != nil {
+		return x.Topic
+	}
+	return ""
+}
+
+func (x *PartitionsSpec) GetCount() int32 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+// CreatePartitionsRequest grows one or more topics; all or nothing.
+type CreatePartitionsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// topics lists each topic and its new partition count.
+	Topics []*PartitionsSpec `protobuf:"bytes,1,rep,name=topics,proto3" json:"topics,omitempty"`
+	// validate_only checks the request without changing anything.
+	ValidateOnly  bool `protobuf:"varint,2,opt,name=validate_only,json=validateOnly,proto3" json:"validate_only,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreatePartitionsRequest) Reset() {
+	*x = CreatePartitionsRequest{}
+	mi := &file_oncelog_api_cluster_v1_cluster_service_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreatePartitionsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreatePartitionsRequest) ProtoMessage() {}
+
+func (x *CreatePartitionsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_oncelog_api_cluster_v1_cluster_service_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreatePartitionsRequest.ProtoReflect.Descriptor instead.
+func (*CreatePartitionsRequest) Descriptor() ([]byte, []int) {
+	return file_oncelog_api_cluster_v1_cluster_service_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *CreatePartitionsRequest) GetTopics() []*PartitionsSpec {
+	if x != nil {
+		return x.Topics
+	}
+	return nil
+}
+
+func (x *CreatePartitionsRequest) GetValidateOnly() bool {
+	if x != nil {
+		return x.ValidateOnly
+	}
+	return false
+}
+
+// CreatePartitionsResponse describes the grown topics.
+type CreatePartitionsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// topics lists each topic with all its partitions, the new ones placed over the live storage nodes.
+	Topics        []*TopicMetadata `protobuf:"bytes,1,rep,name=topics,proto3" json:"topics,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreatePartitionsResponse) Reset() {
+	*x = CreatePartitionsResponse{}
+	mi := &file_oncelog_api_cluster_v1_cluster_service_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreatePartitionsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreatePartitionsResponse) ProtoMessage() {}
+
+func (x *CreatePartitionsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_oncelog_api_cluster_v1_cluster_service_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreatePartitionsResponse.ProtoReflect.Descriptor instead.
+func (*CreatePartitionsResponse) Descriptor() ([]byte, []int) {
+	return file_oncelog_api_cluster_v1_cluster_service_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *CreatePartitionsResponse) GetTopics() []*TopicMetadata {
+	if x != nil {
+		return x.Topics
+	}
+	return nil
+}
+
+// ConfigEntry is one setting of a topic.
+type ConfigEntry struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// name is oncelog's setting name (for example retention_ms).
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// value is the effective value as a string.
+	Value string `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
+	// source says whether the value was set on the topic or is the default.
+	Source        ConfigSource `protobuf:"varint,3,opt,name=source,proto3,enum=oncelog.api.cluster.v1.ConfigSource" json:"source,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ConfigEntry) Reset() {
+	*x = ConfigEntry{}
+	mi := &file_oncelog_api_cluster_v1_cluster_service_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ConfigEntry) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ConfigEntry) ProtoMessage() {}
+
+func (x *ConfigEntry) ProtoReflect() protoreflect.Message {
+	mi := &file_oncelog_api_cluster_v1_cluster_service_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ConfigEntry.ProtoReflect.Descriptor instead.
+func (*ConfigEntry) Descriptor() ([]byte, []int) {
+	return file_oncelog_api_cluster_v1_cluster_service_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *ConfigEntry) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ConfigEntry) GetValue() string {
+	if x != nil {
+		return x.Value
+	}
+	return ""
+}
+
+func (x *ConfigEntry) GetSource() ConfigSource {
+	if x != nil {
+		return x.Source
+	}
+	return ConfigSource_CONFIG_SOURCE_UNSPECIFIED
+}
+
+// TopicConfigs lists every setting of one topic.
+type TopicConfigs struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// topic is the topic name.
+	Topic string `protobuf:"bytes,1,opt,name=topic,proto3" json:"topic,omitempty"`
+	// entries lists every known setting, sorted by name.
+	Entries       []*ConfigEntry `protobuf:"bytes,2,rep,name=entries,proto3" json:"entries,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TopicConfigs) Reset() {
+	*x = TopicConfigs{}
+	mi := &file_oncelog_api_cluster_v1_cluster_service_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TopicConfigs) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TopicConfigs) ProtoMessage() {}
+
+func (x *TopicConfigs) ProtoReflect() protoreflect.Message {
+	mi := &file_oncelog_api_cluster_v1_cluster_service_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TopicConfigs.ProtoReflect.Descriptor instead.
+func (*TopicConfigs) Descriptor() ([]byte, []int) {
+	return file_oncelog_api_cluster_v1_cluster_service_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *TopicConfigs) GetTopic() string {
+	if x != nil {
+		return x.Topic
+	}
+	return ""
+}
+
+func (x *TopicConfigs) GetEntries() []*ConfigEntry {
+	if x != nil {
+		return x.Entries
+	}
+	return nil
+}
+
+// DescribeConfigsRequest names the topics whose settings to list.
+type DescribeConfigsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// topics to describe; empty means every topic.
+	Topics        []string `protobuf:"bytes,1,rep,name=topics,proto3" json:"topics,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DescribeConfigsRequest) Reset() {
+	*x = DescribeConfigsRequest{}
+	mi := &file_oncelog_api_cluster_v1_cluster_service_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DescribeConfigsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DescribeConfigsRequest) ProtoMessage() {}
+
+func (x *DescribeConfigsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_oncelog_api_cluster_v1_cluster_service_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DescribeConfigsRequest.ProtoReflect.Descriptor instead.
+func (*DescribeConfigsRequest) Descriptor() ([]byte, []int) {
+	return file_oncelog_api_cluster_v1_cluster_service_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *DescribeConfigsRequest) GetTopics() []string {
+	if x != nil {
+		return x.Topics
+	}
+	return nil
+}
+
+// DescribeConfigsResponse carries the settings of each requested topic.
+type DescribeConfigsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// topics in name order; an unknown requested topic fails the call with UNKNOWN_TOPIC_OR_PARTITION.
+	Topics        []*TopicConfigs `protobuf:"bytes,1,rep,name=topics,proto3" json:"topics,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DescribeConfigsResponse) Reset() {
+	*x = DescribeConfigsResponse{}
+	mi := &file_oncelog_api_cluster_v1_cluster_service_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DescribeConfigsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DescribeConfigsResponse) ProtoMessage() {}
+
+func (x *DescribeConfigsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_oncelog_api_cluster_v1_cluster_service_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DescribeConfigsResponse.ProtoReflect.Descriptor instead.
+func (*DescribeConfigsResponse) Descriptor() ([]byte, []int) {
+	return file_oncelog_api_cluster_v1_cluster_service_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *DescribeConfigsResponse) GetTopics() []*TopicConfigs {
+	if x != nil {
+		return x.Topics
+	}
+	return nil
+}
+
+// AlterConfigOp changes one setting.
+type AlterConfigOp struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// name is the setting's name (oncelog's or Kafka's dotted name, for example retention.ms).
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// value is the new value for SET; ignored for DELETE.
+	Value string `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
+	// op says whether to set or delete.
+	Op            AlterConfigOpType `protobuf:"varint,3,opt,name=op,proto3,enum=oncelog.api.cluster.v1.AlterConfigOpType" json:"op,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AlterConfigOp) Reset() {
+	*x = AlterConfigOp{}
+	mi := &file_oncelog_api_cluster_v1_cluster_service_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AlterConfigOp) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AlterConfigOp) ProtoMessage() {}
+
+func (x *AlterConfigOp) ProtoReflect() protoreflect.Message {
+	mi := &file_oncelog_api_cluster_v1_cluster_service_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AlterConfigOp.ProtoReflect.Descriptor instead.
+func (*AlterConfigOp) Descriptor() ([]byte, []int) {
+	return file_oncelog_api_cluster_v1_cluster_service_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *AlterConfigOp) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *AlterConfigOp) GetValue() string {
+	if x != nil {
+		return x.Value
+	}
+	return ""
+}
+
+func (x *AlterConfigOp) GetOp() AlterConfigOpType {
+	if x != nil {
+		return x.Op
+	}
+	return AlterConfigOpType_ALTER_CONFIG_OP_TYPE_UNSPECIFIED
+}
+
+// TopicConfigAlteration lists the changes to one topic's settings.
+type TopicConfigAlteration struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// topic is an existing topic.
+	Topic string `protobuf:"bytes,1,opt,name=topic,proto3" json:"topic,omitempty"`
+	// ops are applied in order; a name may appear once.
+	Ops           []*AlterConfigOp `protobuf:"bytes,2,rep,name=ops,proto3" json:"ops,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TopicConfigAlteration) Reset() {
+	*x = TopicConfigAlteration{}
+	mi := &file_oncelog_api_cluster_v1_cluster_service_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TopicConfigAlteration) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TopicConfigAlteration) ProtoMessage() {}
+
+func (x *TopicConfigAlteration) ProtoReflect() protoreflect.Message {
+	mi := &file_oncelog_api_cluster_v1_cluster_service_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TopicConfigAlteration.ProtoReflect.Descriptor instead.
+func (*TopicConfigAlteration) Descriptor() ([]byte, []int) {
+	return file_oncelog_api_cluster_v1_cluster_service_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *TopicConfigAlteration) GetTopic() string {
+	if x != nil {
+		return x.Topic
+	}
+	return ""
+}
+
+func (x *TopicConfigAlteration) GetOps() []*AlterConfigOp {
+	if x != nil {
+		return x.Ops
+	}
+	return nil
+}
+
+// IncrementalAlterConfigsRequest changes topic settings; all or nothing.
+type IncrementalAlterConfigsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// topics lists the changes per topic.
+	Topics []*TopicConfigAlteration `protobuf:"bytes,1,rep,name=topics,proto3" json:"topics,omitempty"`
+	// validate_only checks the request without changing anything.
+	ValidateOnly  bool `protobuf:"varint,2,opt,name=validate_only,json=validateOnly,proto3" json:"validate_only,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *IncrementalAlterConfigsRequest) Reset() {
+	*x = IncrementalAlterConfigsRequest{}
+	mi := &file_oncelog_api_cluster_v1_cluster_service_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *IncrementalAlterConfigsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*IncrementalAlterConfigsRequest) ProtoMessage() {}
+
+func (x *IncrementalAlterConfigsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_oncelog_api_cluster_v1_cluster_service_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use IncrementalAlterConfigsRequest.ProtoReflect.Descriptor instead.
+func (*IncrementalAlterConfigsRequest) Descriptor() ([]byte, []int) {
+	return file_oncelog_api_cluster_v1_cluster_service_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *IncrementalAlterConfigsRequest) GetTopics() []*TopicConfigAlteration {
+	if x != nil {
+		return x.Topics
+	}
+	return nil
+}
+
+func (x *IncrementalAlterConfigsRequest) GetValidateOnly() bool {
+	if x != nil {
+		return x.ValidateOnly
+	}
+	return false
+}
+
+// IncrementalAlterConfigsResponse carries the resulting settings.
+type IncrementalAlterConfigsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// topics lists every setting of each altered topic after the change.
+	Topics        []*TopicConfigs `protobuf:"bytes,1,rep,name=topics,proto3" json:"topics,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *IncrementalAlterConfigsResponse) Reset() {
+	*x = IncrementalAlterConfigsResponse{}
+	mi := &file_oncelog_api_cluster_v1_cluster_service_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *IncrementalAlterConfigsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*IncrementalAlterConfigsResponse) ProtoMessage() {}
+
+func (x *IncrementalAlterConfigsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_oncelog_api_cluster_v1_cluster_service_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use IncrementalAlterConfigsResponse.ProtoReflect.Descriptor instead.
+func (*IncrementalAlterConfigsResponse) Descriptor() ([]byte, []int) {
+	return file_oncelog_api_cluster_v1_cluster_service_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *IncrementalAlterConfigsResponse) GetTopics() []*TopicConfigs {
+	if x != nil {
+		return x.Topics
+	}
+	return nil
+}
+
 var File_oncelog_api_cluster_v1_cluster_service_proto protoreflect.FileDescriptor
 
 const file_oncelog_api_cluster_v1_cluster_service_proto_rawDesc = "" +
@@ -1077,7 +1770,38 @@ const file_oncelog_api_cluster_v1_cluster_service_proto_rawDesc = "" +
 	"\x13DeleteTopicsRequest\x12\x16\n" +
 	"\x06topics\x18\x01 \x03(\tR\x06topics\"0\n" +
 	"\x14DeleteTopicsResponse\x12\x18\n" +
-	"\adeleted\x18\x01 \x03(\tR\adeleted*\xb1\x01\n" +
+	"\adeleted\x18\x01 \x03(\tR\adeleted\"<\n" +
+	"\x0ePartitionsSpec\x12\x14\n" +
+	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x14\n" +
+	"\x05count\x18\x02 \x01(\x05R\x05count\"~\n" +
+	"\x17CreatePartitionsRequest\x12>\n" +
+	"\x06topics\x18\x01 \x03(\v2&.oncelog.api.cluster.v1.PartitionsSpecR\x06topics\x12#\n" +
+	"\rvalidate_only\x18\x02 \x01(\bR\fvalidateOnly\"Y\n" +
+	"\x18CreatePartitionsResponse\x12=\n" +
+	"\x06topics\x18\x01 \x03(\v2%.oncelog.api.cluster.v1.TopicMetadataR\x06topics\"u\n" +
+	"\vConfigEntry\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value\x12<\n" +
+	"\x06source\x18\x03 \x01(\x0e2$.oncelog.api.cluster.v1.ConfigSourceR\x06source\"c\n" +
+	"\fTopicConfigs\x12\x14\n" +
+	"\x05topic\x18\x01 \x01(\tR\x05topic\x12=\n" +
+	"\aentries\x18\x02 \x03(\v2#.oncelog.api.cluster.v1.ConfigEntryR\aentries\"0\n" +
+	"\x16DescribeConfigsRequest\x12\x16\n" +
+	"\x06topics\x18\x01 \x03(\tR\x06topics\"W\n" +
+	"\x17DescribeConfigsResponse\x12<\n" +
+	"\x06topics\x18\x01 \x03(\v2$.oncelog.api.cluster.v1.TopicConfigsR\x06topics\"t\n" +
+	"\rAlterConfigOp\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value\x129\n" +
+	"\x02op\x18\x03 \x01(\x0e2).oncelog.api.cluster.v1.AlterConfigOpTypeR\x02op\"f\n" +
+	"\x15TopicConfigAlteration\x12\x14\n" +
+	"\x05topic\x18\x01 \x01(\tR\x05topic\x127\n" +
+	"\x03ops\x18\x02 \x03(\v2%.oncelog.api.cluster.v1.AlterConfigOpR\x03ops\"\x8c\x01\n" +
+	"\x1eIncrementalAlterConfigsRequest\x12E\n" +
+	"\x06topics\x18\x01 \x03(\v2-.oncelog.api.cluster.v1.TopicConfigAlterationR\x06topics\x12#\n" +
+	"\rvalidate_only\x18\x02 \x01(\bR\fvalidateOnly\"_\n" +
+	"\x1fIncrementalAlterConfigsResponse\x12<\n" +
+	"\x06topics\x18\x01 \x03(\v2$.oncelog.api.cluster.v1.TopicConfigsR\x06topics*\xb1\x01\n" +
 	"\vServiceRole\x12\x1c\n" +
 	"\x18SERVICE_ROLE_UNSPECIFIED\x10\x00\x12\x1e\n" +
 	"\x1aSERVICE_ROLE_PID_ALLOCATOR\x10\x01\x12 \n" +
@@ -1087,13 +1811,24 @@ const file_oncelog_api_cluster_v1_cluster_service_proto_rawDesc = "" +
 	"\x0fCoordinatorType\x12 \n" +
 	"\x1cCOORDINATOR_TYPE_UNSPECIFIED\x10\x00\x12 \n" +
 	"\x1cCOORDINATOR_TYPE_TRANSACTION\x10\x01\x12\x1a\n" +
-	"\x16COORDINATOR_TYPE_GROUP\x10\x022\xad\x04\n" +
+	"\x16COORDINATOR_TYPE_GROUP\x10\x02*a\n" +
+	"\fConfigSource\x12\x1d\n" +
+	"\x19CONFIG_SOURCE_UNSPECIFIED\x10\x00\x12\x19\n" +
+	"\x15CONFIG_SOURCE_DEFAULT\x10\x01\x12\x17\n" +
+	"\x13CONFIG_SOURCE_TOPIC\x10\x02*x\n" +
+	"\x11AlterConfigOpType\x12$\n" +
+	" ALTER_CONFIG_OP_TYPE_UNSPECIFIED\x10\x00\x12\x1c\n" +
+	"\x18ALTER_CONFIG_OP_TYPE_SET\x10\x01\x12\x1f\n" +
+	"\x1bALTER_CONFIG_OP_TYPE_DELETE\x10\x022\xa5\a\n" +
 	"\x0eClusterService\x12r\n" +
 	"\x0fDescribeCluster\x12..oncelog.api.cluster.v1.DescribeClusterRequest\x1a/.oncelog.api.cluster.v1.DescribeClusterResponse\x12]\n" +
 	"\bMetadata\x12'.oncelog.api.cluster.v1.MetadataRequest\x1a(.oncelog.api.cluster.v1.MetadataResponse\x12r\n" +
 	"\x0fFindCoordinator\x12..oncelog.api.cluster.v1.FindCoordinatorRequest\x1a/.oncelog.api.cluster.v1.FindCoordinatorResponse\x12i\n" +
 	"\fCreateTopics\x12+.oncelog.api.cluster.v1.CreateTopicsRequest\x1a,.oncelog.api.cluster.v1.CreateTopicsResponse\x12i\n" +
-	"\fDeleteTopics\x12+.oncelog.api.cluster.v1.DeleteTopicsRequest\x1a,.oncelog.api.cluster.v1.DeleteTopicsResponseb\x06proto3"
+	"\fDeleteTopics\x12+.oncelog.api.cluster.v1.DeleteTopicsRequest\x1a,.oncelog.api.cluster.v1.DeleteTopicsResponse\x12u\n" +
+	"\x10CreatePartitions\x12/.oncelog.api.cluster.v1.CreatePartitionsRequest\x1a0.oncelog.api.cluster.v1.CreatePartitionsResponse\x12r\n" +
+	"\x0fDescribeConfigs\x12..oncelog.api.cluster.v1.DescribeConfigsRequest\x1a/.oncelog.api.cluster.v1.DescribeConfigsResponse\x12\x8a\x01\n" +
+	"\x17IncrementalAlterConfigs\x126.oncelog.api.cluster.v1.IncrementalAlterConfigsRequest\x1a7.oncelog.api.cluster.v1.IncrementalAlterConfigsResponseb\x06proto3"
 
 var (
 	file_oncelog_api_cluster_v1_cluster_service_proto_rawDescOnce sync.Once
@@ -1107,53 +1842,81 @@ func file_oncelog_api_cluster_v1_cluster_service_proto_rawDescGZIP() []byte {
 	return file_oncelog_api_cluster_v1_cluster_service_proto_rawDescData
 }
 
-var file_oncelog_api_cluster_v1_cluster_service_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_oncelog_api_cluster_v1_cluster_service_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
+var file_oncelog_api_cluster_v1_cluster_service_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
+var file_oncelog_api_cluster_v1_cluster_service_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
 var file_oncelog_api_cluster_v1_cluster_service_proto_goTypes = []any{
-	(ServiceRole)(0),                // 0: oncelog.api.cluster.v1.ServiceRole
-	(CoordinatorType)(0),            // 1: oncelog.api.cluster.v1.CoordinatorType
-	(*Node)(nil),                    // 2: oncelog.api.cluster.v1.Node
-	(*DescribeClusterRequest)(nil),  // 3: oncelog.api.cluster.v1.DescribeClusterRequest
-	(*DescribeClusterResponse)(nil), // 4: oncelog.api.cluster.v1.DescribeClusterResponse
-	(*MetadataRequest)(nil),         // 5: oncelog.api.cluster.v1.MetadataRequest
-	(*PartitionMetadata)(nil),       // 6: oncelog.api.cluster.v1.PartitionMetadata
-	(*TopicMetadata)(nil),           // 7: oncelog.api.cluster.v1.TopicMetadata
-	(*MetadataResponse)(nil),        // 8: oncelog.api.cluster.v1.MetadataResponse
-	(*FindCoordinatorRequest)(nil),  // 9: oncelog.api.cluster.v1.FindCoordinatorRequest
-	(*FindCoordinatorResponse)(nil), // 10: oncelog.api.cluster.v1.FindCoordinatorResponse
-	(*TopicSpec)(nil),               // 11: oncelog.api.cluster.v1.TopicSpec
-	(*CreateTopicsRequest)(nil),     // 12: oncelog.api.cluster.v1.CreateTopicsRequest
-	(*CreateTopicsResponse)(nil),    // 13: oncelog.api.cluster.v1.CreateTopicsResponse
-	(*DeleteTopicsRequest)(nil),     // 14: oncelog.api.cluster.v1.DeleteTopicsRequest
-	(*DeleteTopicsResponse)(nil),    // 15: oncelog.api.cluster.v1.DeleteTopicsResponse
-	nil,                             // 16: oncelog.api.cluster.v1.TopicMetadata.ConfigsEntry
-	nil,                             // 17: oncelog.api.cluster.v1.TopicSpec.ConfigsEntry
+	(ServiceRole)(0),                        // 0: oncelog.api.cluster.v1.ServiceRole
+	(CoordinatorType)(0),                    // 1: oncelog.api.cluster.v1.CoordinatorType
+	(ConfigSource)(0),                       // 2: oncelog.api.cluster.v1.ConfigSource
+	(AlterConfigOpType)(0),                  // 3: oncelog.api.cluster.v1.AlterConfigOpType
+	(*Node)(nil),                            // 4: oncelog.api.cluster.v1.Node
+	(*DescribeClusterRequest)(nil),          // 5: oncelog.api.cluster.v1.DescribeClusterRequest
+	(*DescribeClusterResponse)(nil),         // 6: oncelog.api.cluster.v1.DescribeClusterResponse
+	(*MetadataRequest)(nil),                 // 7: oncelog.api.cluster.v1.MetadataRequest
+	(*PartitionMetadata)(nil),               // 8: oncelog.api.cluster.v1.PartitionMetadata
+	(*TopicMetadata)(nil),                   // 9: oncelog.api.cluster.v1.TopicMetadata
+	(*MetadataResponse)(nil),                // 10: oncelog.api.cluster.v1.MetadataResponse
+	(*FindCoordinatorRequest)(nil),          // 11: oncelog.api.cluster.v1.FindCoordinatorRequest
+	(*FindCoordinatorResponse)(nil),         // 12: oncelog.api.cluster.v1.FindCoordinatorResponse
+	(*TopicSpec)(nil),                       // 13: oncelog.api.cluster.v1.TopicSpec
+	(*CreateTopicsRequest)(nil),             // 14: oncelog.api.cluster.v1.CreateTopicsRequest
+	(*CreateTopicsResponse)(nil),            // 15: oncelog.api.cluster.v1.CreateTopicsResponse
+	(*DeleteTopicsRequest)(nil),             // 16: oncelog.api.cluster.v1.DeleteTopicsRequest
+	(*DeleteTopicsResponse)(nil),            // 17: oncelog.api.cluster.v1.DeleteTopicsResponse
+	(*PartitionsSpec)(nil),                  // 18: oncelog.api.cluster.v1.PartitionsSpec
+	(*CreatePartitionsRequest)(nil),         // 19: oncelog.api.cluster.v1.CreatePartitionsRequest
+	(*CreatePartitionsResponse)(nil),        // 20: oncelog.api.cluster.v1.CreatePartitionsResponse
+	(*ConfigEntry)(nil),                     // 21: oncelog.api.cluster.v1.ConfigEntry
+	(*TopicConfigs)(nil),                    // 22: oncelog.api.cluster.v1.TopicConfigs
+	(*DescribeConfigsRequest)(nil),          // 23: oncelog.api.cluster.v1.DescribeConfigsRequest
+	(*DescribeConfigsResponse)(nil),         // 24: oncelog.api.cluster.v1.DescribeConfigsResponse
+	(*AlterConfigOp)(nil),                   // 25: oncelog.api.cluster.v1.AlterConfigOp
+	(*TopicConfigAlteration)(nil),           // 26: oncelog.api.cluster.v1.TopicConfigAlteration
+	(*IncrementalAlterConfigsRequest)(nil),  // 27: oncelog.api.cluster.v1.IncrementalAlterConfigsRequest
+	(*IncrementalAlterConfigsResponse)(nil), // 28: oncelog.api.cluster.v1.IncrementalAlterConfigsResponse
+	nil,                                     // 29: oncelog.api.cluster.v1.TopicMetadata.ConfigsEntry
+	nil,                                     // 30: oncelog.api.cluster.v1.TopicSpec.ConfigsEntry
 }
 var file_oncelog_api_cluster_v1_cluster_service_proto_depIdxs = []int32{
 	0,  // 0: oncelog.api.cluster.v1.Node.role:type_name -> oncelog.api.cluster.v1.ServiceRole
-	2,  // 1: oncelog.api.cluster.v1.DescribeClusterResponse.nodes:type_name -> oncelog.api.cluster.v1.Node
-	6,  // 2: oncelog.api.cluster.v1.TopicMetadata.partitions:type_name -> oncelog.api.cluster.v1.PartitionMetadata
-	16, // 3: oncelog.api.cluster.v1.TopicMetadata.configs:type_name -> oncelog.api.cluster.v1.TopicMetadata.ConfigsEntry
-	7,  // 4: oncelog.api.cluster.v1.MetadataResponse.topics:type_name -> oncelog.api.cluster.v1.TopicMetadata
+	4,  // 1: oncelog.api.cluster.v1.DescribeClusterResponse.nodes:type_name -> oncelog.api.cluster.v1.Node
+	8,  // 2: oncelog.api.cluster.v1.TopicMetadata.partitions:type_name -> oncelog.api.cluster.v1.PartitionMetadata
+	29, // 3: oncelog.api.cluster.v1.TopicMetadata.configs:type_name -> oncelog.api.cluster.v1.TopicMetadata.ConfigsEntry
+	9,  // 4: oncelog.api.cluster.v1.MetadataResponse.topics:type_name -> oncelog.api.cluster.v1.TopicMetadata
 	1,  // 5: oncelog.api.cluster.v1.FindCoordinatorRequest.type:type_name -> oncelog.api.cluster.v1.CoordinatorType
-	17, // 6: oncelog.api.cluster.v1.TopicSpec.configs:type_name -> oncelog.api.cluster.v1.TopicSpec.ConfigsEntry
-	11, // 7: oncelog.api.cluster.v1.CreateTopicsRequest.topics:type_name -> oncelog.api.cluster.v1.TopicSpec
-	7,  // 8: oncelog.api.cluster.v1.CreateTopicsResponse.topics:type_name -> oncelog.api.cluster.v1.TopicMetadata
-	3,  // 9: oncelog.api.cluster.v1.ClusterService.DescribeCluster:input_type -> oncelog.api.cluster.v1.DescribeClusterRequest
-	5,  // 10: oncelog.api.cluster.v1.ClusterService.Metadata:input_type -> oncelog.api.cluster.v1.MetadataRequest
-	9,  // 11: oncelog.api.cluster.v1.ClusterService.FindCoordinator:input_type -> oncelog.api.cluster.v1.FindCoordinatorRequest
-	12, // 12: oncelog.api.cluster.v1.ClusterService.CreateTopics:input_type -> oncelog.api.cluster.v1.CreateTopicsRequest
-	14, // 13: oncelog.api.cluster.v1.ClusterService.DeleteTopics:input_type -> oncelog.api.cluster.v1.DeleteTopicsRequest
-	4,  // 14: oncelog.api.cluster.v1.ClusterService.DescribeCluster:output_type -> oncelog.api.cluster.v1.DescribeClusterResponse
-	8,  // 15: oncelog.api.cluster.v1.ClusterService.Metadata:output_type -> oncelog.api.cluster.v1.MetadataResponse
-	10, // 16: oncelog.api.cluster.v1.ClusterService.FindCoordinator:output_type -> oncelog.api.cluster.v1.FindCoordinatorResponse
-	13, // 17: oncelog.api.cluster.v1.ClusterService.CreateTopics:output_type -> oncelog.api.cluster.v1.CreateTopicsResponse
-	15, // 18: oncelog.api.cluster.v1.ClusterService.DeleteTopics:output_type -> oncelog.api.cluster.v1.DeleteTopicsResponse
-	14, // [14:19] is the sub-list for method output_type
-	9,  // [9:14] is the sub-list for method input_type
-	9,  // [9:9] is the sub-list for extension type_name
-	9,  // [9:9] is the sub-list for extension extendee
-	0,  // [0:9] is the sub-list for field type_name
+	30, // 6: oncelog.api.cluster.v1.TopicSpec.configs:type_name -> oncelog.api.cluster.v1.TopicSpec.ConfigsEntry
+	13, // 7: oncelog.api.cluster.v1.CreateTopicsRequest.topics:type_name -> oncelog.api.cluster.v1.TopicSpec
+	9,  // 8: oncelog.api.cluster.v1.CreateTopicsResponse.topics:type_name -> oncelog.api.cluster.v1.TopicMetadata
+	18, // 9: oncelog.api.cluster.v1.CreatePartitionsRequest.topics:type_name -> oncelog.api.cluster.v1.PartitionsSpec
+	9,  // 10: oncelog.api.cluster.v1.CreatePartitionsResponse.topics:type_name -> oncelog.api.cluster.v1.TopicMetadata
+	2,  // 11: oncelog.api.cluster.v1.ConfigEntry.source:type_name -> oncelog.api.cluster.v1.ConfigSource
+	21, // 12: oncelog.api.cluster.v1.TopicConfigs.entries:type_name -> oncelog.api.cluster.v1.ConfigEntry
+	22, // 13: oncelog.api.cluster.v1.DescribeConfigsResponse.topics:type_name -> oncelog.api.cluster.v1.TopicConfigs
+	3,  // 14: oncelog.api.cluster.v1.AlterConfigOp.op:type_name -> oncelog.api.cluster.v1.AlterConfigOpType
+	25, // 15: oncelog.api.cluster.v1.TopicConfigAlteration.ops:type_name -> oncelog.api.cluster.v1.AlterConfigOp
+	26, // 16: oncelog.api.cluster.v1.IncrementalAlterConfigsRequest.topics:type_name -> oncelog.api.cluster.v1.TopicConfigAlteration
+	22, // 17: oncelog.api.cluster.v1.IncrementalAlterConfigsResponse.topics:type_name -> oncelog.api.cluster.v1.TopicConfigs
+	5,  // 18: oncelog.api.cluster.v1.ClusterService.DescribeCluster:input_type -> oncelog.api.cluster.v1.DescribeClusterRequest
+	7,  // 19: oncelog.api.cluster.v1.ClusterService.Metadata:input_type -> oncelog.api.cluster.v1.MetadataRequest
+	11, // 20: oncelog.api.cluster.v1.ClusterService.FindCoordinator:input_type -> oncelog.api.cluster.v1.FindCoordinatorRequest
+	14, // 21: oncelog.api.cluster.v1.ClusterService.CreateTopics:input_type -> oncelog.api.cluster.v1.CreateTopicsRequest
+	16, // 22: oncelog.api.cluster.v1.ClusterService.DeleteTopics:input_type -> oncelog.api.cluster.v1.DeleteTopicsRequest
+	19, // 23: oncelog.api.cluster.v1.ClusterService.CreatePartitions:input_type -> oncelog.api.cluster.v1.CreatePartitionsRequest
+	23, // 24: oncelog.api.cluster.v1.ClusterService.DescribeConfigs:input_type -> oncelog.api.cluster.v1.DescribeConfigsRequest
+	27, // 25: oncelog.api.cluster.v1.ClusterService.IncrementalAlterConfigs:input_type -> oncelog.api.cluster.v1.IncrementalAlterConfigsRequest
+	6,  // 26: oncelog.api.cluster.v1.ClusterService.DescribeCluster:output_type -> oncelog.api.cluster.v1.DescribeClusterResponse
+	10, // 27: oncelog.api.cluster.v1.ClusterService.Metadata:output_type -> oncelog.api.cluster.v1.MetadataResponse
+	12, // 28: oncelog.api.cluster.v1.ClusterService.FindCoordinator:output_type -> oncelog.api.cluster.v1.FindCoordinatorResponse
+	15, // 29: oncelog.api.cluster.v1.ClusterService.CreateTopics:output_type -> oncelog.api.cluster.v1.CreateTopicsResponse
+	17, // 30: oncelog.api.cluster.v1.ClusterService.DeleteTopics:output_type -> oncelog.api.cluster.v1.DeleteTopicsResponse
+	20, // 31: oncelog.api.cluster.v1.ClusterService.CreatePartitions:output_type -> oncelog.api.cluster.v1.CreatePartitionsResponse
+	24, // 32: oncelog.api.cluster.v1.ClusterService.DescribeConfigs:output_type -> oncelog.api.cluster.v1.DescribeConfigsResponse
+	28, // 33: oncelog.api.cluster.v1.ClusterService.IncrementalAlterConfigs:output_type -> oncelog.api.cluster.v1.IncrementalAlterConfigsResponse
+	26, // [26:34] is the sub-list for method output_type
+	18, // [18:26] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_oncelog_api_cluster_v1_cluster_service_proto_init() }
@@ -1167,8 +1930,8 @@ func file_oncelog_api_cluster_v1_cluster_service_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_oncelog_api_cluster_v1_cluster_service_proto_rawDesc), len(file_oncelog_api_cluster_v1_cluster_service_proto_rawDesc)),
-			NumEnums:      2,
-			NumMessages:   16,
+			NumEnums:      4,
+			NumMessages:   27,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

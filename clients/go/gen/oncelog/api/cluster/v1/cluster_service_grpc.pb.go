@@ -21,11 +21,14 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	ClusterService_DescribeCluster_FullMethodName = "/oncelog.api.cluster.v1.ClusterService/DescribeCluster"
-	ClusterService_Metadata_FullMethodName        = "/oncelog.api.cluster.v1.ClusterService/Metadata"
-	ClusterService_FindCoordinator_FullMethodName = "/oncelog.api.cluster.v1.ClusterService/FindCoordinator"
-	ClusterService_CreateTopics_FullMethodName    = "/oncelog.api.cluster.v1.ClusterService/CreateTopics"
-	ClusterService_DeleteTopics_FullMethodName    = "/oncelog.api.cluster.v1.ClusterService/DeleteTopics"
+	ClusterService_DescribeCluster_FullMethodName         = "/oncelog.api.cluster.v1.ClusterService/DescribeCluster"
+	ClusterService_Metadata_FullMethodName                = "/oncelog.api.cluster.v1.ClusterService/Metadata"
+	ClusterService_FindCoordinator_FullMethodName         = "/oncelog.api.cluster.v1.ClusterService/FindCoordinator"
+	ClusterService_CreateTopics_FullMethodName            = "/oncelog.api.cluster.v1.ClusterService/CreateTopics"
+	ClusterService_DeleteTopics_FullMethodName            = "/oncelog.api.cluster.v1.ClusterService/DeleteTopics"
+	ClusterService_CreatePartitions_FullMethodName        = "/oncelog.api.cluster.v1.ClusterService/CreatePartitions"
+	ClusterService_DescribeConfigs_FullMethodName         = "/oncelog.api.cluster.v1.ClusterService/DescribeConfigs"
+	ClusterService_IncrementalAlterConfigs_FullMethodName = "/oncelog.api.cluster.v1.ClusterService/IncrementalAlterConfigs"
 )
 
 // ClusterServiceClient is the client API for ClusterService service.
@@ -44,6 +47,12 @@ type ClusterServiceClient interface {
 	CreateTopics(ctx context.Context, in *CreateTopicsRequest, opts ...grpc.CallOption) (*CreateTopicsResponse, error)
 	// DeleteTopics removes topics from the catalog; storage nodes drop their data afterwards.
 	DeleteTopics(ctx context.Context, in *DeleteTopicsRequest, opts ...grpc.CallOption) (*DeleteTopicsResponse, error)
+	// CreatePartitions adds partitions to existing topics (Kafka's CreatePartitions); existing ones are untouched.
+	CreatePartitions(ctx context.Context, in *CreatePartitionsRequest, opts ...grpc.CallOption) (*CreatePartitionsResponse, error)
+	// DescribeConfigs lists every setting of topics with its value and where the value comes from.
+	DescribeConfigs(ctx context.Context, in *DescribeConfigsRequest, opts ...grpc.CallOption) (*DescribeConfigsResponse, error)
+	// IncrementalAlterConfigs sets or deletes individual topic settings; storage nodes apply them on their next refresh.
+	IncrementalAlterConfigs(ctx context.Context, in *IncrementalAlterConfigsRequest, opts ...grpc.CallOption) (*IncrementalAlterConfigsResponse, error)
 }
 
 type clusterServiceClient struct {
@@ -104,6 +113,36 @@ func (c *clusterServiceClient) DeleteTopics(ctx context.Context, in *DeleteTopic
 	return out, nil
 }
 
+func (c *clusterServiceClient) CreatePartitions(ctx context.Context, in *CreatePartitionsRequest, opts ...grpc.CallOption) (*CreatePartitionsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CreatePartitionsResponse)
+	err := c.cc.Invoke(ctx, ClusterService_CreatePartitions_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *clusterServiceClient) DescribeConfigs(ctx context.Context, in *DescribeConfigsRequest, opts ...grpc.CallOption) (*DescribeConfigsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DescribeConfigsResponse)
+	err := c.cc.Invoke(ctx, ClusterService_DescribeConfigs_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *clusterServiceClient) IncrementalAlterConfigs(ctx context.Context, in *IncrementalAlterConfigsRequest, opts ...grpc.CallOption) (*IncrementalAlterConfigsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(IncrementalAlterConfigsResponse)
+	err := c.cc.Invoke(ctx, ClusterService_IncrementalAlterConfigs_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ClusterServiceServer is the server API for ClusterService service.
 // All implementations must embed UnimplementedClusterServiceServer
 // for forward compatibility.
@@ -120,6 +159,12 @@ type ClusterServiceServer interface {
 	CreateTopics(context.Context, *CreateTopicsRequest) (*CreateTopicsResponse, error)
 	// DeleteTopics removes topics from the catalog; storage nodes drop their data afterwards.
 	DeleteTopics(context.Context, *DeleteTopicsRequest) (*DeleteTopicsResponse, error)
+	// CreatePartitions adds partitions to existing topics (Kafka's CreatePartitions); existing ones are untouched.
+	CreatePartitions(context.Context, *CreatePartitionsRequest) (*CreatePartitionsResponse, error)
+	// DescribeConfigs lists every setting of topics with its value and where the value comes from.
+	DescribeConfigs(context.Context, *DescribeConfigsRequest) (*DescribeConfigsResponse, error)
+	// IncrementalAlterConfigs sets or deletes individual topic settings; storage nodes apply them on their next refresh.
+	IncrementalAlterConfigs(context.Context, *IncrementalAlterConfigsRequest) (*IncrementalAlterConfigsResponse, error)
 	mustEmbedUnimplementedClusterServiceServer()
 }
 
@@ -144,6 +189,15 @@ func (UnimplementedClusterServiceServer) CreateTopics(context.Context, *CreateTo
 }
 func (UnimplementedClusterServiceServer) DeleteTopics(context.Context, *DeleteTopicsRequest) (*DeleteTopicsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method DeleteTopics not implemented")
+}
+func (UnimplementedClusterServiceServer) CreatePartitions(context.Context, *CreatePartitionsRequest) (*CreatePartitionsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CreatePartitions not implemented")
+}
+func (UnimplementedClusterServiceServer) DescribeConfigs(context.Context, *DescribeConfigsRequest) (*DescribeConfigsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DescribeConfigs not implemented")
+}
+func (UnimplementedClusterServiceServer) IncrementalAlterConfigs(context.Context, *IncrementalAlterConfigsRequest) (*IncrementalAlterConfigsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method IncrementalAlterConfigs not implemented")
 }
 func (UnimplementedClusterServiceServer) mustEmbedUnimplementedClusterServiceServer() {}
 func (UnimplementedClusterServiceServer) testEmbeddedByValue()                        {}
@@ -256,6 +310,60 @@ func _ClusterService_DeleteTopics_Handler(srv interface{}, ctx context.Context, 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ClusterService_CreatePartitions_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CreatePartitionsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ClusterServiceServer).CreatePartitions(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ClusterService_CreatePartitions_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ClusterServiceServer).CreatePartitions(ctx, req.(*CreatePartitionsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ClusterService_DescribeConfigs_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DescribeConfigsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ClusterServiceServer).DescribeConfigs(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ClusterService_DescribeConfigs_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ClusterServiceServer).DescribeConfigs(ctx, req.(*DescribeConfigsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ClusterService_IncrementalAlterConfigs_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(IncrementalAlterConfigsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ClusterServiceServer).IncrementalAlterConfigs(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ClusterService_IncrementalAlterConfigs_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ClusterServiceServer).IncrementalAlterConfigs(ctx, req.(*IncrementalAlterConfigsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // ClusterService_ServiceDesc is the grpc.ServiceDesc for ClusterService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -282,6 +390,18 @@ var ClusterService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "DeleteTopics",
 			Handler:    _ClusterService_DeleteTopics_Handler,
+		},
+		{
+			MethodName: "CreatePartitions",
+			Handler:    _ClusterService_CreatePartitions_Handler,
+		},
+		{
+			MethodName: "DescribeConfigs",
+			Handler:    _ClusterService_DescribeConfigs_Handler,
+		},
+		{
+			MethodName: "IncrementalAlterConfigs",
+			Handler:    _ClusterService_IncrementalAlterConfigs_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
