@@ -10,13 +10,20 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
 from types import TracebackType
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
 from oncelog.catalog import schema as t
+from oncelog.catalog.records import (
+    ClusterInfo,
+    NodeRecord,
+    PartitionRecord,
+    ShardLease,
+    ShardRound,
+    TopicRecord,
+)
 from oncelog.catalog.replicas import StorageNode, place_replicas, validate_replication_factor
 from oncelog.catalog.topics import (
     KAFKA_CONFIG_NAMES,
@@ -40,84 +47,6 @@ from oncelog.errors import (
 )
 from oncelog.storage.sql import migrate
 from oncelog.vocabulary import ROLES, Role
-
-
-@dataclass(frozen=True)
-class ClusterInfo:
-    """Cluster-wide settings fixed at creation."""
-
-    cluster_id: str
-    txn_coordinator_shards: int
-    group_offsets_shards: int
-
-
-@dataclass(frozen=True)
-class NodeRecord:
-    """One registered process."""
-
-    node_id: str
-    role: str
-    address: str
-    node_epoch: int
-    lease_expires_at_ms: int
-    rack: str | None = None
-
-    def alive(self, now_ms: int) -> bool:
-        """True while the registration lease holds."""
-        return self.lease_expires_at_ms > now_ms
-
-
-@dataclass(frozen=True)
-class PartitionRecord:
-    """One partition's replicas and leadership (docs/design/replication.md §1).
-
-    ``replicas`` lists the nodes holding a copy, the preferred leader first; ``isr`` the in-sync ones;
-    ``leader_node_id`` is empty while the partition is offline. ``partition_epoch`` grows on every change of the
-    row, and every change is conditional on it (:meth:`CatalogStore.alter_partition`).
-    """
-
-    partition: int
-    leader_node_id: str
-    leader_epoch: int
-    replicas: tuple[str, ...]
-    isr: tuple[str, ...] = ()
-    partition_epoch: int = 0
-
-
-@dataclass(frozen=True)
-class TopicRecord:
-    """One topic with its partitions in index order."""
-
-    name: str
-    topic_id: str
-    config: TopicConfig
-    partitions: tuple[PartitionRecord, ...]
-    overrides: frozenset[str] = frozenset()
-    """The settings set on the topic (the others are defaults)."""
-
-
-@dataclass(frozen=True)
-class ShardLease:
-    """Ownership of one coordinator shard; ``coordinator_epoch`` grows on every change of owner."""
-
-    role: str
-    shard: int
-    owner_node_id: str | None
-    coordinator_epoch: int
-    lease_expires_at_ms: int
-
-
-@dataclass(frozen=True)
-class ShardRound:
-    """Outcome of :meth:`CatalogStore.acquire_shards`: one node's renewals and takeovers in one transaction."""
-
-    now_ms: int
-    """The time expiry was judged at and the new expiries were written from (the database's clock if asked)."""
-    held: dict[int, ShardLease]
-    """The leases the node holds after the write, renewed or taken, by shard."""
-    elsewhere: dict[int, ShardLease]
-    """The other shards' leases as read in the transaction (their owners' leases may have lapsed), by shard; a
-    shard whose first lease a racing replica inserted first is read after that insert committed."""
 
 
 class CatalogStore:
@@ -928,3 +857,17 @@ class Transaction:
             raise StorageUnavailable(f"catalog write failed: {err.orig}", definite=False) from err
         if isinstance(exc, sa.exc.OperationalError):
             raise StorageUnavailable(f"catalog database error: {exc.orig}") from exc
+
+
+# the records are re-exported: callers have imported them from here since before records.py
+__all__ = [
+    "CONTROLLER_ROLE",
+    "CatalogStore",
+    "ClusterInfo",
+    "NodeRecord",
+    "PartitionRecord",
+    "ShardLease",
+    "ShardRound",
+    "TopicRecord",
+    "Transaction",
+]
