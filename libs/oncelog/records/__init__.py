@@ -5,12 +5,8 @@ from oncelog.records.batch import (
     LOG_OVERHEAD,
     MAGIC,
     BatchHeader,
-    Compression,
     Record,
-    RecordsBuilder,
     TimestampType,
-    build_batch,
-    build_control_batch,
     decode_records,
     iter_batches,
     read_control_record,
@@ -19,6 +15,8 @@ from oncelog.records.batch import (
     validate_batch,
     with_base_offset,
 )
+from oncelog.records.builder import RecordsBuilder, build_batch, build_control_batch
+from oncelog.records.compression import Compression
 from oncelog.vocabulary import ControlType
 
 __all__ = [
