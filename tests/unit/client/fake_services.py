@@ -29,6 +29,8 @@ OFFSETS = "offsets-0:1"
 
 LOSE_ANSWER = "lose-answer"
 """A produce fault: the partition writes the batch, then the stream breaks before the answer."""
+SILENT = "silent"
+"""A produce fault: the partition never answers (the request stays in flight until the client gives up)."""
 ANSWER = "answer"
 """No fault: the partition answers (to queue a fault behind some good answers)."""
 
@@ -115,6 +117,9 @@ class FakeStream:
                 ("Produce", tp, header.producer_id, header.producer_epoch, header.base_sequence, payload)
             )
             fault = self._services.take_fault("produce")
+            if fault == SILENT:
+                self._services.produce_written.set()
+                return
             if fault == LOSE_ANSWER:
                 self._services.partitions[tp].append(payload)
                 lose = True
@@ -122,6 +127,7 @@ class FakeStream:
                 results[tp] = PartitionResult(-1, error=fault)
             else:
                 results[tp] = self._services.partitions[tp].append(payload)
+        self._services.produce_written.set()
         if lose:
             self._answers.put_nowait(NetworkException("the connection dropped", definite=False))
         else:
@@ -152,6 +158,7 @@ class FakeServices:
         self.faults: dict[str, deque[OncelogError | str]] = defaultdict(deque)
         self.streams: list[FakeStream] = []
         self.metadata_updates: list[str] = []
+        self.produce_written = asyncio.Event()  # set by every request written on a produce stream
         self.committed_offsets: dict[str, dict[TopicPartition, OffsetAndMetadata]] = {}
         self.gates: dict[str, tuple[asyncio.Event, asyncio.Event]] = {}  # name -> (entered, released)
         self._next_producer_id = 1000

@@ -4,6 +4,7 @@ the idempotent producer's local epoch bump, and how produce errors reach a trans
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import Counter
 from collections.abc import AsyncIterator, Sequence
 from concurrent.futures import Future
@@ -15,14 +16,14 @@ import pytest
 from oncelog.client.accumulator import RecordAccumulator
 from oncelog.client.errors import AbortableError, ProducerFencedError
 from oncelog.client.records import TopicPartition
-from oncelog.client.sender import ProduceSettings, Sender, SenderConfig
-from oncelog.client.sequences import ProducerSequences
+from oncelog.client.sender import NodeStream, ProduceSettings, Sender, SenderConfig
+from oncelog.client.sequences import ProducerIdAndEpoch, ProducerSequences
 from oncelog.client.transaction_manager import TransactionManager, TransactionState
 from oncelog.client.transport import Deadline
-from oncelog.errors import InvalidRecord, NotLeader, OncelogError, ProducerFenced
+from oncelog.errors import InvalidRecord, NetworkException, NotLeader, OncelogError, ProducerFenced
 from oncelog.records import decode_records
 
-from .fake_services import ANSWER, LOSE_ANSWER, FakeServices
+from .fake_services import ANSWER, LOSE_ANSWER, SILENT, STORAGE, FakeServices
 
 TP = TopicPartition("out", 0)
 TP1 = TopicPartition("out", 1)
@@ -282,3 +283,35 @@ async def test_produce_error_makes_the_transaction_abortable_and_the_abort_bumps
     assert (e1, s1) == (epoch_before + 1, 0)
     assert h.services.partitions[TP].values == [b"accepted"]
     assert [c[3] for c in h.services.calls if c[0] == "EndTxn"] == [False, True]
+
+
+# ------------------------------------------------------------------------------------------------ streams
+
+
+async def test_request_unanswered_past_the_request_timeout_breaks_the_stream_as_indeterminate() -> None:
+    """The client gives up on a silent node after request_timeout plus the server's margin, never before."""
+    h = Harness()
+    h.services.fail("produce", SILENT)
+    results: list[tuple[Any, OncelogError | None]] = []
+    idle: list[bool] = []
+    config = SenderConfig(produce=ProduceSettings("", True, 1_000), request_timeout_ms=1_000)
+    stream = NodeStream(
+        STORAGE, h.services, lambda b, r, e: results.append((b, e)), lambda: idle.append(True), config=config
+    )
+    h.sequences.set_identity(ProducerIdAndEpoch(7, 0))
+    h.accumulator.append(TP, None, b"v")
+    batches = h.accumulator.drain([TP])
+    before = time.monotonic()
+    stream.send(batches, {TP: 0})
+    after = time.monotonic()
+    await h.services.produce_written.wait()
+    stream.check_timeout(before + 1 + 5 - 0.01)  # request timeout (1 s) plus the 5 s margin not yet over
+    assert stream.in_flight == 1 and not results
+    stream.check_timeout(after + 1 + 5 + 0.01)
+    assert stream.in_flight == 0 and stream.breaks == 1
+    ((batch, error),) = results
+    assert batch is batches[0]
+    assert isinstance(error, NetworkException) and not error.definite
+    assert idle == [True]
+    assert h.services.streams[0].cancelled
+    await stream.close()
