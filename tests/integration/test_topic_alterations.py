@@ -42,6 +42,16 @@ def test_producers_and_consumers_use_partitions_added_after_they_started(cluster
     assert seen == {b"before": 0, b"after": 2}
 
 
+def test_send_batch_to_a_partition_added_after_the_metadata_was_read_refreshes_it(cluster: LocalCluster) -> None:
+    topic = unique("grow-bulk")
+    with AdminClient(cluster.bootstrap) as admin, Producer(cluster.bootstrap, linger_ms=0) as producer:
+        admin.create_topics([NewTopic(topic, num_partitions=1)])
+        assert producer.send(topic, b"before").result().partition == 0  # the producer caches one partition
+        admin.create_partitions({topic: 2})
+        written = producer.send_batch(topic, [b"a", b"b"], partition=1).result()
+    assert [(m.partition, m.offset) for m in written] == [(1, 0), (1, 1)]
+
+
 def test_altered_settings_take_effect_on_the_storage_nodes(cluster: LocalCluster) -> None:
     topic = unique("cfg")
     big = b"x" * 2000

@@ -1,20 +1,11 @@
 """The producer: idempotent by default, transactional with a ``transactional_id`` (Kafka's ``KafkaProducer``).
 
-:class:`Producer` is the public API. ``send()`` picks the partition (murmur2 of the key, sticky round-robin
-without one), appends the record to its partition's open batch in the
-:class:`~oncelog.client.accumulator.RecordAccumulator` and returns a future (:mod:`oncelog.client.futures`); it
-blocks only for the first metadata of a topic or when ``buffer_memory`` is full. The
-:class:`~oncelog.client.sender.Sender` sends the batches on the producer's I/O thread; the
-:class:`~oncelog.client.transaction_manager.TransactionManager` runs the transactional state machine and the
-coordinator calls; :mod:`oncelog.client.producer_rpc` carries both over gRPC.
-
-Errors (:mod:`oncelog.client.errors`): a fatal error (``ProducerFencedError``, ``InvalidProducerEpochError``
-from a coordinator, an unexpected coordinator error) fails every pending record and every later call; only
-``close()`` remains. An ``AbortableError`` fails the current transaction: call ``abort_transaction()`` and run
-it again. Retriable errors are retried inside the client within ``delivery_timeout_ms`` (batches) or
-``max_block_ms`` (blocking calls); a commit whose outcome is unknown is never turned into an abort
-(design/architecture.md §1.7). Delivery callbacks (``future.add_done_callback``) run on the I/O thread: keep
-them short and do not call blocking producer methods from them.
+:class:`Producer` is the public API. ``send()`` picks the partition and appends the record to its open batch in
+the :class:`~oncelog.client.accumulator.RecordAccumulator`; the :class:`~oncelog.client.sender.Sender` sends the
+batches on the producer's I/O thread; the :class:`~oncelog.client.transaction_manager.TransactionManager` runs
+the transactional state machine and the coordinator calls; :mod:`oncelog.client.producer_rpc` carries both over
+gRPC. Errors are those of :mod:`oncelog.client.errors`: a fatal error ends the producer, an ``AbortableError``
+the transaction. Delivery callbacks run on the I/O thread: keep them short and call no blocking method there.
 """
 
 from __future__ import annotations
@@ -283,6 +274,26 @@ class Producer:
                     raise
                 await asyncio.sleep(deadline.cap(backoff.next_s()))
 
+    def _topic_for_send(self, topic: str, partition: int | None) -> TopicInfo:
+        """The cached metadata of ``topic`` (fetched when missing, refreshed when it lacks ``partition``).
+
+        Raises:
+            UnknownTopicOrPartition: the topic, or ``partition`` of it, does not exist.
+        """
+        info = self._metadata.cached_topic(topic)
+        if info is None:
+            info = self._run(self._topic(topic, self._deadline(None)))
+        elif self._metadata.needs_update(topic):
+            self._wake()  # the sender refreshes stale metadata in the background
+        if partition is not None and partition >= len(info.partitions):  # the topic may have grown since
+            info = self._run(self._topic(topic, self._deadline(None), refresh=True))
+        if partition is not None and not 0 <= partition < len(info.partitions):
+            raise UnknownTopicOrPartition(
+                f"partition {partition} of topic {topic!r} does not exist (the topic has {len(info.partitions)} "
+                "partition(s))"
+            )
+        return info
+
     # -------------------------------------------------------------------------------- public API
 
     @property
@@ -374,23 +385,11 @@ class Producer:
         value_bytes = (
             self._value_serializer(value) if self._value_serializer is not None and value is not None else value
         )
-        info = self._metadata.cached_topic(topic)
-        if info is None:
-            info = self._run(self._topic(topic, self._deadline(None)))
-        elif self._metadata.needs_update(topic):
-            self._wake()  # the sender refreshes stale metadata in the background
-        count = len(info.partitions)
-        if partition is not None and partition >= count:  # the topic may have grown since the metadata was read
-            info = self._run(self._topic(topic, self._deadline(None), refresh=True))
-            count = len(info.partitions)
+        info = self._topic_for_send(topic, partition)
         if partition is not None:
-            if not 0 <= partition < count:
-                raise UnknownTopicOrPartition(
-                    f"partition {partition} of topic {topic!r} does not exist (the topic has {count} partition(s))"
-                )
             chosen = partition
         else:
-            chosen = self._partitioner.partition(topic, key_bytes, count, info.available_partitions())
+            chosen = self._partitioner.partition(topic, key_bytes, len(info.partitions), info.available_partitions())
         tp = TopicPartition(topic, chosen)
         if self._txn is not None:
             self._txn.maybe_add_partition(tp)
@@ -458,16 +457,8 @@ class Producer:
         if keys is not None and self._key_serializer is not None:
             serialize = self._key_serializer
             keys = [None if k is None else serialize(k) for k in keys]
-        info = self._metadata.cached_topic(topic)
-        if info is None:
-            info = self._run(self._topic(topic, self._deadline(None)))
-        elif self._metadata.needs_update(topic):
-            self._wake()
+        info = self._topic_for_send(topic, partition)
         count = len(info.partitions)
-        if partition is not None and not 0 <= partition < count:
-            raise UnknownTopicOrPartition(
-                f"partition {partition} of topic {topic!r} does not exist (the topic has {count} partition(s))"
-            )
         groups = self._partitioner.group(topic, keys, values, count, info.available_partitions(), partition)
         if self._txn is not None:
             for target in groups:
