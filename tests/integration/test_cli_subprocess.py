@@ -12,13 +12,18 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from oncelog.api.common import v1 as common_pb
+from oncelog.api.storage import v1 as storage_pb
 from oncelog.client import AdminClient, Consumer, NewTopic, Producer, TopicPartition
+from oncelog.records import Record, build_batch
+from oncelog.rpc import sync_channel
 from oncelog.testing import LocalCluster
 
 pytestmark = pytest.mark.timeout(180)
@@ -424,6 +429,91 @@ def test_bad_config_changes_are_refused_precisely(
         assert message in " ".join(done.stderr.replace("│", " ").split())
     after = oncelog("configs", "describe", "--topic", topic, "-o", "json", "-b", local.bootstrap)
     assert {e["source"] for e in json.loads(after.stdout)} == {"default"}
+
+
+def write_hanging_transaction(local: LocalCluster, topic: str, values: list[bytes]) -> int:
+    """Append a transactional batch of a producer id no coordinator knows (KIP-664's hanging transaction: its
+    AddPartitionsToTxn was lost); returns the producer id."""
+    producer_id = 9_000_000_000 + uuid.uuid4().int % 1_000_000
+    batch = build_batch(
+        [Record(key=None, value=v) for v in values],
+        producer_id=producer_id,
+        producer_epoch=3,
+        base_sequence=0,
+        transactional=True,
+        base_timestamp=int(time.time() * 1000),
+    )
+    with AdminClient(local.bootstrap) as admin:
+        leader = admin.describe_topics([topic])[topic].partitions[0].leader_address
+    request = storage_pb.ProduceRequest(
+        acks=storage_pb.ACKS_ALL,
+        partitions=[
+            storage_pb.PartitionBatches(
+                topic_partition=common_pb.TopicPartition(topic=topic, partition=0), leader_epoch=-1, records=batch
+            )
+        ],
+    )
+    [result] = storage_pb.PartitionStorageServiceStub(sync_channel(leader)).Produce(request, timeout=30).results
+    assert not result.HasField("error"), result.error
+    return producer_id
+
+
+def test_a_hanging_transaction_is_aborted_by_topic_partition_and_start_offset(local: LocalCluster) -> None:
+    topic = new_topic(local)
+    b = ["-b", local.bootstrap]
+    with Producer(local.bootstrap) as producer:
+        producer.send(topic, b"before").result()  # offset 0
+        producer_id = write_hanging_transaction(local, topic, [b"lost-1", b"lost-2"])  # offsets 1-2
+        producer.send(topic, b"after").result()  # offset 3, held back by the open transaction
+    tp = TopicPartition(topic, 0)
+    with AdminClient(local.bootstrap) as admin:
+        assert admin.list_offsets({tp: "latest"}, isolation_level="read_committed")[tp][0] == 1
+    found = oncelog("transactions", "find-hanging", topic, "-o", "json", *b)
+    assert json.loads(found.stdout) == [
+        {
+            "topic": topic,
+            "partition": 0,
+            "producer_id": producer_id,
+            "epoch": 3,
+            "transactional_id": None,
+            "start_offset": 1,
+            "why": "its coordinator has no open transaction for this producer id",
+        }
+    ]
+    aborted = oncelog("transactions", "abort", "--topic", topic, "--partition", "0", "--start-offset", "1", *b)
+    assert (aborted.returncode, aborted.stderr) == (0, "")
+    assert aborted.stdout == (
+        f"aborted the transaction of producer id {producer_id} (epoch 3) that started at offset 1 of {topic}-0; it "
+        "is fenced there at epoch 4, and the last stable offset is now 5\n"
+    )
+    assert values_of_committed(local, topic) == [b"before", b"after"]  # read_committed sees nothing of it
+    assert json.loads(oncelog("transactions", "find-hanging", topic, "-o", "json", *b).stdout) == []
+    again = oncelog("transactions", "abort", "--topic", topic, "--partition", "0", "--start-offset", "1", *b)
+    assert (again.returncode, again.stdout) == (1, "")
+    assert again.stderr == (
+        f"error: no open transaction starts at offset 1 of {topic}-0 (open ones start at: none); see "
+        f"`oncelog transactions find-hanging {topic}`\n"
+    )
+
+
+def test_abort_by_start_offset_refuses_a_transaction_its_coordinator_has_open(local: LocalCluster) -> None:
+    topic = new_topic(local)
+    tid = unique("coordinated")
+    b = ["-b", local.bootstrap]
+    with Producer(local.bootstrap, transactional_id=tid) as producer:
+        producer.init_transactions()
+        producer.begin_transaction()
+        producer.send(topic, b"open").result()
+        refused = oncelog("transactions", "abort", "--topic", topic, "--partition", "0", "--start-offset", "0", *b)
+        producer.abort_transaction()
+    assert (refused.returncode, refused.stdout) == (1, "")
+    assert refused.stderr == (
+        f"error: the transaction at offset 0 of {topic}-0 belongs to transactional id {tid}, which its coordinator "
+        f"has open (ongoing): abort it there, on all its partitions, with `oncelog transactions abort {tid}`\n"
+    )
+    incomplete = oncelog("transactions", "abort", "--topic", topic, "--start-offset", "0", *b)
+    assert incomplete.returncode == 2
+    assert "by all of --topic, --partition and --start-offset" in " ".join(incomplete.stderr.replace("│", " ").split())
 
 
 # ---------------------------------------------------------------------------------------------- interrupts

@@ -9,7 +9,7 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from oncelog.cli.common import OPEN_STATES, Bootstrap, ms_to_text, parse_topic_partition, with_admin
+from oncelog.cli.common import OPEN_STATES, Bootstrap, CommandFailed, ms_to_text, parse_topic_partition, with_admin
 from oncelog.cli.output import Format, output_option, print_rows, print_table
 from oncelog.client import AdminClient, TopicPartition
 
@@ -84,15 +84,44 @@ def transactions_describe(
 
 @app.command("abort")
 def transactions_abort(
-    transactional_id: str = typer.Argument(..., help="transactional id whose open transaction to abort"),
+    transactional_id: str | None = typer.Argument(
+        None, help="transactional id whose open transaction to abort (or name it by --topic/--partition/--start-offset)"
+    ),
+    topic: str | None = typer.Option(None, "--topic", help="topic of the hanging transaction's partition"),
+    partition: int | None = typer.Option(None, "--partition", "-p", min=0, help="partition of the hanging transaction"),
+    start_offset: int | None = typer.Option(
+        None, "--start-offset", min=0, help="first offset of the hanging transaction (find-hanging's start offset)"
+    ),
     bootstrap: str | None = Bootstrap,
 ) -> None:
     """Abort an open (hanging) transaction; its producer instance is fenced.
 
+    By transactional id the coordinator aborts the transaction on all its partitions and groups. By --topic,
+    --partition and --start-offset (KIP-664, for a transaction its coordinator does not know, as
+    `oncelog transactions find-hanging` lists) the ABORT marker of the producer whose transaction starts there is
+    written on that partition, so its last stable offset moves on.
+
     Without an open transaction nothing happens, and the command says so (exit code 0).
 
     Example: oncelog transactions abort copier-0
+
+    Example: oncelog transactions abort --topic orders --partition 3 --start-offset 1042
     """
+    by_offset = (topic, partition, start_offset)
+    if transactional_id is not None and any(v is not None for v in by_offset):
+        raise typer.BadParameter(
+            "give a transactional id or --topic/--partition/--start-offset, not both", param_hint="TRANSACTIONAL_ID"
+        )
+    if transactional_id is None:
+        if any(v is None for v in by_offset):
+            raise typer.BadParameter(
+                "name the transaction by its transactional id, or by all of --topic, --partition and --start-offset",
+                param_hint="--start-offset",
+            )
+        assert topic is not None and partition is not None and start_offset is not None
+        tp = TopicPartition(topic, partition)
+        typer.echo(with_admin(bootstrap, lambda admin: _abort_at_offset(admin, tp, start_offset)))
+        return
 
     def abort(admin: AdminClient) -> str:
         state = admin.describe_transactions([transactional_id])[transactional_id].state
@@ -102,6 +131,37 @@ def transactions_abort(
         return f"aborted the transaction of {transactional_id}; producer id {producer_id} is fenced at epoch {epoch}"
 
     typer.echo(with_admin(bootstrap, abort))
+
+
+def _abort_at_offset(admin: AdminClient, tp: TopicPartition, start_offset: int) -> str:
+    """Find the producer whose open transaction starts at ``start_offset`` of ``tp`` and write its ABORT marker."""
+    where = f"{tp.topic}-{tp.partition}"
+    producers = admin.describe_producers([tp])[tp]
+    open_at = {
+        p.current_transaction_start_offset: p for p in producers if p.current_transaction_start_offset is not None
+    }
+    found = open_at.get(start_offset)
+    if found is None:
+        starts = ", ".join(str(offset) for offset in sorted(open_at)) or "none"
+        raise CommandFailed(
+            f"no open transaction starts at offset {start_offset} of {where} (open ones start at: {starts}); "
+            f"see `oncelog transactions find-hanging {tp.topic}`"
+        )
+    coordinated = [t for t in admin.list_transactions(producer_ids=[found.producer_id]) if t.state in OPEN_STATES]
+    if coordinated:
+        tid = coordinated[0].transactional_id
+        raise CommandFailed(
+            f"the transaction at offset {start_offset} of {where} belongs to transactional id {tid}, which its "
+            f"coordinator has open ({coordinated[0].state}): abort it there, on all its partitions, with "
+            f"`oncelog transactions abort {tid}`"
+        )
+    admin.abort_transaction_on_partition(tp, found.producer_id, found.producer_epoch, found.coordinator_epoch)
+    [(stable, _)] = admin.list_offsets({tp: "latest"}, isolation_level="read_committed").values()
+    return (
+        f"aborted the transaction of producer id {found.producer_id} (epoch {found.producer_epoch}) that started at "
+        f"offset {start_offset} of {where}; it is fenced there at epoch {found.producer_epoch + 1}, and the last "
+        f"stable offset is now {stable}"
+    )
 
 
 @app.command("skip-markers")
@@ -151,7 +211,8 @@ def transactions_find_hanging(
 
     A transaction is hanging when its coordinator knows no open transaction of that producer id (a marker was
     lost), or when it has been open longer than --max-transaction-timeout-ms. Abort one with
-    `oncelog transactions abort <transactional id>`.
+    `oncelog transactions abort <transactional id>`, or, when its coordinator has none open, with
+    `oncelog transactions abort --topic T --partition P --start-offset O`.
 
     Example: oncelog transactions find-hanging orders --max-transaction-timeout-ms 600000
     """

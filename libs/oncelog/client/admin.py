@@ -685,7 +685,7 @@ class AdminClient:
         if producer_epoch >= _MAX_PRODUCER_EPOCH:
             raise InvalidRequest(
                 f"producer {producer_id} is at epoch {producer_epoch}, the largest: no marker epoch can fence it; "
-                "wait for its transaction timeout or delete the topic"
+                "this transaction cannot be aborted by a marker"
             )
         self._run(abort, timeout)
 
