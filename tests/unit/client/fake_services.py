@@ -162,6 +162,7 @@ class FakeServices:
         self.committed_offsets: dict[str, dict[TopicPartition, OffsetAndMetadata]] = {}
         self.gates: dict[str, tuple[asyncio.Event, asyncio.Event]] = {}  # name -> (entered, released)
         self._next_producer_id = 1000
+        self.first_epoch = 0  # the epoch of a newly allocated producer id
         self._identities: dict[str, ProducerIdAndEpoch] = {}
 
     # -------------------------------------------------------------------------------- faults
@@ -253,7 +254,7 @@ class FakeServices:
         current = self._identities.get(transactional_id) if transactional_id else None
         if current is None:
             self._next_producer_id += 1
-            identity = ProducerIdAndEpoch(self._next_producer_id, 0)
+            identity = ProducerIdAndEpoch(self._next_producer_id, self.first_epoch)
         else:
             identity = ProducerIdAndEpoch(current.producer_id, current.epoch + 1)  # fences the older instance
         if transactional_id:

@@ -17,10 +17,17 @@ from oncelog.client.accumulator import RecordAccumulator
 from oncelog.client.errors import AbortableError, ProducerFencedError
 from oncelog.client.records import TopicPartition
 from oncelog.client.sender import NodeStream, ProduceSettings, Sender, SenderConfig
-from oncelog.client.sequences import ProducerIdAndEpoch, ProducerSequences
+from oncelog.client.sequences import MAX_PRODUCER_EPOCH, ProducerIdAndEpoch, ProducerSequences
 from oncelog.client.transaction_manager import TransactionManager, TransactionState
 from oncelog.client.transport import Deadline
-from oncelog.errors import InvalidRecord, NetworkException, NotLeader, OncelogError, ProducerFenced
+from oncelog.errors import (
+    CoordinatorNotAvailable,
+    InvalidRecord,
+    NetworkException,
+    NotLeader,
+    OncelogError,
+    ProducerFenced,
+)
 from oncelog.records import decode_records
 
 from .fake_services import ANSWER, LOSE_ANSWER, SILENT, STORAGE, FakeServices
@@ -214,6 +221,34 @@ async def test_failed_batch_makes_an_idempotent_producer_bump_its_epoch_and_rest
     assert (epoch0, seq0, seq1) == (0, 0, 1)
     assert (epoch1, seq2) == (1, 0)
     assert h.metrics["epoch_bumps"] == 1
+    assert h.services.partitions[TP].values == [b"first", b"later"]
+
+
+async def test_producer_id_request_is_retried_until_a_coordinator_answers() -> None:
+    h = Harness()
+    h.services.fail("InitProducerId", CoordinatorNotAvailable("loading"), CoordinatorNotAvailable("loading"))
+    async with h.running():
+        future = h.send(b"v")
+        await settled([future])
+    assert future.result().offset == 0
+    assert h.services.names()[:4] == ["InitProducerId"] * 3 + ["Produce"]
+
+
+async def test_exhausted_epoch_takes_a_new_producer_id_instead_of_a_bump() -> None:
+    h = Harness()
+    h.services.first_epoch = MAX_PRODUCER_EPOCH
+    async with h.running():
+        first = h.send(b"first")
+        await settled([first])
+        h.services.fail("produce", InvalidRecord("refused by the topic's rules"))
+        refused = h.send(b"refused")
+        await settled([refused])
+        later = h.send(b"later")
+        await settled([later])
+    (pid0, epoch0, _, _), _, (pid1, epoch1, seq1, _) = h.services.produced(TP)
+    assert epoch0 == MAX_PRODUCER_EPOCH
+    assert pid1 != pid0 and (epoch1, seq1) == (MAX_PRODUCER_EPOCH, 0)
+    assert h.services.names().count("InitProducerId") == 2
     assert h.services.partitions[TP].values == [b"first", b"later"]
 
 
