@@ -31,10 +31,11 @@ from oncelog.client.producer_config import ProducerConfig, check_options
 from oncelog.client.producer_rpc import GrpcProducerTransport
 from oncelog.client.records import ConsumerGroupMetadata, OffsetAndMetadata, RecordMetadata, TopicPartition
 from oncelog.client.sender import ProduceSettings, Sender, SenderConfig
-from oncelog.client.sequences import ProducerIdAndEpoch, ProducerSequences
+from oncelog.client.sequences import ProducerSequences
 from oncelog.client.transaction_manager import TransactionManager, TransactionState
 from oncelog.client.transport import Backoff, Channels, Deadline, IoThread, resolve_bootstrap
 from oncelog.errors import OncelogError, Reason, UnknownTopicOrPartition
+from oncelog.vocabulary import ProducerIdAndEpoch
 
 __all__ = ["Producer", "TransactionState"]
 

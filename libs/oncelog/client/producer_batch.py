@@ -15,9 +15,10 @@ from concurrent.futures import Future
 
 from oncelog.client.futures import RecordFuture
 from oncelog.client.records import TopicPartition
-from oncelog.client.sequences import NO_SEQUENCE, ProducerIdAndEpoch
+from oncelog.client.sequences import NO_SEQUENCE
 from oncelog.records import Compression, Record, RecordsBuilder
 from oncelog.records.varint import size_of_varint
+from oncelog.vocabulary import ProducerIdAndEpoch
 
 __all__ = [
     "MAX_RECORD_OVERHEAD",

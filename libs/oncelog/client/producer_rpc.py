@@ -23,10 +23,10 @@ from oncelog.api.txn import v1 as txn_pb
 from oncelog.client.metadata import ClusterMetadata
 from oncelog.client.records import ConsumerGroupMetadata, OffsetAndMetadata, TopicPartition
 from oncelog.client.sender import PartitionResult, ProduceAnswer, ProduceEntry, ProduceSettings
-from oncelog.client.sequences import ProducerIdAndEpoch
 from oncelog.client.transaction_manager import CoordinatorKind, EndTxnResult
 from oncelog.client.transport import Channels, call
 from oncelog.rpc.errors import from_error_info, from_rpc_error
+from oncelog.vocabulary import ProducerIdAndEpoch, Role
 
 __all__ = ["GrpcProduceStream", "GrpcProducerTransport"]
 
@@ -124,7 +124,7 @@ class GrpcProducerTransport:
 
     async def txn_coordinator_addresses(self) -> list[str]:
         cluster = await self._metadata.describe_cluster()
-        return cluster.addresses("txn-coordinator")
+        return cluster.addresses(Role.TXN_COORDINATOR)
 
     async def find_coordinator(self, key: str, kind: CoordinatorKind) -> str:
         return await self._metadata.find_coordinator(key, _KINDS[kind])
