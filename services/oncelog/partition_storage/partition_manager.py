@@ -600,14 +600,17 @@ class PartitionManager:
         Raises:
             StorageUnavailable: the catalog cannot be read (the previous view is kept).
         """
-        if self._refreshing is None:
+        # a finished task whose completion callback has not run yet counts as none: awaiting it would return at
+        # once without yielding, and a caller looping for a newer refresh (_refresh_since) would spin forever
+        if self._refreshing is None or self._refreshing.done():
             task = asyncio.get_running_loop().create_task(self._refresh())
             task.add_done_callback(self._refresh_done)
             self._refreshing = task
         await asyncio.shield(self._refreshing)
 
     def _refresh_done(self, task: asyncio.Task[None]) -> None:
-        self._refreshing = None
+        if self._refreshing is task:  # not a newer refresh started meanwhile
+            self._refreshing = None
         if not task.cancelled():
             task.exception()  # retrieved by the awaiting callers; avoid "never retrieved" noise
 
