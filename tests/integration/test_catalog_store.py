@@ -539,8 +539,9 @@ def test_configs_are_set_and_deleted_by_either_name_and_only_set_ones_are_overri
         (
             [("retention.mss", "1")],
             "topic 'c': unknown topic config 'retention.mss'; known: flush, max_message_bytes, retention_ms, "
-            "retention_bytes, segment_bytes, segment_ms, min_insync_replicas (or Kafka's retention.ms, "
-            "retention.bytes, segment.ms, segment.bytes, max.message.bytes, min.insync.replicas)",
+            "retention_bytes, segment_bytes, segment_ms, min_insync_replicas, unclean_leader_election (or Kafka's "
+            "retention.ms, retention.bytes, segment.ms, segment.bytes, max.message.bytes, min.insync.replicas, "
+            "unclean.leader.election.enable)",
         ),
         (
             [("retention_ms", "soon"), ("flush", "never")],

@@ -108,12 +108,16 @@ class Election:
     isr: tuple[str, ...]
 
 
-def elect_leader(replicas: Sequence[str], isr: Sequence[str], live: set[str]) -> Election:
+def elect_leader(replicas: Sequence[str], isr: Sequence[str], live: set[str], *, unclean: bool = False) -> Election:
     """Clean election (docs/design/replication.md §6): the first live ISR member in replica order leads, and the
     ISR keeps its live members. With no live ISR member the partition goes offline and keeps its ISR, so the
-    last in-sync replica is elected when it returns; an out-of-sync replica is never chosen (unclean election
-    is off)."""
+    last in-sync replica is elected when it returns; an out-of-sync replica is never chosen, unless ``unclean``
+    (the topic's ``unclean_leader_election``): then the first live replica leads alone (ISR = {it}), and what
+    the old ISR had beyond its log is lost."""
     candidates = [r for r in replicas if r in isr and r in live]
     if not candidates:
+        stale = [r for r in replicas if r in live]
+        if unclean and stale:
+            return Election(stale[0], (stale[0],))
         return Election("", tuple(isr))
     return Election(candidates[0], tuple(r for r in replicas if r in isr and r in live))

@@ -535,6 +535,7 @@ class CatalogStore(CoordinatorShardTable):
         isr: Iterable[str] | None = None,
         leader_node_id: str | None = None,
         controller: tuple[str, int, int] | None = None,
+        move_live_leader: bool = False,
     ) -> PartitionRecord | None:
         """Change a partition's ISR and/or leader if it is still exactly as ``seen`` (Kafka's AlterPartition).
 
@@ -546,7 +547,9 @@ class CatalogStore(CoordinatorShardTable):
         ``controller`` = ``(node_id, controller_epoch, now_ms)`` makes the change also conditional, in the same
         transaction, on that node still holding the controller lease at that epoch (a deposed controller's late
         election never lands; design/replication.md §6) and, when it replaces the leader, on the old leader's node lease
-        having lapsed (a leader that renewed between the controller's look and its write keeps leading).
+        having lapsed (a leader that renewed between the controller's look and its write keeps leading), unless
+        ``move_live_leader`` (preferred-leader restore: the live old leader steps down when it reads the new epoch;
+        the new leader is in the ISR, so the old one can acknowledge nothing it lacks).
 
         Raises:
             InvalidRequest: the ISR is not a subset of the replicas, or is empty while a leader is named, or the
@@ -570,7 +573,12 @@ class CatalogStore(CoordinatorShardTable):
         with self._begin() as conn:
             if controller is not None and not _holds_controller_lease(conn, *controller):
                 return None
-            replaces_leader = controller is not None and bool(seen.leader_node_id) and leader != seen.leader_node_id
+            replaces_leader = (
+                controller is not None
+                and not move_live_leader
+                and bool(seen.leader_node_id)
+                and leader != seen.leader_node_id
+            )
             if replaces_leader and _node_lease_holds(conn, seen.leader_node_id, controller[2]):  # type: ignore[index]
                 return None  # the leader renewed its lease after the controller looked: no election
             result = conn.execute(

@@ -62,6 +62,8 @@ class TopicConfig:
     segment_bytes: int = 128 * 1024 * 1024
     segment_ms: int = 7 * 24 * 3600 * 1000
     min_insync_replicas: int = 1  # Kafka's min.insync.replicas: an acks=all write needs this many in-sync copies
+    # Kafka's unclean.leader.election.enable: with no live in-sync replica, elect an out-of-sync one (may lose data)
+    unclean_leader_election: bool = False
 
     KEYS = (
         "flush",
@@ -71,6 +73,7 @@ class TopicConfig:
         "segment_bytes",
         "segment_ms",
         "min_insync_replicas",
+        "unclean_leader_election",
     )
 
     @classmethod
@@ -85,6 +88,13 @@ class TopicConfig:
                 if value not in ("sync", "async"):
                     problems.append(f"flush={value!r}; use 'sync' (fsync before ack) or 'async'")
                 values[key] = value
+            elif key == "unclean_leader_election":
+                if value not in ("true", "false"):
+                    problems.append(
+                        f"unclean_leader_election={value!r}; use 'false' (default: a partition with no live in-sync "
+                        "replica stays offline) or 'true' (elect an out-of-sync replica, losing what it lacks)"
+                    )
+                values[key] = value == "true"
             else:
                 try:
                     values[key] = int(value)
@@ -108,11 +118,16 @@ class TopicConfig:
 
     def to_map(self) -> dict[str, str]:
         """The full settings as strings, as returned by Metadata."""
-        return {key: str(getattr(self, key)) for key in self.KEYS}
+        return {key: _text(getattr(self, key)) for key in self.KEYS}
 
     def overrides(self, keys: Iterable[str]) -> dict[str, str]:
         """The values of ``keys`` (the settings set on the topic) as strings: what the catalog stores."""
-        return {key: str(getattr(self, key)) for key in self.KEYS if key in set(keys)}
+        return {key: _text(getattr(self, key)) for key in self.KEYS if key in set(keys)}
+
+
+def _text(value: object) -> str:
+    """A setting as the wire and the catalog carry it (booleans as ``true``/``false``, as Kafka writes them)."""
+    return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 KAFKA_CONFIG_NAMES = {
@@ -122,6 +137,7 @@ KAFKA_CONFIG_NAMES = {
     "segment.bytes": "segment_bytes",
     "max.message.bytes": "max_message_bytes",
     "min.insync.replicas": "min_insync_replicas",
+    "unclean.leader.election.enable": "unclean_leader_election",
 }
 """Kafka's dotted topic config names, accepted wherever a topic config is named (``retention.ms``)."""
 

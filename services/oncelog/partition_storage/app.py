@@ -66,6 +66,7 @@ def build(settings: PartitionStorageSettings) -> ServiceSpec:
         clock=wall_clock_ms,
         lease_ms=settings.node_lease_ms,
         on_change=partitions.request_refresh,
+        rebalance_interval_ms=settings.leader_rebalance_interval_ms,
     )
     node.spec.add(
         pb.add_PartitionStorageServiceServicer_to_server,

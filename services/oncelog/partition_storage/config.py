@@ -63,6 +63,11 @@ class PartitionStorageSettings(ServiceSettings):
     replica_fetch_wait_ms: int = setting(
         500, help="long-poll of a follower's replica fetch (replica.fetch.wait.max.ms)"
     )
+    leader_rebalance_interval_ms: int = setting(
+        300_000,
+        help="how often the controller moves leadership back to preferred replicas that are in sync again "
+        "(leader.imbalance.check.interval); 0 never",
+    )
     stream_max_in_flight: int = setting(32, help="requests of one ProduceStream awaiting durability at once")
 
     def validate(self) -> list[str]:
@@ -86,8 +91,10 @@ class PartitionStorageSettings(ServiceSettings):
         ):
             if getattr(self, name) <= 0:
                 problems.append(f"{name} must be positive, got {getattr(self, name)}")
-        if self.index_interval_bytes < 0 or self.fetch_max_wait_ms < 0:
-            problems.append("index_interval_bytes and fetch_max_wait_ms must not be negative")
+        if self.index_interval_bytes < 0 or self.fetch_max_wait_ms < 0 or self.leader_rebalance_interval_ms < 0:
+            problems.append(
+                "index_interval_bytes, fetch_max_wait_ms and leader_rebalance_interval_ms must not be negative"
+            )
         if self.fetch_max_bytes > self.max_message_bytes - _MIB:
             problems.append(
                 f"fetch_max_bytes={self.fetch_max_bytes} must leave 1 MiB of max_message_bytes="

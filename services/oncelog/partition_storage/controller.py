@@ -18,8 +18,14 @@ meanwhile only costs a round that finds nothing to do.
 
 Partitions with one replica are never touched: their behaviour is exactly what it was before replication.
 
+A topic with ``unclean_leader_election=true`` instead elects the first live out-of-sync replica alone (logged as
+an UNCLEAN election: records it lacks are lost). Every ``rebalance_interval_ms`` (Kafka's
+``leader.imbalance.check.interval``), leadership of each partition whose preferred replica (``replicas[0]``) is live
+and in sync moves back to it (preferred-leader restore), as a conditional update that does not wait for the old
+leader's lease: the old leader steps down when it reads the new epoch.
+
 Not yet here (see the design's slice list): removal of dead nodes from the ISR of partitions whose leader lives
-(the leader shrinks it after ``replica_lag_time_max_ms``), preferred-leader restore, controlled shutdown.
+(the leader shrinks it after ``replica_lag_time_max_ms``).
 
 Domain code: the catalog and the clock come in through the constructor; nothing here imports grpc.
 """
@@ -32,7 +38,7 @@ import logging
 from collections.abc import Callable
 
 from oncelog.catalog.replicas import elect_leader
-from oncelog.catalog.store import CONTROLLER_ROLE, CatalogStore
+from oncelog.catalog.store import CONTROLLER_ROLE, CatalogStore, PartitionRecord
 from oncelog.errors import OncelogError
 from oncelog.vocabulary import Role
 
@@ -51,6 +57,8 @@ class Controller:
         lease_ms: the controller lease; renewed every third of it (see "When rounds run").
         on_change: called (on the loop) after this controller changed any partition, so the node re-reads the
             catalog at once instead of at its next periodic refresh.
+        rebalance_interval_ms: how often leadership goes back to preferred replicas (Kafka's
+            ``leader.imbalance.check.interval``); 0 never.
     """
 
     def __init__(
@@ -61,12 +69,15 @@ class Controller:
         clock: Callable[[], int],
         lease_ms: int,
         on_change: Callable[[], None] = lambda: None,
+        rebalance_interval_ms: int = 0,
     ) -> None:
         self._catalog = catalog
         self._node_id = node_id
         self._clock = clock
         self._lease_ms = lease_ms
         self._on_change = on_change
+        self._rebalance_interval_ms = rebalance_interval_ms
+        self._next_rebalance_at = 0
         self._epoch: int | None = None
         self._next_round_at = 0
         self._task: asyncio.Task[None] | None = None
@@ -133,41 +144,82 @@ class Controller:
         live = {n.node_id for n in nodes}
         for node in nodes:
             self._wake_after(node.lease_expires_at_ms, now)
+        fence = (self._node_id, lease.coordinator_epoch, now)
+        rebalance = self._rebalance_interval_ms > 0 and now >= self._next_rebalance_at
+        if rebalance:
+            self._next_rebalance_at = now + self._rebalance_interval_ms
+        if self._rebalance_interval_ms > 0:
+            self._next_round_at = min(self._next_round_at, self._next_rebalance_at)
         changed = False
         for topic in self._catalog.describe_topics():
             for p in topic.partitions:
-                if len(p.replicas) < 2 or p.leader_node_id in live:
+                if len(p.replicas) < 2:
                     continue
-                decision = elect_leader(p.replicas, p.isr, live)
-                if decision.leader_node_id == p.leader_node_id:
-                    continue  # offline, and still no eligible replica
-                updated = self._catalog.alter_partition(
-                    topic.name,
-                    p,
-                    isr=decision.isr,
-                    leader_node_id=decision.leader_node_id,
-                    controller=(self._node_id, lease.coordinator_epoch, now),
-                )
-                if updated is None:
-                    log.info("election of %s-%d lost to another change; next round", topic.name, p.partition)
-                    continue
-                changed = True
-                if updated.leader_node_id:
-                    log.warning(
-                        "%s-%d: leader %s is gone; elected %s at leader epoch %d, ISR %s",
-                        topic.name,
-                        p.partition,
-                        p.leader_node_id,
-                        updated.leader_node_id,
-                        updated.leader_epoch,
-                        list(updated.isr),
-                    )
-                else:
-                    log.error(
-                        "%s-%d is OFFLINE: leader %s is gone and no in-sync replica is live (ISR %s)",
-                        topic.name,
-                        p.partition,
-                        p.leader_node_id,
-                        list(updated.isr),
-                    )
+                if p.leader_node_id not in live:
+                    changed |= self._elect(topic.name, p, live, fence, topic.config.unclean_leader_election)
+                elif rebalance:
+                    changed |= self._restore_preferred(topic.name, p, live, fence)
         return changed
+
+    def _elect(
+        self, topic: str, p: PartitionRecord, live: set[str], fence: tuple[str, int, int], unclean: bool
+    ) -> bool:
+        """Replace a gone leader (or bring an offline partition back); True if the catalog changed."""
+        decision = elect_leader(p.replicas, p.isr, live, unclean=unclean)
+        if decision.leader_node_id == p.leader_node_id:
+            return False  # offline, and still no eligible replica
+        updated = self._catalog.alter_partition(
+            topic, p, isr=decision.isr, leader_node_id=decision.leader_node_id, controller=fence
+        )
+        if updated is None:
+            log.info("election of %s-%d lost to another change; next round", topic, p.partition)
+            return False
+        if not updated.leader_node_id:
+            log.error(
+                "%s-%d is OFFLINE: leader %s is gone and no in-sync replica is live (ISR %s)",
+                topic,
+                p.partition,
+                p.leader_node_id,
+                list(updated.isr),
+            )
+        elif updated.leader_node_id not in p.isr:
+            log.error(
+                "%s-%d: UNCLEAN election (unclean_leader_election=true): no in-sync replica of %s is live, so "
+                "out-of-sync %s leads at leader epoch %d; records it lacks are lost",
+                topic,
+                p.partition,
+                list(p.isr),
+                updated.leader_node_id,
+                updated.leader_epoch,
+            )
+        else:
+            log.warning(
+                "%s-%d: leader %s is gone; elected %s at leader epoch %d, ISR %s",
+                topic,
+                p.partition,
+                p.leader_node_id,
+                updated.leader_node_id,
+                updated.leader_epoch,
+                list(updated.isr),
+            )
+        return True
+
+    def _restore_preferred(self, topic: str, p: PartitionRecord, live: set[str], fence: tuple[str, int, int]) -> bool:
+        """Move leadership back to the preferred replica (``replicas[0]``) once it is live and in sync again."""
+        preferred = p.replicas[0]
+        if p.leader_node_id == preferred or preferred not in live or preferred not in p.isr:
+            return False
+        updated = self._catalog.alter_partition(
+            topic, p, leader_node_id=preferred, controller=fence, move_live_leader=True
+        )
+        if updated is None:
+            return False
+        log.info(
+            "%s-%d: leadership back to preferred replica %s at leader epoch %d (was %s)",
+            topic,
+            p.partition,
+            preferred,
+            updated.leader_epoch,
+            p.leader_node_id,
+        )
+        return True

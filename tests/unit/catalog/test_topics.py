@@ -73,3 +73,12 @@ def test_group_id_rule() -> None:
         validate_group_id("")
     with pytest.raises(InvalidRequest, match=f"AddOffsetsToTxn group id is 256 .* limit is {MAX_GROUP_ID_LENGTH}"):
         validate_group_id("g" * 256, "AddOffsetsToTxn group id")
+
+
+def test_unclean_leader_election_is_false_unless_set_to_true_and_round_trips() -> None:
+    assert TopicConfig.parse({}).unclean_leader_election is False
+    config = TopicConfig.parse({"unclean_leader_election": "true"})
+    assert config.unclean_leader_election is True and config.to_map()["unclean_leader_election"] == "true"
+    assert TopicConfig.parse(config.to_map()) == config
+    with pytest.raises(InvalidConfig, match="unclean_leader_election='yes'; use 'false'"):
+        TopicConfig.parse({"unclean_leader_election": "yes"})

@@ -152,3 +152,56 @@ def test_a_standby_controller_wakes_just_after_the_holders_lease_lapses(catalog:
     register(catalog, clock, *NODES)
     second.run_once()
     assert second.controller_epoch == 2, "took over at once"
+
+
+def test_unclean_election_is_off_by_default_and_elects_an_out_of_sync_replica_where_a_topic_allows_it(
+    catalog: CatalogStore,
+) -> None:
+    clock = Clock()
+    register(catalog, clock, *NODES)
+    catalog.create_topics(
+        [("clean", 1, {}, 3), ("unclean", 1, {"unclean_leader_election": "true"}, 3)], now_ms=clock.now
+    )
+    assert catalog.describe_topics(["unclean"])[0].config.unclean_leader_election
+    seen = {t: catalog.partition(t, 0) for t in ("clean", "unclean")}
+    for topic, p in seen.items():  # only the leader is in sync, then it dies
+        assert catalog.alter_partition(topic, p, isr=[p.leader_node_id]) is not None
+    controller = controllers(catalog, clock)[0]
+    clock.now += LEASE_MS + 1
+    dead = {p.leader_node_id for p in seen.values()}
+    register(catalog, clock, *(n for n in NODES if n not in dead))
+    assert controller.run_once()
+    clean = catalog.partition("clean", 0)
+    assert clean.leader_node_id == "", "no live in-sync replica: offline, a stale replica never serves"
+    unclean = catalog.partition("unclean", 0)
+    stale = next(r for r in seen["unclean"].replicas if r not in dead)
+    assert (unclean.leader_node_id, unclean.isr) == (stale, (stale,))
+    assert unclean.leader_epoch == seen["unclean"].leader_epoch + 1
+
+
+def test_leadership_returns_to_the_preferred_replica_once_it_is_in_sync_at_the_rebalance_interval(
+    catalog: CatalogStore,
+) -> None:
+    clock = Clock()
+    register(catalog, clock, *NODES)
+    catalog.create_topics([("r", 1, {}, 3)], now_ms=clock.now)
+    preferred = catalog.partition("r", 0).replicas[0]
+    assert catalog.partition("r", 0).leader_node_id == preferred
+    controller = Controller(catalog, NODES[2], clock=clock, lease_ms=LEASE_MS, rebalance_interval_ms=10 * LEASE_MS)
+    controller.run_once()  # a rebalance round with nothing to move; the next is due in 10 leases
+    clock.now += LEASE_MS + 1
+    register(catalog, clock, *(n for n in NODES if n != preferred))
+    assert controller.run_once()
+    failed_over = catalog.partition("r", 0)
+    assert failed_over.leader_node_id != preferred and preferred not in failed_over.isr
+    register(catalog, clock, preferred)  # it returns, and catches up: its leader adds it back
+    back_in_sync = catalog.alter_partition("r", failed_over, isr=[*failed_over.isr, preferred])
+    assert back_in_sync is not None
+    assert not controller.run_once(), "not before the rebalance interval"
+    assert controller.next_round_at <= 1_000_000 + 10 * LEASE_MS, "a round is due at the interval"
+    clock.now = 1_000_000 + 10 * LEASE_MS
+    register(catalog, clock, *NODES)  # every lease live, the current leader's included
+    assert controller.run_once()
+    restored = catalog.partition("r", 0)
+    assert restored.leader_node_id == preferred and restored.leader_epoch == back_in_sync.leader_epoch + 1
+    assert restored.isr == back_in_sync.isr
