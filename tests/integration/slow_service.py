@@ -31,6 +31,10 @@ def build(control: Path) -> ServiceSpec:
     async def mark_stopped() -> None:
         (control / "stop-hook-ran").write_text("1")
 
+    async def mark_draining() -> None:  # records whether the in-flight call was still running at the time
+        (control / "drain-hook-ran").write_text("released" if (control / "release").exists() else "in flight")
+
+    spec.on_drain.append(mark_draining)
     spec.on_stop.append(mark_stopped)
     return spec
 

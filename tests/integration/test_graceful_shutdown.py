@@ -1,4 +1,5 @@
-"""SIGTERM drains: health turns NOT_SERVING, the in-flight call completes, stop hooks run, exit 0."""
+"""SIGTERM drains: health turns NOT_SERVING, drain hooks run while calls are still served, the in-flight call
+completes, stop hooks run, exit 0."""
 
 from __future__ import annotations
 
@@ -42,6 +43,8 @@ def test_sigterm_lets_the_in_flight_call_finish_and_reports_not_serving(tmp_path
             assert next(watch).status == health_pb2.HealthCheckResponse.NOT_SERVING
             watch.cancel()  # a watch is itself an in-flight call the drain would wait for
             assert not call.done(), "the in-flight call must not be cut off by the drain"
+            _wait_for(tmp_path / "drain-hook-ran", proc)
+            assert (tmp_path / "drain-hook-ran").read_text() == "in flight", "drain hooks run while still serving"
             (tmp_path / "release").write_text("1")
             assert call.result(timeout=30) == b"done:payload"
         assert proc.wait(30) == 0

@@ -257,6 +257,38 @@ def test_below_min_insync_replicas_nothing_is_acknowledged_and_producing_resumes
     assert logged_batches(cluster, back, "guarded") == original
 
 
+def test_sigterm_hands_leadership_over_while_the_node_still_drains(tmp_path: Path) -> None:
+    """Controlled shutdown (design/replication.md §6): SIGTERM to a leader moves the leadership to an in-sync
+    follower and takes the leader out of the ISR at the start of its drain, while it still answers (here a 5 s
+    drain): the catalog names the new leader before the process exits (nothing waits for a lease to lapse), a
+    produce sent to the draining node is redirected with NOT_LEADER, and every acknowledged record is on the new
+    leader."""
+    env = {
+        "ONCELOG_PARTITION_STORAGE_REPLICA_LAG_TIME_MAX_MS": str(LAG_MS),
+        "ONCELOG_PARTITION_STORAGE_DRAIN_DELAY_S": "5",
+    }
+    with LocalCluster(tmp_path, storage_nodes=3, services=("partition-storage",), env=env) as cluster:
+        admin = cluster_pb.ClusterServiceStub(sync_channel(cluster.bootstrap))
+        spec = cluster_pb.TopicSpec(name=TOPIC, partitions=1, replication_factor=3)
+        admin.CreateTopics(cluster_pb.CreateTopicsRequest(topics=[spec]), timeout=30)
+        meta = partition(cluster)
+        leader = meta.leader_node_id
+        acked = [produce(cluster, leader, seq) for seq in range(3)]
+        wait_for_isr(cluster, set(meta.replica_node_ids))
+        process = cluster.node(leader).process
+        assert process is not None
+        process.send_signal(signal.SIGTERM)
+        after = wait_for(cluster, lambda p: p.leader_node_id not in ("", leader), "a new leader")
+        redirected = from_error_info(produce_result(cluster, leader, 3).error)
+        assert process.poll() is None, "handed over while the old leader still drains"
+        assert leader not in after.isr_node_ids and after.leader_epoch == meta.leader_epoch + 1
+        assert redirected.reason.name == "NOT_LEADER", redirected
+        assert redirected.metadata.get("leader_node_id") == after.leader_node_id
+        assert process.wait(timeout=60) == 0
+        acked.append(produce(cluster, after.leader_node_id, 3))
+        assert set(acked) <= set(logged_batches(cluster, after.leader_node_id))
+
+
 def process_state(cluster: LocalCluster, node_id: str) -> str:
     """The process's scheduler state from /proc (``T``: stopped by a signal)."""
     process = cluster.node(node_id).process

@@ -4,10 +4,10 @@ Lifecycle (Temporal's worker shape plus grpc's graceful-shutdown example):
 
 * ``start()`` registers the servicers, health and reflection, binds (port 0 allowed), runs the
   ``on_start`` hooks with the bound address, sets every service SERVING, and writes the ready file.
-* ``stop()`` (SIGTERM/SIGINT, ``async with`` exit, or a direct call) sets NOT_SERVING, keeps answering for
-  ``drain_delay_s`` so load balancers and kubelet probes notice, stops accepting calls while in-flight ones
-  get up to ``shutdown_grace_s`` to finish, then runs the ``on_stop`` hooks in reverse order. It is
-  idempotent.
+* ``stop()`` (SIGTERM/SIGINT, ``async with`` exit, or a direct call) sets NOT_SERVING, runs the ``on_drain``
+  hooks while still serving, keeps answering for ``drain_delay_s`` so load balancers and kubelet probes notice,
+  stops accepting calls while in-flight ones get up to ``shutdown_grace_s`` to finish, then runs the ``on_stop``
+  hooks in reverse order. It is idempotent.
 
 With TLS on, Kubernetes' native gRPC probes cannot connect (they speak plaintext only), so a server may open a
 second, plaintext listener (``health_listen``) that serves nothing but ``grpc.health.v1.Health``, backed by
@@ -50,6 +50,8 @@ class ServiceSpec:
         registrations: callables that add servicers to the server (``add_XServicer_to_server``).
         service_names: fully qualified gRPC service names, reported by health and reflection.
         on_start: hooks run after binding, with the advertised address (e.g. catalog registration).
+        on_drain: hooks run when draining starts (health NOT_SERVING), while calls are still served (a storage
+            node hands its partitions' leadership over here).
         on_stop: hooks run after the server stopped, in reverse order (background tasks, engines).
     """
 
@@ -57,6 +59,7 @@ class ServiceSpec:
     registrations: list[Callable[[aio.Server], None]] = field(default_factory=list)
     service_names: list[str] = field(default_factory=list)
     on_start: list[StartHook] = field(default_factory=list)
+    on_drain: list[StopHook] = field(default_factory=list)
     on_stop: list[StopHook] = field(default_factory=list)
     health_reporter: Callable[[bool], Awaitable[None]] | None = None
     """Set by the running server: reports every service SERVING (True) or NOT_SERVING (False)."""
@@ -76,6 +79,7 @@ class ServiceSpec:
         self.registrations += other.registrations
         self.service_names += other.service_names
         self.on_start += other.on_start
+        self.on_drain += other.on_drain
         self.on_stop += other.on_stop
 
 
@@ -181,6 +185,11 @@ class GrpcServer:
     async def _shutdown(self) -> None:
         log.info("%s draining: health NOT_SERVING", self.spec.name)
         await self.health.enter_graceful_shutdown()
+        for hook in self.spec.on_drain:
+            try:
+                await hook()
+            except Exception:
+                log.exception("drain hook failed")
         if self._drain_delay_s:
             await asyncio.sleep(self._drain_delay_s)
         await self._server.stop(self._grace_s)

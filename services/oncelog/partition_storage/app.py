@@ -91,6 +91,7 @@ def build(settings: PartitionStorageSettings) -> ServiceSpec:
 
     # membership.start runs first (registered by node_context); on_stop runs in reverse, so this stops first.
     node.spec.on_start.append(start)
+    node.spec.on_drain.append(partitions.hand_over_leadership)
     node.spec.on_stop.append(stop)
     return node.spec
 

@@ -262,6 +262,8 @@ class PartitionEngine:
         self.high_watermark_limit: Callable[[int], int] | None = None
         # replication: raises instead of acknowledging a write the HW passed while the ISR was too small
         self.acknowledge_check: Callable[[], None] | None = None
+        # replication: raises once this node stopped leading, failing a write still waiting for the HW at once
+        self.leadership_check: Callable[[], None] | None = None
         self._snapshot_tasks: set[asyncio.Task[None]] = set()
         self._snapshot_lock = asyncio.Lock()
         self._failure: BaseException | None = None
@@ -350,6 +352,10 @@ class PartitionEngine:
     def _notify(self) -> None:
         event, self._changed = self._changed, asyncio.Event()
         event.set()
+
+    def wake_waiters(self) -> None:
+        """Wake every wait on :meth:`changed` (writes waiting for the HW re-check :attr:`leadership_check`)."""
+        self._notify()
 
     def appended(self) -> asyncio.Event:
         """An event set at the next append or close (the log end moved); replica fetches long-poll on it."""
@@ -654,6 +660,8 @@ class PartitionEngine:
         self._advance_high_watermark(self._log.recovery_point)
         while self._high_watermark < offset:  # replicated: the in-sync followers have yet to confirm it
             self._check_online()
+            if self.leadership_check is not None:
+                self.leadership_check()
             await self._changed.wait()
 
     async def _await_durable(self, offset: int) -> None:

@@ -260,6 +260,7 @@ class PartitionManager:
         # replication: the leader-side state of replicated partitions led here, and the fetchers of those
         # followed here (docs/design/replication.md §3, §4, §7)
         self._leaders: dict[_Key, LeaderReplicaState] = {}
+        self._handing_over = False  # controlled shutdown: lead nothing, copy nothing
         self._background: set[asyncio.Task[None]] = set()
         self._fetchers = (
             None
@@ -308,6 +309,50 @@ class PartitionManager:
             self._every(config.checkpoint_interval_ms, "recovery checkpoint", self._checkpoint),
             self._every(max(config.replica_lag_time_max_ms // 4, 1), "ISR update", self._maintain_isr),
         ]
+
+    async def hand_over_leadership(self) -> None:
+        """Controlled shutdown (design/replication.md §6): before this node drains, move the leadership of every
+        replicated partition it leads to the first other live in-sync replica and leave those ISRs, with the
+        conditional catalog update a leader makes (leader, leader epoch and partition epoch as seen). Clients
+        then get ``NOT_LEADER`` naming the new leader while this node still answers, writes waiting here for
+        their HW fail ``NOT_LEADER`` (retriable; an idempotent retry is deduplicated by the new leader, which
+        has everything this node acknowledged), and no acks=all write waits for this node to leave an ISR after
+        it exits. A partition with no other live in-sync replica stays here until the lease lapses."""
+        if self._fetchers is None:
+            return
+        self._handing_over = True  # from here on this node copies nothing, so no leader re-adds it to an ISR
+        with contextlib.suppress(OncelogError):
+            await self._refresh_since(asyncio.get_running_loop().time())
+        moved = []
+        for key in list(self._leaders):
+            assignment = self._assignments.get(key)
+            if assignment is None or assignment.leader_node_id != self._node_id:
+                continue
+            others = [r for r in assignment.replicas if r != self._node_id and r in assignment.isr]
+            live = [r for r in others if r in self._addresses]
+            if not live:
+                log.warning("%s-%d: no other live in-sync replica; it stays here until this lease lapses", *key)
+                continue
+            seen = PartitionRecord(
+                assignment.partition,
+                self._node_id,
+                assignment.leader_epoch,
+                assignment.replicas,
+                assignment.isr,
+                assignment.partition_epoch,
+            )
+            try:
+                updated = await asyncio.to_thread(
+                    self._catalog.alter_partition, assignment.topic, seen, leader_node_id=live[0], isr=others
+                )
+            except OncelogError as err:
+                log.warning("%s-%d: leadership hand-over failed (%s); the controller elects after the lease", *key, err)
+                continue
+            if updated is not None:
+                moved.append(f"{key[0]}-{key[1]} -> {live[0]} (epoch {updated.leader_epoch})")
+        log.info("controlled shutdown: leadership handed over: %s", ", ".join(moved) or "none")
+        with contextlib.suppress(OncelogError):
+            await self.refresh()  # step down: parked writes fail NOT_LEADER, requests are redirected
 
     async def stop(self) -> None:
         """Stop the loops and close every engine (each flushes and writes a producer-state snapshot)."""
@@ -719,14 +764,16 @@ class PartitionManager:
                 self._leaders[key] = state
                 engine.high_watermark_limit = functools.partial(self._lease_bounded_high_watermark, state)
                 engine.acknowledge_check = functools.partial(self._check_acknowledge, key)
+                engine.leadership_check = functools.partial(self._check_leading, key)
                 log.info("%s-%d: leading at epoch %d with ISR %s", *key, assignment.leader_epoch, list(assignment.isr))
             else:
                 state.set_isr(assignment.isr)
             engine.refresh_high_watermark()
             return
-        self._leaders.pop(key, None)
+        if self._leaders.pop(key, None) is not None:
+            engine.wake_waiters()  # writes waiting for the HW here fail NOT_LEADER now, not at their timeout
         address = self._addresses.get(assignment.leader_node_id)
-        if not assignment.leader_node_id or not address:
+        if not assignment.leader_node_id or not address or self._handing_over:
             self._fetchers.unfollow(*key)
             if engine.high_watermark_limit is not None:
                 engine.high_watermark_limit = _hold_high_watermark  # no leader to learn it from
@@ -767,6 +814,11 @@ class PartitionManager:
     def _check_acknowledge(self, key: _Key) -> None:
         """After the HW passed a write: refuse the acknowledgement if this node no longer leads the partition
         (it stepped down meanwhile), or if the ISR is below min_insync_replicas."""
+        self._check_leading(key)
+        self._check_min_insync(key, definite=False)
+
+    def _check_leading(self, key: _Key) -> None:
+        """Raise NOT_LEADER for a write this node can no longer acknowledge: it stepped down meanwhile."""
         if key not in self._leaders:
             assignment = self._assignments.get(key)
             raise NotLeader(
@@ -774,7 +826,6 @@ class PartitionManager:
                 "may or may not survive); refresh metadata and retry on the new leader",
                 metadata={} if assignment is None else {"leader_epoch": str(assignment.leader_epoch)},
             )
-        self._check_min_insync(key, definite=False)
 
     def _check_min_insync(self, key: _Key, *, definite: bool) -> None:
         """Refuse (before writing) or fail to acknowledge (after) while the ISR is below min_insync_replicas
