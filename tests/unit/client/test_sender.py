@@ -204,17 +204,22 @@ async def test_retriable_answer_is_retried_with_the_same_sequence_after_a_metada
     assert h.metrics["batch_retries"] == 1
 
 
-async def test_failed_batch_makes_an_idempotent_producer_bump_its_epoch_and_restart_at_sequence_zero() -> None:
-    """A batch refused for good leaves a hole in the partition's sequences: the next batch needs a new epoch."""
-    h = Harness()
+async def first_refused_later(h: Harness) -> tuple[Future[Any], Future[Any]]:
+    """Send b"first", then b"refused" (which the partition refuses for good), then b"later", each once settled."""
     async with h.running():
-        first = h.send(b"first")
-        await settled([first])
+        await settled([h.send(b"first")])
         h.services.fail("produce", InvalidRecord("refused by the topic's rules"))
         refused = h.send(b"refused")
         await settled([refused])
         later = h.send(b"later")
         await settled([later])
+    return refused, later
+
+
+async def test_failed_batch_makes_an_idempotent_producer_bump_its_epoch_and_restart_at_sequence_zero() -> None:
+    """A batch refused for good leaves a hole in the partition's sequences: the next batch needs a new epoch."""
+    h = Harness()
+    refused, later = await first_refused_later(h)
     assert isinstance(refused.exception(), InvalidRecord)
     assert later.result().offset == 1
     (_, epoch0, seq0, _), (_, _, seq1, _), (_, epoch1, seq2, _) = h.services.produced(TP)
@@ -237,14 +242,8 @@ async def test_producer_id_request_is_retried_until_a_coordinator_answers() -> N
 async def test_exhausted_epoch_takes_a_new_producer_id_instead_of_a_bump() -> None:
     h = Harness()
     h.services.first_epoch = MAX_PRODUCER_EPOCH
-    async with h.running():
-        first = h.send(b"first")
-        await settled([first])
-        h.services.fail("produce", InvalidRecord("refused by the topic's rules"))
-        refused = h.send(b"refused")
-        await settled([refused])
-        later = h.send(b"later")
-        await settled([later])
+    _, later = await first_refused_later(h)
+    assert later.result().offset == 1
     (pid0, epoch0, _, _), _, (pid1, epoch1, seq1, _) = h.services.produced(TP)
     assert epoch0 == MAX_PRODUCER_EPOCH
     assert pid1 != pid0 and (epoch1, seq1) == (MAX_PRODUCER_EPOCH, 0)
