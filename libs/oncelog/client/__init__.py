@@ -30,6 +30,7 @@ from oncelog.client.errors import (
     ProducerFencedError,
     RetriableError,
 )
+from oncelog.client.group_membership import ConsumerRebalanceListener
 from oncelog.client.metadata import ClusterDescription, NodeInfo, PartitionInfo, TopicInfo
 from oncelog.client.producer import Producer, TransactionState
 from oncelog.client.records import (
@@ -43,6 +44,7 @@ from oncelog.client.transport import BootstrapError
 from oncelog.errors import OncelogError
 
 __all__ = [
+    "ConsumerRebalanceListener",
     "AbortableError",
     "AdminClient",
     "BootstrapError",

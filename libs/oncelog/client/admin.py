@@ -24,6 +24,7 @@ from oncelog.api.offsets import v1 as offsets_pb
 from oncelog.api.storage import v1 as storage_pb
 from oncelog.api.txn import v1 as txn_pb
 from oncelog.client.errors import IllegalStateError, Refresh, RetriableError, classify
+from oncelog.client.group_admin import ConsumerGroupDescription, ConsumerGroupListing, description, listing
 from oncelog.client.metadata import ClusterDescription, ClusterMetadata, TopicInfo, topic_info
 from oncelog.client.records import OffsetAndMetadata, TopicPartition
 from oncelog.client.transport import Backoff, BootstrapError, Channels, Deadline, IoThread, call, resolve_bootstrap
@@ -46,6 +47,8 @@ T = TypeVar("T")
 _MAX_PRODUCER_EPOCH = 32_767
 _TRANSACTION = cluster_pb.COORDINATOR_TYPE_TRANSACTION
 _GROUP = cluster_pb.COORDINATOR_TYPE_GROUP
+_LISTING_KEY = "oncelog-consumer-group-listing"
+"""Key whose group coordinator answers ListConsumerGroups (every replica reads the same SQL)."""
 _STATE_PREFIX = "TRANSACTION_STATE_"
 OffsetSpec = str | int
 """``"earliest"``, ``"latest"``, or a Unix-millisecond timestamp (first offset at or after it)."""
@@ -797,6 +800,70 @@ class AdminClient:
             )
 
         self._run(alter, timeout)
+
+    # -------------------------------------------------------------------------------- consumer groups
+
+    def list_consumer_groups(self, *, timeout: float | None = None) -> list[ConsumerGroupListing]:
+        """Every consumer group with its state, sorted by id (any group-offsets replica answers from SQL)."""
+
+        async def fetch(deadline: Deadline) -> list[ConsumerGroupListing]:
+            response = await self._coordinator_call(
+                _LISTING_KEY,
+                _GROUP,
+                lambda address: call(
+                    self._channels.offsets(address).ListConsumerGroups,
+                    offsets_pb.ListConsumerGroupsRequest(),
+                    timeout_s=self._rpc_timeout(deadline),
+                ),
+            )
+            return [listing(g) for g in response.groups]
+
+        return self._run(fetch, timeout)
+
+    def describe_consumer_group(self, group_id: str, *, timeout: float | None = None) -> ConsumerGroupDescription:
+        """A consumer group's state, epochs, members and their assignments.
+
+        Raises:
+            GroupIdNotFound: no consumer group of that id.
+        """
+        request = offsets_pb.DescribeConsumerGroupsRequest(group_ids=[group_id])
+
+        async def fetch(deadline: Deadline) -> ConsumerGroupDescription:
+            response = await self._coordinator_call(
+                group_id,
+                _GROUP,
+                lambda address: call(
+                    self._channels.offsets(address).DescribeConsumerGroups,
+                    request,
+                    timeout_s=self._rpc_timeout(deadline),
+                ),
+            )
+            [found] = response.groups
+            if found.HasField("error"):
+                raise from_error_info(found.error)
+            return description(found)
+
+        return self._run(fetch, timeout)
+
+    def delete_consumer_group(self, group_id: str, *, timeout: float | None = None) -> None:
+        """Delete a group that has no members, with its committed offsets.
+
+        Raises:
+            NonEmptyGroup: the group has members (stop its consumers first).
+            GroupIdNotFound: no consumer group of that id.
+        """
+        request = offsets_pb.DeleteConsumerGroupRequest(group_id=group_id)
+
+        async def delete(deadline: Deadline) -> None:
+            await self._coordinator_call(
+                group_id,
+                _GROUP,
+                lambda address: call(
+                    self._channels.offsets(address).DeleteConsumerGroup, request, timeout_s=self._rpc_timeout(deadline)
+                ),
+            )
+
+        self._run(delete, timeout)
 
     # -------------------------------------------------------------------------------- lifecycle
 

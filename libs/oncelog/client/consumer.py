@@ -17,9 +17,10 @@ offset of the aborted transaction (design/architecture.md §1.8).
 A topic deleted while assigned is reported once by ``poll()`` (``UnknownTopicOrPartition``) and stays
 assigned; a topic created again under its name (a new topic id) is read from its beginning.
 
-Group membership is not implemented yet: ``subscribe()`` assigns every partition of the topics to this one
-consumer, so run one consumer per group (cooperative rebalancing is a later issue). A consumer is not
-thread-safe: call it from one thread, as with Kafka.
+``subscribe()`` makes the consumer a member of its group (design/consumer-groups.md §7): the membership logic
+and the heartbeat loop live in :mod:`oncelog.client.group_membership`; ``poll()`` applies assignment changes and
+runs the listener's callbacks. ``assign()`` needs no group. A consumer is not thread-safe: call it from one
+thread, as with Kafka.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from oncelog.api.offsets import v1 as offsets_pb
 from oncelog.api.storage import v1 as storage_pb
 from oncelog.client.errors import Action, IllegalStateError, Refresh, RetriableError, classify
 from oncelog.client.fetch_filter import AbortedTransaction, CompletedFetch
+from oncelog.client.group_membership import ConsumerRebalanceListener, GroupMembership, validate_pattern
 from oncelog.client.metadata import ClusterMetadata
 from oncelog.client.records import ConsumerGroupMetadata, ConsumerRecord, OffsetAndMetadata, TopicPartition
 from oncelog.client.transport import Backoff, Channels, Deadline, IoThread, call, resolve_bootstrap
@@ -119,6 +121,11 @@ class Consumer:
         check_crcs: verify each batch's CRC32C.
         client_id: a name for logs and thread names.
         credentials: TLS channel credentials; None for plaintext.
+        group_instance_id: makes this consumer a static group member: a restart within the group's session
+            timeout gets its partitions back without a rebalance.
+        max_poll_interval_ms: a subscribed consumer whose application does not call ``poll()`` for this long
+            leaves the group (its partitions go to the others) and joins again at the next ``poll()``.
+        group_remote_assignor: the server assignor the group uses, ``"uniform"`` (default) or ``"range"``.
     """
 
     def __init__(
@@ -142,6 +149,9 @@ class Consumer:
         check_crcs: bool = True,
         client_id: str | None = None,
         credentials: grpc.ChannelCredentials | None = None,
+        group_instance_id: str | None = None,
+        max_poll_interval_ms: int = 300_000,
+        group_remote_assignor: str | None = None,
     ) -> None:
         problems = []
         try:
@@ -158,9 +168,16 @@ class Consumer:
             problems.append("max_poll_records must be >= 1, fetch_max_wait_ms and fetch_min_bytes >= 0")
         if metadata_max_age_ms < 0:
             problems.append(f"metadata_max_age_ms must not be negative, got {metadata_max_age_ms}")
+        if max_poll_interval_ms < 1:
+            problems.append(f"max_poll_interval_ms={max_poll_interval_ms}; use a positive number")
         if problems:
             raise ValueError("invalid consumer configuration: " + "; ".join(problems))
         self._group_id = group_id
+        self._group_instance_id = group_instance_id
+        self._max_poll_interval_ms = max_poll_interval_ms
+        self._group_remote_assignor = group_remote_assignor
+        self._membership: GroupMembership | None = None
+        self._listener: ConsumerRebalanceListener | None = None
         self._auto_offset_reset = auto_offset_reset
         self._auto_commit = enable_auto_commit
         self._auto_commit_interval_s = auto_commit_interval_ms / 1000
@@ -239,34 +256,94 @@ class Consumer:
         self._set_assignment(wanted)
         self._note_topic_ids()
 
-    def subscribe(self, topics: Iterable[str]) -> None:
-        """Read every partition of ``topics``, starting from the group's committed offsets.
+    def subscribe(
+        self,
+        topics: Iterable[str] | None = None,
+        *,
+        pattern: str | None = None,
+        listener: ConsumerRebalanceListener | None = None,
+    ) -> None:
+        """Join the consumer group and read the partitions it assigns this consumer (design/consumer-groups.md §7).
 
-        There is no group membership yet: this consumer takes every partition, so run one consumer per
-        group (cooperative rebalancing is a later issue). Partitions added to a topic later are picked up
-        when its metadata is refreshed.
+        The group's members share the partitions of ``topics`` (or of every topic whose whole name matches
+        ``pattern``); partitions move between members as they join, leave or die, and each partition is
+        handed over only after its old owner revoked it. The listener's callbacks run inside ``poll()``:
+        ``on_partitions_revoked`` before partitions go (commit there), ``on_partitions_assigned`` after new ones
+        arrive, ``on_partitions_lost`` when this member was removed (its commits would be refused). Heartbeats
+        run on the consumer's I/O thread. The first assignment is known when this call returns.
 
         Raises:
             IllegalStateError: the consumer has no group_id.
-            UnknownTopicOrPartition: a topic does not exist.
+            ValueError: neither or both of ``topics`` and ``pattern``, or a pattern that does not compile.
+            OncelogError: the group refused the member (unknown assignor, a static instance id in use...).
         """
         self._ensure_open()
-        self._require_group("subscribe()")
-        names = tuple(dict.fromkeys(topics))
-        if not names:
-            raise ValueError("subscribe() needs at least one topic; use unsubscribe() to stop reading")
-        partitions: list[TopicPartition] = []
-        for topic in names:
-            info = self._run(self._metadata.topic(topic))
-            partitions.extend(p.topic_partition for p in info.partitions)
-        self._subscription = names
-        self._set_assignment(partitions)
-        self._note_topic_ids()
+        group = self._require_group("subscribe()")
+        names = tuple(dict.fromkeys(topics or ()))
+        if bool(names) == bool(pattern):
+            raise ValueError("subscribe() needs topics or a pattern (not both); use unsubscribe() to stop reading")
+        if pattern:
+            validate_pattern(pattern)
+        self.unsubscribe()
+        membership = GroupMembership(
+            group,
+            self._heartbeat,
+            topics=names,
+            pattern=pattern,
+            group_instance_id=self._group_instance_id,
+            server_assignor=self._group_remote_assignor,
+            max_poll_interval_ms=self._max_poll_interval_ms,
+            client_id=self._client_id,
+        )
+
+        async def join() -> None:
+            await membership.join(self._request_timeout_s)
+            membership.start()
+
+        self._run(join())
+        self._subscription = names or (pattern or "",)
+        self._membership = membership
+        self._listener = listener
+        self._reconcile()
+
+    async def _heartbeat(
+        self, request: offsets_pb.ConsumerGroupHeartbeatRequest, timeout_s: float
+    ) -> offsets_pb.ConsumerGroupHeartbeatResponse:
+        deadline = Deadline(timeout_s)
+        return await self._group_call(
+            lambda stub: call(stub.ConsumerGroupHeartbeat, request, timeout_s=deadline.cap(self._request_timeout_s)),
+            deadline,
+        )
+
+    def _reconcile(self) -> None:
+        """Apply the group's latest assignment on the caller's thread (listener callbacks run here)."""
+        if self._membership is None:
+            return
+
+        def add(partitions: set[TopicPartition]) -> None:
+            for topic in sorted({tp.topic for tp in partitions}):
+                if self._metadata.cached_topic(topic) is None:
+                    self._run(self._metadata.topic(topic))
+            self._set_assignment([*self._assignment, *partitions])
+            self._note_topic_ids()
+
+        def remove(partitions: set[TopicPartition]) -> None:
+            self._set_assignment([tp for tp in self._assignment if tp not in partitions])
+
+        wake = self._membership.reconcile(self._listener, add, remove)
+        if wake is not None:
+            self._io.call_soon(wake)
 
     def unsubscribe(self) -> None:
-        """Stop reading every partition."""
+        """Stop reading every partition; a subscribed consumer leaves its group."""
+        self._leave_group()
         self._subscription = None
         self._set_assignment([])
+
+    def _leave_group(self) -> None:
+        membership, self._membership = self._membership, None
+        if membership is not None:
+            self._run(membership.leave(self._request_timeout_s))
 
     def assignment(self) -> set[TopicPartition]:
         """The partitions this consumer reads."""
@@ -586,6 +663,7 @@ class Consumer:
             return
         request = offsets_pb.CommitOffsetsRequest(
             group_id=group,
+            member=self._member(),
             offsets=[
                 common_pb.PartitionOffset(
                     topic_partition=common_pb.TopicPartition(topic=tp.topic, partition=tp.partition),
@@ -605,12 +683,27 @@ class Consumer:
         )
 
     def group_metadata(self) -> ConsumerGroupMetadata:
-        """The group identity to pass to ``Producer.send_offsets_to_transaction`` (KIP-447).
+        """The group identity to pass to ``Producer.send_offsets_to_transaction`` (KIP-447): with a subscription,
+        the member id and member epoch the group fences a zombie's transactional commit with.
 
         Raises:
             IllegalStateError: the consumer has no group_id.
         """
-        return ConsumerGroupMetadata(self._require_group("group_metadata()"))
+        group = self._require_group("group_metadata()")
+        if self._membership is None:
+            return ConsumerGroupMetadata(group)
+        return ConsumerGroupMetadata(
+            group, self._membership.member_epoch, self._membership.member_id, self._group_instance_id
+        )
+
+    def _member(self) -> offsets_pb.GroupMember | None:
+        if self._membership is None:
+            return None
+        return offsets_pb.GroupMember(
+            generation_id=self._membership.member_epoch,
+            member_id=self._membership.member_id,
+            group_instance_id=self._group_instance_id or "",
+        )
 
     # -------------------------------------------------------------------------------- offsets lookup
 
@@ -676,7 +769,8 @@ class Consumer:
             IllegalStateError: nothing is assigned.
         """
         self._ensure_open()
-        if not self._assignment:
+        self._reconcile()
+        if not self._assignment and self._membership is None:
             raise IllegalStateError("poll() needs partitions: call assign() or subscribe() first")
         limit = max_records or self._max_poll_records
         if self._auto_commit and time.monotonic() >= self._next_auto_commit:
@@ -691,7 +785,7 @@ class Consumer:
             log.warning("automatic offset commit failed: %s", err)
 
     async def _poll(self, deadline: Deadline, limit: int) -> list[ConsumerRecord]:
-        if self._subscription:
+        if self._subscription and self._membership is None:
             await self._refresh_subscription()
         while True:
             records = self._drain_buffered(limit)
@@ -879,6 +973,10 @@ class Consumer:
         except OncelogError as err:
             log.warning("final offset commit failed: %s", err)
         finally:
+            try:
+                self._leave_group()
+            except Exception as err:  # close() always releases the connections
+                log.warning("leaving group %s failed: %s", self._group_id, err)
             self._closed = True
 
             async def shutdown() -> None:

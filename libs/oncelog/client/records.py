@@ -109,7 +109,8 @@ class ConsumerGroupMetadata:
 
     Attributes:
         group_id: the consumer group.
-        generation_id: the group generation the member joined; -1 skips the generation check.
+        generation_id: the member epoch of a subscribed consumer (design/consumer-groups.md §6), or a classic
+            generation; -1 skips the check.
         member_id: the member's id; empty skips the member check.
         group_instance_id: the static member id, or None.
     """

@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 import threading
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Protocol
 
@@ -94,8 +94,8 @@ class OwnershipChange:
 class TopicDirectory(Protocol):
     """Topic names and partition counts (the catalog, cached, in production)."""
 
-    def partition_counts(self) -> Mapping[str, int]:
-        """Every topic and its partition count."""
+    def partition_counts(self, wanted: Collection[str] = ()) -> Mapping[str, int]:
+        """Every topic and its partition count; ``wanted`` names topics a member subscribes to by name."""
         ...
 
 
@@ -143,7 +143,9 @@ def refresh_target(group: ConsumerGroupState, counts: Mapping[str, int]) -> Cons
     subscriptions = {m: subscribed_topics(s, counts) for m, s in group.members.items()}
     used = {t: counts[t] for topics in subscriptions.values() for t in topics}
     if used != dict(group.partition_counts):
-        group = replace(group, group_epoch=group.group_epoch + 1, partition_counts=used)
+        # one change, one epoch: a group already ahead of its assignment is not bumped twice
+        behind = group.assignment_epoch < group.group_epoch
+        group = replace(group, group_epoch=group.group_epoch + (0 if behind else 1), partition_counts=used)
     if group.assignment_epoch >= group.group_epoch:
         return group
     assignor = assignor_named(group.assignor)
@@ -344,7 +346,7 @@ class GroupCoordinator:
         with self._group_lock(request.group_id):
             group = self._load(request.group_id, fence)
             after, member = apply_heartbeat(
-                group, request, self._topics.partition_counts(), new_member_id=self._new_member_id()
+                group, request, self._topics.partition_counts(request.topics), new_member_id=self._new_member_id()
             )
             self._save(fence, group, after)
             now = self._clock()

@@ -44,22 +44,29 @@ class CatalogPartitions:
 
 class CatalogTopics:
     """Every topic's partition count for consumer group assignment (a ``TopicDirectory``), read from the catalog
-    at most once per ``refresh_ms`` (design/consumer-groups.md §3): a new topic or partition reaches the assignor
-    within that time."""
+    at most once per ``refresh_ms`` (design/consumer-groups.md §3): a new partition reaches the assignor within
+    that time. A subscribed topic name the last read did not know is looked for again after ``miss_refresh_ms``,
+    so a member that subscribes to a topic created a moment ago gets its partitions at once."""
 
-    def __init__(self, catalog: CatalogStore, clock: Callable[[], int], refresh_ms: int = 1000) -> None:
+    def __init__(
+        self, catalog: CatalogStore, clock: Callable[[], int], refresh_ms: int = 1000, miss_refresh_ms: int = 50
+    ) -> None:
         self.catalog = catalog
         self._clock = clock
         self._refresh_ms = refresh_ms
+        self._miss_refresh_ms = miss_refresh_ms
         self._counts: Mapping[str, int] = {}
         self._read_at: int | None = None
         self._lock = threading.Lock()
 
-    def partition_counts(self) -> Mapping[str, int]:
-        """Topic → partition count, as of at most ``refresh_ms`` ago."""
+    def partition_counts(self, wanted: Collection[str] = ()) -> Mapping[str, int]:
+        """Topic → partition count, as of at most ``refresh_ms`` ago (``miss_refresh_ms`` if a wanted topic is
+        missing)."""
         with self._lock:
             now = self._clock()
-            if self._read_at is None or now - self._read_at >= self._refresh_ms:
+            age = None if self._read_at is None else now - self._read_at
+            missing = any(t not in self._counts for t in wanted)
+            if age is None or age >= self._refresh_ms or (missing and age >= self._miss_refresh_ms):
                 self._counts = {t.name: len(t.partitions) for t in self.catalog.describe_topics(None)}
                 self._read_at = now
             return self._counts
