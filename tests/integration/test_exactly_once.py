@@ -709,7 +709,7 @@ def _start_copier(bootstrap: str, source: str, sink: str, group: str, log: Path)
                 "--batch-size",
                 "100",
                 "--idle-exit",
-                "3",
+                "8",  # beyond the group session timeout: a killed predecessor's partitions arrive meanwhile
             ],
             stdout=out,
             stderr=subprocess.STDOUT,
