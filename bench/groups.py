@@ -1,0 +1,180 @@
+"""Consumer groups: reassignment time after a member dies, and the coordinator's heartbeat CPU cost.
+
+    python -m bench.groups [--runs 5] [--members 3,30] [--heartbeat-members 1000] [--window 20]
+
+Starts a real cluster (LocalCluster: partition-storage + group-offsets on SQLite). Members are simulated in this
+process over raw gRPC, behaving like the client (they report the partitions they own, release what the answer
+leaves out, take what it adds), so hundreds fit on the shared machine.
+
+* ``reassignment``: N members share a 60-partition topic; one stops heartbeating (as after kill -9). Time until
+  the survivors own every partition, per run; reported as median and spread, and as a ratio to the session
+  timeout (the same-run baseline: the floor of any detection by session timeout).
+* ``heartbeat cpu``: M members heartbeat at the default interval for ``--window`` seconds; the coordinator
+  process's CPU time (``/proc/<pid>/stat``) over the window, as a share of one core, against the same process
+  idle over an equal window (baseline).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+from oncelog.api.cluster import v1 as cluster_pb
+from oncelog.api.common import v1 as common_pb
+from oncelog.api.offsets import v1 as pb
+from oncelog.rpc import aio_channel, sync_channel
+from oncelog.testing import LocalCluster
+
+PARTITIONS = 60
+SESSION_MS = 3000
+HEARTBEAT_MS = 300
+
+
+class SimulatedMember:
+    """One member over raw gRPC: owns what it was given, releases what it was not."""
+
+    def __init__(self, stub: pb.GroupOffsetsServiceStub, group: str, topic: str, interval_s: float) -> None:
+        self.stub, self.group, self.topic, self.interval_s = stub, group, topic, interval_s
+        self.member_id, self.epoch = uuid.uuid4().hex, 0
+        self.owned: set[tuple[str, int]] = set()
+        self.alive = True
+
+    async def beat(self) -> None:
+        response = await self.stub.ConsumerGroupHeartbeat(
+            pb.ConsumerGroupHeartbeatRequest(
+                group_id=self.group,
+                member_id=self.member_id,
+                member_epoch=self.epoch,
+                subscribed_topic_names=[self.topic],
+                owned_partitions=[common_pb.TopicPartition(topic=t, partition=p) for t, p in sorted(self.owned)],
+            ),
+            timeout=10,
+        )
+        self.epoch = response.member_epoch
+        self.owned = {(tp.topic, tp.partition) for tp in response.assignment}
+
+    async def run(self) -> None:
+        while self.alive:
+            await self.beat()
+            await asyncio.sleep(self.interval_s)
+
+
+def _cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _create_topic(cluster: LocalCluster, name: str) -> None:
+    stub = cluster_pb.ClusterServiceStub(sync_channel(cluster.bootstrap))
+    stub.CreateTopics(cluster_pb.CreateTopicsRequest(topics=[cluster_pb.TopicSpec(name=name, partitions=PARTITIONS)]))
+
+
+async def _until(condition, timeout_s: float = 120.0) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError("the group did not settle")
+        await asyncio.sleep(0.01)
+
+
+def _covered(members: list[SimulatedMember]) -> bool:
+    owned = [m.owned for m in members]
+    return sum(len(o) for o in owned) == PARTITIONS and len(set().union(*owned)) == PARTITIONS
+
+
+async def reassignment_once(address: str, topic: str, size: int) -> float:
+    stub = pb.GroupOffsetsServiceStub(aio_channel(address))
+    group = f"bench-{uuid.uuid4().hex[:8]}"
+    members = [SimulatedMember(stub, group, topic, HEARTBEAT_MS / 1000) for _ in range(size)]
+    tasks = [asyncio.create_task(m.run()) for m in members]
+    await _until(lambda: _covered(members) and all(m.owned for m in members))
+    victim, survivors = members[0], members[1:]
+    victim.alive = False
+    await tasks[0]
+    killed = time.monotonic()
+    await _until(lambda: _covered(survivors))
+    took = time.monotonic() - killed
+    for m in survivors:
+        m.alive = False
+    await asyncio.gather(*tasks[1:])
+    for m in survivors:
+        await stub.ConsumerGroupHeartbeat(
+            pb.ConsumerGroupHeartbeatRequest(group_id=group, member_id=m.member_id, member_epoch=-1), timeout=10
+        )
+    return took
+
+
+async def heartbeat_cpu(
+    address: str, pid: int, topic: str, count: int, interval_s: float, window: float
+) -> tuple[float, float]:
+    idle_start = _cpu_seconds(pid)
+    await asyncio.sleep(window)
+    idle = (_cpu_seconds(pid) - idle_start) / window
+    stub = pb.GroupOffsetsServiceStub(aio_channel(address))
+    group = f"bench-cpu-{uuid.uuid4().hex[:8]}"
+    members = [SimulatedMember(stub, group, topic, interval_s) for _ in range(count)]
+    for m in members:  # join one by one, as a rolling start does
+        await m.beat()
+    tasks = []
+    for i, m in enumerate(members):  # spread the beats over the interval
+        await asyncio.sleep(interval_s / count if i else 0)
+        tasks.append(asyncio.create_task(m.run()))
+    await asyncio.sleep(interval_s)  # let the reconciliation finish before measuring steady state
+    start = _cpu_seconds(pid)
+    await asyncio.sleep(window)
+    busy = (_cpu_seconds(pid) - start) / window
+    for m in members:
+        m.alive = False
+    await asyncio.gather(*tasks)
+    return idle, busy
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--members", default="3,30")
+    parser.add_argument("--heartbeat-members", type=int, default=1000)
+    parser.add_argument("--heartbeat-interval-ms", type=int, default=5000, help="the default interval")
+    parser.add_argument("--window", type=float, default=20.0)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        env = {
+            "ONCELOG_GROUP_OFFSETS_SESSION_TIMEOUT_MS": str(SESSION_MS),
+            "ONCELOG_GROUP_OFFSETS_HEARTBEAT_INTERVAL_MS": str(HEARTBEAT_MS),
+            "ONCELOG_GROUP_OFFSETS_GROUP_SWEEP_MS": "100",
+        }
+        with LocalCluster(Path(tmp), services=("partition-storage", "group-offsets"), env=env) as cluster:
+            topic = "bench-groups"
+            _create_topic(cluster, topic)
+            address = cluster.addresses("group-offsets")[0]
+            print(
+                f"### reassignment after a member stops (session timeout {SESSION_MS} ms, heartbeat {HEARTBEAT_MS} ms)"
+            )
+            print("\n| members | median s | spread | runs | ratio to session timeout |\n|---|---|---|---|---|")
+            for size in (int(s) for s in args.members.split(",")):
+                times = [asyncio.run(reassignment_once(address, topic, size)) for _ in range(args.runs)]
+                median = statistics.median(times)
+                spread = (max(times) - min(times)) / median
+                print(f"| {size} | {median:.2f} | {spread:.0%} | {len(times)} | {median / (SESSION_MS / 1000):.2f} |")
+            pid = next(n for n in cluster.nodes if n.service == "group-offsets").process.pid  # type: ignore[union-attr]
+            idle, busy = asyncio.run(
+                heartbeat_cpu(
+                    address, pid, topic, args.heartbeat_members, args.heartbeat_interval_ms / 1000, args.window
+                )
+            )
+            print(
+                f"\n### heartbeat CPU of group-offsets, {args.heartbeat_members} members, "
+                f"interval {args.heartbeat_interval_ms} ms, {args.window:.0f} s window\n"
+                f"\n| measurement | share of one core |\n|---|---|\n| idle (baseline) | {idle:.1%} |\n"
+                f"| {args.heartbeat_members} members heartbeating | {busy:.1%} |"
+            )
+
+
+if __name__ == "__main__":
+    main()
