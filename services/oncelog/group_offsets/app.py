@@ -18,8 +18,9 @@ from oncelog.api.offsets.v1 import group_offsets_service_pb2
 from oncelog.catalog.node import monotonic_ms, node_context, wall_clock_ms
 from oncelog.group_offsets.config import GroupOffsetsSettings
 from oncelog.group_offsets.group_coordinator import GroupCoordinator
+from oncelog.group_offsets.offset_cache import CachedOffsetStore
 from oncelog.group_offsets.offset_manager import OffsetMetadataManager, OffsetStore
-from oncelog.group_offsets.offset_store import CachedOffsetStore, SqlOffsetStore
+from oncelog.group_offsets.offset_store import SqlOffsetStore
 from oncelog.group_offsets.partitions import CatalogPartitions, CatalogTopics
 from oncelog.group_offsets.servicer import GroupOffsetsServicer
 from oncelog.group_offsets.shards import GroupShardOwnership, group_shard_leases

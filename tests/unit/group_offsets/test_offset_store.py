@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from oncelog.group_offsets.offset_cache import CachedOffsetStore
 from oncelog.group_offsets.offset_manager import (
     CommittedOffset,
     GroupRecord,
@@ -23,7 +24,7 @@ from oncelog.group_offsets.offset_manager import (
     ShardFenced,
     TopicPartition,
 )
-from oncelog.group_offsets.offset_store import CachedOffsetStore, SqlOffsetStore
+from oncelog.group_offsets.offset_store import SqlOffsetStore
 from oncelog.storage.sql import create_engine
 from oncelog.testing.servers import free_port
 
