@@ -398,3 +398,94 @@ def test_groups_cli_list_describe_reset_offsets_and_delete(cluster: LocalCluster
     assert bad.returncode == 2 and "exactly one of" in bad.stderr
     assert cli("groups", "delete", group, *b).returncode == 0
     assert group not in cli("groups", "list", *b).stdout
+
+
+COPIER = Path(__file__).resolve().parents[2] / "examples" / "consume_transform_produce.py"
+
+
+def _copier(cluster: LocalCluster, source: str, sink: str, group: str, slot: int, log: Path) -> subprocess.Popen[bytes]:
+    with log.open("ab") as out:
+        return subprocess.Popen(
+            [
+                sys.executable,
+                str(COPIER),
+                source,
+                sink,
+                "--bootstrap",
+                cluster.bootstrap,
+                "--group",
+                group,
+                "--transactional-id",
+                f"{group}-{slot}",  # stable per slot: a restarted copier fences its killed predecessor
+                "--batch-size",
+                "50",
+                "--max-rate",
+                "150",
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+
+
+def _committed_lines(log: Path) -> int:
+    return sum(1 for line in log.read_text(errors="replace").splitlines() if '"committed"' in line)
+
+
+@pytest.mark.timeout(400)
+def test_exactly_once_with_scaling_copiers_killed_at_random_and_one_joining(
+    cluster: LocalCluster, tmp_path: Path
+) -> None:
+    """Three transactional copiers in one group, each SIGKILLed twice at random and restarted, a fourth joining
+    mid-run: the output is the transformed input, nothing duplicated, nothing missing."""
+    import random
+    from collections import Counter
+
+    from oncelog.testing.reading import read_all
+
+    source, sink = new_topic(cluster.bootstrap, 6), new_topic(cluster.bootstrap, 3)
+    group = f"scale-{uuid.uuid4().hex[:6]}"
+    inputs = [f"in-{i:05d}".encode() for i in range(4000)]
+    with Producer(cluster.bootstrap) as producer:
+        for i, value in enumerate(inputs):
+            producer.send(source, value, partition=i % 6)
+    rng = random.Random(18)
+    logs = {slot: tmp_path / f"copier-{slot}.log" for slot in range(4)}
+    copiers = {slot: _copier(cluster, source, sink, group, slot, logs[slot]) for slot in range(3)}
+    kills = Counter[int]()
+    try:
+        plan = [slot for slot in range(3) for _ in range(2)]
+        rng.shuffle(plan)
+        for step, slot in enumerate(plan):
+            before = _committed_lines(logs[slot])
+            wait_until(lambda s=slot, b=before: _committed_lines(logs[s]) > b, f"copier {slot} to commit", timeout=120)
+            time.sleep(rng.uniform(0, 0.3))  # land the kill anywhere, often inside a transaction
+            copiers[slot].send_signal(signal.SIGKILL)
+            copiers[slot].wait()
+            kills[slot] += 1
+            copiers[slot] = _copier(cluster, source, sink, group, slot, logs[slot])
+            if step == 2:
+                copiers[3] = _copier(cluster, source, sink, group, 3, logs[3])  # one joins mid-run
+        with AdminClient(cluster.bootstrap) as admin:
+
+            def done() -> bool:
+                committed = admin.list_group_offsets(group)
+                return sum(om.offset for om in committed.values()) >= len(inputs)
+
+            wait_until(done, "the group to commit every input offset", timeout=240)
+        assert _committed_lines(logs[3]) > 0, "the copier that joined mid-run took part"
+        # every kill cost a removal (session timeout) and a rejoin: the group rebalanced at least that often
+        assert describe(cluster, group).group_epoch >= 3 + 1 + 2 * len(plan)
+    finally:
+        for process in copiers.values():
+            process.send_signal(signal.SIGTERM)
+        for process in copiers.values():
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+    output = [r.value for r in read_all(cluster.bootstrap, sink)]
+    duplicates = [v for v, n in Counter(output).items() if n > 1]
+    assert not duplicates, f"{len(duplicates)} duplicated output record(s), e.g. {duplicates[:3]}"
+    missing = {v.upper() for v in inputs} - set(output)
+    assert not missing, f"{len(missing)} input record(s) missing from the output, e.g. {sorted(missing)[:3]}"
+    assert sorted(kills.values()) == [2, 2, 2]

@@ -143,6 +143,8 @@ class GroupMembership:
                 await self._beat(self._interval_s)
             except OncelogError as err:
                 log.warning("group %s: heartbeat failed: %s", self.group_id, err)
+            except Exception:  # the loop must outlive any surprise, or the member silently times out
+                log.exception("group %s: heartbeat failed unexpectedly", self.group_id)
 
     async def _beat(self, timeout_s: float) -> None:
         with self._lock:
