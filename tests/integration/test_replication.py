@@ -13,16 +13,19 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
 from oncelog.api.cluster import v1 as cluster_pb
 from oncelog.api.common import v1 as common
 from oncelog.api.storage import v1 as pb
 from oncelog.catalog import CatalogStore
+from oncelog.cli import app as cli
 from oncelog.client import AdminClient, Consumer, NewTopic, Producer, TopicPartition
 from oncelog.records import Record, build_batch, iter_batches
 from oncelog.rpc import from_error_info, sync_channel
@@ -37,7 +40,7 @@ pytestmark = pytest.mark.timeout(240)
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
-    env = {"ONCELOG_PARTITION_STORAGE_REPLICA_LAG_TIME_MAX_MS": str(LAG_MS)}
+    env = {"ONCELOG_PARTITION_STORAGE_REPLICA_LAG_TIME_MAX_MS": str(LAG_MS), "ONCELOG_METRICS_LISTEN": "127.0.0.1:0"}
     with LocalCluster(tmp_path, storage_nodes=3, services=("partition-storage",), env=env) as running:
         admin = cluster_pb.ClusterServiceStub(sync_channel(running.bootstrap))
         spec = cluster_pb.TopicSpec(name=TOPIC, partitions=1, replication_factor=3)
@@ -124,20 +127,62 @@ def test_acks_all_answers_only_once_every_in_sync_replica_has_the_batch(cluster:
     assert all(logged_batches(cluster, f) == final for f in followers), "byte-identical, same offsets"
 
 
+def scraped(cluster: LocalCluster, node_id: str, name: str, **labels: str) -> float:
+    """The value of a series on the node's Prometheus endpoint (summed over series carrying ``labels``)."""
+    address = json.loads(cluster.node(node_id).ready_file.read_text())["metrics_address"]
+    with urllib.request.urlopen(f"http://{address}/metrics", timeout=10) as response:
+        body = response.read().decode()
+    wanted = [f'{key}="{value}"' for key, value in {"topic": TOPIC, **labels}.items()]
+    values = [
+        float(line.rsplit(" ", 1)[1])
+        for line in body.splitlines()
+        if line.startswith(name + "{") and all(label in line for label in wanted)
+    ]
+    return sum(values)
+
+
+def described(cluster: LocalCluster, *args: str) -> list[dict[str, object]]:
+    """``oncelog partitions describe -o json`` of the test topic."""
+    live = next(node.address for node in cluster.nodes if node.alive())
+    result = CliRunner().invoke(cli, ["partitions", "describe", TOPIC, "-o", "json", "-b", live, *args])
+    assert result.exit_code == 0, result.output
+    rows: list[dict[str, object]] = json.loads(result.stdout)
+    return rows
+
+
 def test_dead_follower_leaves_the_isr_and_acks_all_continues_then_it_rejoins(cluster: LocalCluster) -> None:
+    """Also what operators see: `oncelog partitions describe` and the leader's replication metrics (under-replicated
+    while the ISR is short, ISR shrinks and expands, the lag of each follower)."""
     meta = partition(cluster)
     leader = meta.leader_node_id
     victim, survivor = [n for n in meta.replica_node_ids if n != leader]
     produce(cluster, leader, 0)
+    wait_for_isr(cluster, set(meta.replica_node_ids))
+    assert scraped(cluster, leader, "oncelog_partition_under_replicated") == 0
+    [row] = described(cluster)
+    assert (row["leader"], row["status"], len(row["in_sync"])) == (leader, "ok", 3)  # type: ignore[arg-type]
+    assert described(cluster, "--under-replicated") == []
     cluster.kill(victim)
     offset = produce(cluster, leader, 1)  # completes once the leader drops the dead follower from the ISR
     assert set(partition(cluster).isr_node_ids) == {leader, survivor}
     assert logged_batches(cluster, survivor)[offset] == logged_batches(cluster, leader)[offset]
     assert offset not in logged_batches(cluster, victim)
+    assert scraped(cluster, leader, "oncelog_partition_under_replicated") == 1
+    assert scraped(cluster, leader, "oncelog_partition_isr_shrinks_total") >= 1
+    assert scraped(cluster, leader, "oncelog_partition_replica_lag", replica=victim) > 0, "the dead one lags"
+    [row] = described(cluster, "--under-replicated")
+    assert (row["status"], row["replicas"], row["in_sync"]) == (
+        "UNDER-REPLICATED",
+        list(meta.replica_node_ids),
+        [n for n in meta.replica_node_ids if n != victim],
+    )
+    assert row["high_watermark"] == row["last_stable"] == offset + 5, "both past the acknowledged batch"
     cluster.restart(victim)
     wait_for_isr(cluster, {leader, survivor, victim})
     offset = produce(cluster, leader, 2)
     assert logged_batches(cluster, victim) == logged_batches(cluster, leader)
+    assert scraped(cluster, leader, "oncelog_partition_under_replicated") == 0
+    assert scraped(cluster, leader, "oncelog_partition_isr_expands_total") >= 1
 
 
 def test_follower_whose_disk_was_wiped_copies_everything_again(cluster: LocalCluster) -> None:

@@ -146,6 +146,7 @@ COMMAND_MODULES = (
     "transactions",
     "producers",
     "groups",
+    "partitions",
 )
 for _module in COMMAND_MODULES:
     importlib.import_module(f"oncelog.cli.{_module}").register(app)

@@ -136,6 +136,40 @@ PARTITION_LSO_LAG = MetricDefinition(
     ("topic", "partition"),
     (Role.PARTITION_STORAGE,),
 )
+PARTITION_UNDER_REPLICATED = MetricDefinition(
+    "oncelog.partition.under_replicated",
+    InstrumentKind.GAUGE,
+    "{partition}",
+    "1 while a replicated partition led by this node has fewer in-sync replicas than replicas, else 0 (Kafka's"
+    " UnderReplicatedPartitions, per partition: sum it for the count).",
+    ("topic", "partition"),
+    (Role.PARTITION_STORAGE,),
+)
+PARTITION_ISR_SHRINKS = MetricDefinition(
+    "oncelog.partition.isr.shrinks",
+    InstrumentKind.COUNTER,
+    "{replica}",
+    "Replicas the leader removed from a partition's ISR because they fell behind (Kafka's IsrShrinksPerSec).",
+    ("topic", "partition"),
+    (Role.PARTITION_STORAGE,),
+)
+PARTITION_ISR_EXPANDS = MetricDefinition(
+    "oncelog.partition.isr.expands",
+    InstrumentKind.COUNTER,
+    "{replica}",
+    "Replicas the leader added back to a partition's ISR once caught up (Kafka's IsrExpandsPerSec).",
+    ("topic", "partition"),
+    (Role.PARTITION_STORAGE,),
+)
+PARTITION_REPLICA_LAG = MetricDefinition(
+    "oncelog.partition.replica_lag",
+    InstrumentKind.GAUGE,
+    "{offset}",
+    "Leader log end minus a follower's fetch offset at that follower's latest replica fetch, by follower"
+    " (replica: its node id); reported by the leader.",
+    ("topic", "partition", "replica"),
+    (Role.PARTITION_STORAGE,),
+)
 TRANSACTIONS_OPEN = MetricDefinition(
     "oncelog.transactions.open",
     InstrumentKind.GAUGE,
@@ -187,6 +221,10 @@ CATALOG: tuple[MetricDefinition, ...] = (
     FETCH_RECORDS,
     FETCH_BYTES,
     PARTITION_LSO_LAG,
+    PARTITION_UNDER_REPLICATED,
+    PARTITION_ISR_SHRINKS,
+    PARTITION_ISR_EXPANDS,
+    PARTITION_REPLICA_LAG,
     TRANSACTIONS_OPEN,
     TRANSACTIONS_COMPLETED,
     TXN_MARKER_DURATION,
@@ -265,6 +303,26 @@ class OncelogMetrics:
         """Report high watermark minus last stable offset of a partition this node leads."""
         self._instruments[PARTITION_LSO_LAG.name].set(lag, {"topic": topic, "partition": partition})
 
+    def set_under_replicated(self, topic: str, partition: int, under_replicated: bool) -> None:
+        """Report whether a replicated partition this node leads lacks in-sync replicas (0 when it stops leading)."""
+        self._instruments[PARTITION_UNDER_REPLICATED.name].set(
+            int(under_replicated), {"topic": topic, "partition": partition}
+        )
+
+    def record_isr_change(self, topic: str, partition: int, *, shrinks: int, expands: int) -> None:
+        """Count the replicas one ISR update removed and added."""
+        attributes = {"topic": topic, "partition": partition}
+        if shrinks:
+            self._instruments[PARTITION_ISR_SHRINKS.name].add(shrinks, attributes)
+        if expands:
+            self._instruments[PARTITION_ISR_EXPANDS.name].add(expands, attributes)
+
+    def set_replica_lag(self, topic: str, partition: int, replica: str, lag: int) -> None:
+        """Report how far a follower's latest fetch was behind this leader's log end."""
+        self._instruments[PARTITION_REPLICA_LAG.name].set(
+            lag, {"topic": topic, "partition": partition, "replica": replica}
+        )
+
     def set_transactions_open(self, shard: int, count: int) -> None:
         """Report the open (ongoing or preparing) transactions of one coordinator shard; 0 when unloaded."""
         self._instruments[TRANSACTIONS_OPEN.name].set(count, {"shard": shard})
@@ -339,7 +397,11 @@ __all__ = [
     "FETCH_BYTES",
     "FETCH_RECORDS",
     "LATENCY_BUCKETS_S",
+    "PARTITION_ISR_EXPANDS",
+    "PARTITION_ISR_SHRINKS",
     "PARTITION_LSO_LAG",
+    "PARTITION_REPLICA_LAG",
+    "PARTITION_UNDER_REPLICATED",
     "PID_BLOCK_REMAINING",
     "PRODUCE_BYTES",
     "PRODUCE_RECORDS",

@@ -733,7 +733,7 @@ class PartitionManager:
 
     async def _retire(self, key: _Key, engine: PartitionEngine, *, delete: bool) -> None:
         self._engine_topic_ids.pop(key, None)
-        self._leaders.pop(key, None)
+        self._stop_leading(key)
         if self._fetchers is not None:
             self._fetchers.unfollow(*key)
         await engine.close()
@@ -768,9 +768,10 @@ class PartitionManager:
                 log.info("%s-%d: leading at epoch %d with ISR %s", *key, assignment.leader_epoch, list(assignment.isr))
             else:
                 state.set_isr(assignment.isr)
+            self._metrics.set_under_replicated(*key, len(state.isr) < len(assignment.replicas))
             engine.refresh_high_watermark()
             return
-        if self._leaders.pop(key, None) is not None:
+        if self._stop_leading(key):
             engine.wake_waiters()  # writes waiting for the HW here fail NOT_LEADER now, not at their timeout
         address = self._addresses.get(assignment.leader_node_id)
         if not assignment.leader_node_id or not address or self._handing_over:
@@ -785,6 +786,16 @@ class PartitionManager:
                 address,
                 FollowedPartition(assignment.topic, assignment.partition, engine, assignment.leader_epoch),
             )
+
+    def _stop_leading(self, key: _Key) -> bool:
+        """Drop the leader state of a partition (if any); its replication gauges are the new leader's to report."""
+        state = self._leaders.pop(key, None)
+        if state is None:
+            return False
+        self._metrics.set_under_replicated(*key, False)
+        for follower in state.followers():
+            self._metrics.set_replica_lag(*key, follower.node_id, 0)
+        return True
 
     def _truncate_diverged(self, followed: FollowedPartition, offset: int) -> None:
         """A follower's log diverges from its leader's: close it, cut it to ``offset``, reopen and copy again."""
@@ -914,6 +925,7 @@ class PartitionManager:
             raise InvalidRequest(f"{position.topic}-{position.partition} is not replicated; nothing to copy")
         try:
             state.record_fetch(follower_id, follower_epoch, position.fetch_offset, engine.log_end_offset)
+            self._metrics.set_replica_lag(*key, follower_id, max(engine.log_end_offset - position.fetch_offset, 0))
         except KeyError:
             raise InvalidRequest(
                 f"{follower_id} is not a replica of {position.topic}-{position.partition}; its replicas are "
@@ -939,6 +951,8 @@ class PartitionManager:
             if engine is None or assignment is None or not engine.online:
                 continue
             end = engine.log_end_offset
+            for follower in state.followers():  # a follower that stopped fetching lags more and more
+                self._metrics.set_replica_lag(*key, follower.node_id, max(end - max(follower.log_end_offset, 0), 0))
             isr = (set(state.isr) - state.out_of_sync(end)) | state.ready_to_join()
             if isr == set(state.isr):
                 continue
@@ -954,11 +968,13 @@ class PartitionManager:
             updated = await asyncio.to_thread(self._catalog.alter_partition, assignment.topic, seen, isr=ordered)
             if updated is None:
                 log.warning("%s-%d: ISR update lost to another change; re-reading the catalog", *key)
-                self._leaders.pop(key, None)
+                self._stop_leading(key)
                 engine.high_watermark_limit = _hold_high_watermark  # until the catalog is re-read
                 await self.refresh()
                 continue
             log.info("%s-%d: ISR %s -> %s", *key, sorted(state.isr), ordered)
+            self._metrics.record_isr_change(*key, shrinks=len(set(state.isr) - isr), expands=len(isr - set(state.isr)))
+            self._metrics.set_under_replicated(*key, len(updated.isr) < len(assignment.replicas))
             self._assignments[key] = dataclasses.replace(
                 assignment, isr=updated.isr, partition_epoch=updated.partition_epoch
             )

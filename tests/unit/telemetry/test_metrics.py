@@ -44,6 +44,14 @@ def test_prometheus_names_follow_the_otlp_translation(
     assert prometheus_name(name, unit, kind) == expected
 
 
+def test_replication_metrics_have_the_prometheus_names_alerts_and_dashboards_use() -> None:
+    names = {d.name: d.prometheus_name for d in CATALOG}
+    assert names["oncelog.partition.under_replicated"] == "oncelog_partition_under_replicated"
+    assert names["oncelog.partition.isr.shrinks"] == "oncelog_partition_isr_shrinks_total"
+    assert names["oncelog.partition.isr.expands"] == "oncelog_partition_isr_expands_total"
+    assert names["oncelog.partition.replica_lag"] == "oncelog_partition_replica_lag"
+
+
 def test_histograms_are_queried_through_bucket_sum_and_count() -> None:
     (histogram,) = [d for d in CATALOG if d.name == "oncelog.txn.marker.duration"]
     assert histogram.prometheus_series == (
