@@ -367,6 +367,23 @@ def test_prod_runs_at_least_as_many_replicas_as_dev() -> None:
     assert any(prod[n]["spec"]["replicas"] > dev[n]["spec"]["replicas"] for n in dev), "prod should scale out"
 
 
+def test_prod_keeps_three_copies_on_three_machines_and_drains_one_at_a_time(prod: list[dict[str, Any]]) -> None:
+    """Issue 15 item 12: three storage replicas, never two on one machine, a disruption budget of one, and
+    replication factor 3 for topics created without one."""
+    storage = oncelog_workloads(prod)["partition-storage"]
+    assert storage["spec"]["replicas"] >= 3
+    pod = storage["spec"]["template"]
+    (term,) = pod["spec"]["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert term["topologyKey"] == "kubernetes.io/hostname"
+    assert matches(term["labelSelector"], pod["metadata"]["labels"]), "repels its own pods"
+    (budget,) = [
+        b for b in of_kind(prod, "PodDisruptionBudget") if matches(b["spec"]["selector"], pod["metadata"]["labels"])
+    ]
+    assert budget["spec"]["maxUnavailable"] == 1
+    (config,) = [c for c in of_kind(prod, "ConfigMap") if c["metadata"]["name"].startswith("oncelog-config")]
+    assert config["data"]["ONCELOG_DEFAULT_REPLICATION_FACTOR"] == "3"
+
+
 # ---- probes, ports, shutdown -----------------------------------------------------------------------------------
 
 
