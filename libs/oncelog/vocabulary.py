@@ -14,6 +14,7 @@ __all__ = [
     "NO_PRODUCER_ID_AND_EPOCH",
     "ROLES",
     "ControlType",
+    "CoordinatorKind",
     "IsolationLevel",
     "ProducerIdAndEpoch",
     "Role",
@@ -64,6 +65,13 @@ class ProducerIdAndEpoch(NamedTuple):
 
 NO_PRODUCER_ID_AND_EPOCH = ProducerIdAndEpoch(-1, -1)
 """The identity before InitProducerId answered, or after the epoch space ran out."""
+
+
+class CoordinatorKind(enum.Enum):
+    """Which coordinator owns a key: a transactional id's transaction coordinator, or a group's offsets owner."""
+
+    TRANSACTION = "transaction"
+    GROUP = "group"
 
 
 class Role(enum.StrEnum):

@@ -10,27 +10,44 @@ transactions,
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import TypeVar
 
 import grpc
 
-from oncelog.api.cluster import v1 as cluster_pb
-from oncelog.api.common import v1 as common_pb
-from oncelog.api.offsets import v1 as offsets_pb
-from oncelog.api.storage import v1 as storage_pb
-from oncelog.api.txn import v1 as txn_pb
-from oncelog.client.errors import IllegalStateError, Refresh, RetriableError, classify
-from oncelog.client.group_admin import ConsumerGroupDescription, ConsumerGroupListing, description, listing
-from oncelog.client.metadata import ClusterDescription, ClusterMetadata, TopicInfo, topic_info
-from oncelog.client.records import OffsetAndMetadata, TopicPartition
-from oncelog.client.transport import Backoff, BootstrapError, Channels, Deadline, IoThread, call, resolve_bootstrap
-from oncelog.errors import CoordinatorNotAvailable, InvalidRequest, OncelogError, Reason
-from oncelog.rpc.errors import from_error_info
-from oncelog.vocabulary import Role
+from oncelog.client.errors import IllegalStateError, RetriableError
+from oncelog.client.group_admin import ConsumerGroupDescription, ConsumerGroupListing
+from oncelog.client.metadata import ClusterMetadata
+
+# the value types are re-exported here: public API
+from oncelog.client.records import (
+    ClusterDescription,
+    ConfigEntry,
+    NewTopic,
+    OffsetAndMetadata,
+    ProducerStateDescription,
+    TopicInfo,
+    TopicPartition,
+    TransactionDescription,
+    TransactionListing,
+)
+from oncelog.client.services import (
+    Deadline,
+    GroupOffsetsClient,
+    OffsetQuery,
+    PartitionStorageClient,
+    Retry,
+    RetryPolicy,
+    TransactionCoordinatorClient,
+    TxnMarker,
+    check_transaction_states,
+    is_retriable,
+    retry_of,
+)
+from oncelog.client.transport import BootstrapError, Channels, IoThread, resolve_bootstrap
+from oncelog.errors import CoordinatorNotAvailable, InvalidRequest, OncelogError
+from oncelog.vocabulary import ControlType, CoordinatorKind, IsolationLevel, ProducerIdAndEpoch, Role
 
 __all__ = [
     "AdminClient",
@@ -45,144 +62,21 @@ __all__ = [
 T = TypeVar("T")
 
 _MAX_PRODUCER_EPOCH = 32_767
-_TRANSACTION = cluster_pb.COORDINATOR_TYPE_TRANSACTION
-_GROUP = cluster_pb.COORDINATOR_TYPE_GROUP
 _LISTING_KEY = "oncelog-consumer-group-listing"
 """Key whose group coordinator answers ListConsumerGroups (every replica reads the same SQL)."""
-_STATE_PREFIX = "TRANSACTION_STATE_"
+
 OffsetSpec = str | int
 """``"earliest"``, ``"latest"``, or a Unix-millisecond timestamp (first offset at or after it)."""
 
 
-@dataclass(frozen=True, slots=True)
-class NewTopic:
-    """A topic to create.
-
-    Attributes:
-        name: ``[a-zA-Z0-9._-]{1,249}``.
-        num_partitions: at least 1.
-        configs: topic settings: ``flush`` (``sync``/``async``), ``max_message_bytes``, ``retention_ms``,
-            ``retention_bytes``, ``segment_bytes``, ``segment_ms``, ``min_insync_replicas`` (in-sync copies an
-            acks=all write needs; at most the replication factor).
-        replication_factor: copies of each partition, 1 to the number of live storage nodes; None uses the
-            cluster's ``default_replication_factor``.
-    """
-
-    name: str
-    num_partitions: int = 1
-    configs: Mapping[str, str] = field(default_factory=dict)
-    replication_factor: int | None = None
+def _retriable(err: OncelogError) -> bool:
+    return is_retriable(err, unknown_topic_is_final=True)
 
 
-@dataclass(frozen=True, slots=True)
-class ConfigEntry:
-    """One topic setting (Kafka's ``ConfigEntry``).
-
-    Attributes:
-        name: oncelog's name (``retention_ms``; Kafka's dotted names are accepted as input only).
-        value: the effective value, as a string.
-        source: ``"topic"`` when set on the topic, ``"default"`` otherwise.
-    """
-
-    name: str
-    value: str
-    source: str
-
-
-_CONFIG_SOURCES = {cluster_pb.CONFIG_SOURCE_TOPIC: "topic", cluster_pb.CONFIG_SOURCE_DEFAULT: "default"}
-
-
-def _config_entries(topics: Iterable[cluster_pb.TopicConfigs]) -> dict[str, list[ConfigEntry]]:
-    return {
-        t.topic: [ConfigEntry(e.name, e.value, _CONFIG_SOURCES.get(e.source, "unknown")) for e in t.entries]
-        for t in topics
-    }
-
-
-@dataclass(frozen=True, slots=True)
-class ProducerStateDescription:
-    """One producer id's state on a partition (Kafka's ``ProducerState``, KIP-664).
-
-    Attributes:
-        producer_id: the producer id.
-        producer_epoch: its latest epoch on the partition.
-        last_sequence: last sequence written, -1 if none.
-        last_timestamp_ms: time of its last write or marker.
-        coordinator_epoch: epoch of the coordinator that wrote its last marker, -1 if none.
-        current_transaction_start_offset: first offset of its open transaction, None when none is open.
-    """
-
-    producer_id: int
-    producer_epoch: int
-    last_sequence: int
-    last_timestamp_ms: int
-    coordinator_epoch: int
-    current_transaction_start_offset: int | None
-
-
-@dataclass(frozen=True, slots=True)
-class TransactionListing:
-    """One row of :meth:`AdminClient.list_transactions`.
-
-    Attributes:
-        transactional_id: the producer's stable id.
-        producer_id: its current producer id.
-        state: ``empty``, ``ongoing``, ``prepare_commit``, ``prepare_abort``, ``complete_commit``,
-            ``complete_abort``, ``prepare_epoch_fence`` or ``dead``.
-        transaction_start_time_ms: when the open transaction started, -1 if none.
-    """
-
-    transactional_id: str
-    producer_id: int
-    state: str
-    transaction_start_time_ms: int
-
-
-@dataclass(frozen=True, slots=True)
-class TransactionDescription:
-    """The coordinator's view of a transactional id (Kafka's ``TransactionDescription``).
-
-    Attributes:
-        transactional_id: the producer's stable id.
-        state: as in :class:`TransactionListing`.
-        producer_id: current producer id.
-        producer_epoch: current epoch.
-        transaction_timeout_ms: the timeout the producer asked for.
-        transaction_start_time_ms: when the open transaction started, -1 if none.
-        partitions: partitions of the open or completing transaction.
-        groups: consumer groups whose offsets it commits.
-        coordinator_node_id: the coordinator owning the id's shard.
-        coordinator_epoch: that coordinator's epoch on the shard.
-        last_update_time_ms: when the state last changed.
-    """
-
-    transactional_id: str
-    state: str
-    producer_id: int
-    producer_epoch: int
-    transaction_timeout_ms: int
-    transaction_start_time_ms: int
-    partitions: tuple[TopicPartition, ...]
-    groups: tuple[str, ...]
-    coordinator_node_id: str
-    coordinator_epoch: int
-    last_update_time_ms: int
-
-
-def _state_name(value: int) -> str:
-    return txn_pb.TransactionState.Name(value)[len(_STATE_PREFIX) :].lower()  # type: ignore[arg-type]
-
-
-def _state_value(name: str) -> txn_pb.TransactionState.ValueType:
-    try:
-        return txn_pb.TransactionState.Value(_STATE_PREFIX + name.upper())
-    except ValueError:
-        known = [_state_name(v) for v in txn_pb.TransactionState.values() if v]
-        raise ValueError(f"unknown transaction state {name!r}; use one of {', '.join(known)}") from None
-
-
-def _tp_pb(tp: TopicPartition) -> common_pb.TopicPartition:
-    return common_pb.TopicPartition(topic=tp.topic, partition=tp.partition)
+def _out_of_time(err: OncelogError) -> OncelogError:
+    if isinstance(err, BootstrapError):
+        return err  # no server answered at all: the address or the cluster is the problem, not time
+    return RetriableError(f"did not complete in time: {err.message}", cause=err)
 
 
 class AdminClient:
@@ -213,13 +107,16 @@ class AdminClient:
     ) -> None:
         addresses = resolve_bootstrap(bootstrap)
         self._timeout_s = request_timeout_ms / 1000
-        self._retry_backoff_ms = retry_backoff_ms
         self._closed = False
         self._io = IoThread(f"oncelog-{client_id or 'admin-' + uuid.uuid4().hex[:8]}")
         self._channels = Channels(credentials=credentials)
         self._metadata = ClusterMetadata(
             self._channels, addresses, request_timeout_s=self._timeout_s, retry_backoff_ms=retry_backoff_ms
         )
+        self._retry = RetryPolicy(retry_backoff_ms, 1_000)
+        self._storage = PartitionStorageClient(self._channels.get, timeout_s=self._timeout_s)
+        self._txn = TransactionCoordinatorClient(self._channels.get, timeout_s=self._timeout_s)
+        self._offsets = GroupOffsetsClient(self._channels.get, timeout_s=self._timeout_s)
 
     # -------------------------------------------------------------------------------- plumbing
 
@@ -227,22 +124,9 @@ class AdminClient:
         if self._closed:
             raise IllegalStateError("the admin client is closed; create a new AdminClient")
         deadline = Deadline(self._timeout_s if timeout is None else timeout)
-        return self._io.run(self._retrying(make, deadline))  # type: ignore[arg-type]
-
-    async def _retrying(self, make: Callable[[Deadline], Awaitable[T]], deadline: Deadline) -> T:
-        backoff = Backoff(self._retry_backoff_ms, 1_000)
-        while True:
-            try:
-                return await make(deadline)
-            except OncelogError as err:
-                # the catalog is authoritative about topics: an unknown one will not appear by waiting
-                if not err.retriable or err.reason is Reason.UNKNOWN_TOPIC_OR_PARTITION:
-                    raise
-                if deadline.expired:
-                    if isinstance(err, BootstrapError):
-                        raise  # no server answered at all: the address or the cluster is the problem, not time
-                    raise RetriableError(f"did not complete in time: {err.message}", cause=err) from err
-                await asyncio.sleep(deadline.cap(backoff.next_s()))
+        return self._io.run(  # type: ignore[arg-type]
+            self._retry.run(lambda: make(deadline), deadline, retry_if=_retriable, out_of_time=_out_of_time)
+        )
 
     def _rpc_timeout(self, deadline: Deadline) -> float:
         return deadline.cap(self._timeout_s)
@@ -253,6 +137,15 @@ class AdminClient:
             raise CoordinatorNotAvailable("no txn-coordinator is live")
         return addresses
 
+    async def _by_leader(
+        self, partitions: Iterable[TopicPartition], deadline: Deadline
+    ) -> dict[str, list[TopicPartition]]:
+        by_leader: dict[str, list[TopicPartition]] = {}
+        for tp in partitions:
+            leader = await self._metadata.wait_for_leader(tp, deadline)
+            by_leader.setdefault(leader.leader_address, []).append(tp)
+        return by_leader
+
     async def _leader_call(self, partitions: Iterable[TopicPartition], pending: Awaitable[T]) -> T:
         """Await a call to the storage node leading ``partitions``; a failure that may mean it moved marks
         them stale, so the retry looks the leader up again."""
@@ -262,14 +155,16 @@ class AdminClient:
             self._metadata.note_failure({tp.topic for tp in partitions}, err)
             raise
 
-    async def _coordinator_call(
-        self, key: str, kind: cluster_pb.CoordinatorType.ValueType, rpc: Callable[[str], Awaitable[T]]
-    ) -> T:
+    def _raise_failure(self, tp: TopicPartition, failure: OncelogError) -> None:
+        self._metadata.note_failure([tp.topic], failure)
+        raise failure
+
+    async def _coordinator_call(self, key: str, kind: CoordinatorKind, rpc: Callable[[str], Awaitable[T]]) -> T:
         address = await self._metadata.find_coordinator(key, kind)
         try:
             return await rpc(address)
         except OncelogError as err:
-            if classify(err, source="coordinator").refresh is not Refresh.NONE or err.reason is Reason.NOT_COORDINATOR:
+            if retry_of(err) is Retry.LOCATE:
                 self._metadata.invalidate_coordinator(key, kind)
             raise
 
@@ -290,26 +185,15 @@ class AdminClient:
             InvalidReplicationFactor: a replication factor below 1 or above the live storage nodes.
         """
         specs = [NewTopic(t) if isinstance(t, str) else t for t in topics]
-        request = cluster_pb.CreateTopicsRequest(
-            topics=[
-                cluster_pb.TopicSpec(
-                    name=s.name,
-                    partitions=s.num_partitions,
-                    configs=dict(s.configs),
-                    replication_factor=s.replication_factor,
+        cluster = self._metadata.cluster
+        return self._run(
+            lambda deadline: self._metadata.cluster_call(
+                lambda address: cluster.create_topics(
+                    address, specs, validate_only=validate_only, timeout_s=self._rpc_timeout(deadline)
                 )
-                for s in specs
-            ],
-            validate_only=validate_only,
+            ),
+            timeout,
         )
-
-        async def create(deadline: Deadline) -> list[TopicInfo]:
-            response = await self._metadata.cluster_call(
-                lambda stub: call(stub.CreateTopics, request, timeout_s=self._rpc_timeout(deadline))
-            )
-            return [topic_info(t) for t in response.topics]
-
-        return self._run(create, timeout)
 
     def delete_topics(self, names: Iterable[str], *, timeout: float | None = None) -> list[str]:
         """Delete topics; storage nodes drop their data afterwards. Returns the names deleted.
@@ -317,15 +201,13 @@ class AdminClient:
         Raises:
             UnknownTopicOrPartition: a topic does not exist.
         """
-        request = cluster_pb.DeleteTopicsRequest(topics=list(names))
-
-        async def delete(deadline: Deadline) -> list[str]:
-            response = await self._metadata.cluster_call(
-                lambda stub: call(stub.DeleteTopics, request, timeout_s=self._rpc_timeout(deadline))
-            )
-            return list(response.deleted)
-
-        return self._run(delete, timeout)
+        wanted, cluster = list(names), self._metadata.cluster
+        return self._run(
+            lambda deadline: self._metadata.cluster_call(
+                lambda address: cluster.delete_topics(address, wanted, timeout_s=self._rpc_timeout(deadline))
+            ),
+            timeout,
+        )
 
     def describe_topics(
         self, names: Iterable[str] | None = None, *, timeout: float | None = None
@@ -335,13 +217,13 @@ class AdminClient:
         Raises:
             UnknownTopicOrPartition: a named topic does not exist.
         """
-        request = cluster_pb.MetadataRequest(topics=list(names or ()))
+        wanted, cluster = list(names or ()), self._metadata.cluster
 
         async def describe(deadline: Deadline) -> dict[str, TopicInfo]:
-            response = await self._metadata.cluster_call(
-                lambda stub: call(stub.Metadata, request, timeout_s=self._rpc_timeout(deadline))
+            topics = await self._metadata.cluster_call(
+                lambda address: cluster.metadata(address, wanted, timeout_s=self._rpc_timeout(deadline))
             )
-            return {t.name: topic_info(t) for t in sorted(response.topics, key=lambda t: t.name)}
+            return {t.name: t for t in topics}
 
         return self._run(describe, timeout)
 
@@ -359,16 +241,15 @@ class AdminClient:
             InvalidReplicationFactor: fewer live storage nodes than the topic's replication factor.
             UnknownTopicOrPartition: a topic does not exist.
         """
-        request = cluster_pb.CreatePartitionsRequest(
-            topics=[cluster_pb.PartitionsSpec(topic=name, count=count) for name, count in new_counts.items()],
-            validate_only=validate_only,
-        )
+        counts, cluster = dict(new_counts), self._metadata.cluster
 
         async def grow(deadline: Deadline) -> dict[str, TopicInfo]:
-            response = await self._metadata.cluster_call(
-                lambda stub: call(stub.CreatePartitions, request, timeout_s=self._rpc_timeout(deadline))
+            topics = await self._metadata.cluster_call(
+                lambda address: cluster.create_partitions(
+                    address, counts, validate_only=validate_only, timeout_s=self._rpc_timeout(deadline)
+                )
             )
-            return {t.name: topic_info(t) for t in response.topics}
+            return {t.name: t for t in topics}
 
         return self._run(grow, timeout)
 
@@ -380,15 +261,13 @@ class AdminClient:
         Raises:
             UnknownTopicOrPartition: a named topic does not exist.
         """
-        request = cluster_pb.DescribeConfigsRequest(topics=list(topics or ()))
-
-        async def describe(deadline: Deadline) -> dict[str, list[ConfigEntry]]:
-            response = await self._metadata.cluster_call(
-                lambda stub: call(stub.DescribeConfigs, request, timeout_s=self._rpc_timeout(deadline))
-            )
-            return _config_entries(response.topics)
-
-        return self._run(describe, timeout)
+        wanted, cluster = list(topics or ()), self._metadata.cluster
+        return self._run(
+            lambda deadline: self._metadata.cluster_call(
+                lambda address: cluster.describe_configs(address, wanted, timeout_s=self._rpc_timeout(deadline))
+            ),
+            timeout,
+        )
 
     def incremental_alter_configs(
         self,
@@ -408,30 +287,16 @@ class AdminClient:
             InvalidConfig: an unknown name or a bad value (every problem is named); nothing was changed.
             UnknownTopicOrPartition: a topic does not exist.
         """
-        set_op, delete_op = cluster_pb.ALTER_CONFIG_OP_TYPE_SET, cluster_pb.ALTER_CONFIG_OP_TYPE_DELETE
-        request = cluster_pb.IncrementalAlterConfigsRequest(
-            topics=[
-                cluster_pb.TopicConfigAlteration(
-                    topic=topic,
-                    ops=[
-                        cluster_pb.AlterConfigOp(
-                            name=name, value=value or "", op=delete_op if value is None else set_op
-                        )
-                        for name, value in ops.items()
-                    ],
+        wanted = {topic: dict(ops) for topic, ops in changes.items()}
+        cluster = self._metadata.cluster
+        return self._run(
+            lambda deadline: self._metadata.cluster_call(
+                lambda address: cluster.incremental_alter_configs(
+                    address, wanted, validate_only=validate_only, timeout_s=self._rpc_timeout(deadline)
                 )
-                for topic, ops in changes.items()
-            ],
-            validate_only=validate_only,
+            ),
+            timeout,
         )
-
-        async def alter(deadline: Deadline) -> dict[str, list[ConfigEntry]]:
-            response = await self._metadata.cluster_call(
-                lambda stub: call(stub.IncrementalAlterConfigs, request, timeout_s=self._rpc_timeout(deadline))
-            )
-            return _config_entries(response.topics)
-
-        return self._run(alter, timeout)
 
     def list_topics(self, *, timeout: float | None = None) -> list[str]:
         """Names of every topic, sorted."""
@@ -447,48 +312,36 @@ class AdminClient:
         """Resolve offsets per partition: ``"earliest"``, ``"latest"`` (the last stable offset at
         read_committed, else the high watermark) or a timestamp. Returns ``(offset, timestamp_ms)`` pairs;
         -1 when no record matches a timestamp."""
-        isolation = {
-            "read_uncommitted": storage_pb.ISOLATION_LEVEL_READ_UNCOMMITTED,
-            "read_committed": storage_pb.ISOLATION_LEVEL_READ_COMMITTED,
-        }.get(isolation_level)
-        if isolation is None:
-            raise ValueError(f"isolation_level={isolation_level!r}; use 'read_committed' or 'read_uncommitted'")
-        normalized = {TopicPartition(*tp): spec for tp, spec in specs.items()}
-
-        def spec_pb(tp: TopicPartition, spec: OffsetSpec) -> storage_pb.ListOffsetsPartition:
-            if spec == "earliest":
-                return storage_pb.ListOffsetsPartition(topic_partition=_tp_pb(tp), spec=storage_pb.OFFSET_SPEC_EARLIEST)
-            if spec == "latest":
-                return storage_pb.ListOffsetsPartition(topic_partition=_tp_pb(tp), spec=storage_pb.OFFSET_SPEC_LATEST)
-            if isinstance(spec, int) and not isinstance(spec, bool):
-                return storage_pb.ListOffsetsPartition(
-                    topic_partition=_tp_pb(tp), spec=storage_pb.OFFSET_SPEC_TIMESTAMP, timestamp_ms=spec
-                )
-            raise ValueError(f"offset spec {spec!r} for {tp}: use 'earliest', 'latest' or a timestamp in ms")
-
-        requests = {tp: spec_pb(tp, spec) for tp, spec in normalized.items()}
+        try:
+            isolation = IsolationLevel(isolation_level)
+        except ValueError:
+            raise ValueError(
+                f"isolation_level={isolation_level!r}; use 'read_committed' or 'read_uncommitted'"
+            ) from None
+        queries: dict[TopicPartition, OffsetQuery] = {}
+        for tp, spec in specs.items():
+            try:
+                queries[TopicPartition(*tp)] = OffsetQuery.of(spec)
+            except ValueError as exc:
+                raise ValueError(f"{exc} (for {TopicPartition(*tp)})") from None
 
         async def resolve(deadline: Deadline) -> dict[TopicPartition, tuple[int, int]]:
-            by_leader: dict[str, list[TopicPartition]] = {}
-            for tp in requests:
-                leader = await self._metadata.wait_for_leader(tp, deadline)
-                by_leader.setdefault(leader.leader_address, []).append(tp)
             found: dict[TopicPartition, tuple[int, int]] = {}
-            for address, tps in by_leader.items():
-                request = storage_pb.ListOffsetsRequest(
-                    partitions=[requests[tp] for tp in tps], isolation_level=isolation
-                )
-                response = await self._leader_call(
+            for address, tps in (await self._by_leader(queries, deadline)).items():
+                answers = await self._leader_call(
                     tps,
-                    call(self._channels.storage(address).ListOffsets, request, timeout_s=self._rpc_timeout(deadline)),
+                    self._storage.list_offsets(
+                        address,
+                        {tp: queries[tp] for tp in tps},
+                        isolation=isolation,
+                        timeout_s=self._rpc_timeout(deadline),
+                    ),
                 )
-                for result in response.results:
-                    tp = TopicPartition(result.topic_partition.topic, result.topic_partition.partition)
-                    if result.HasField("error"):
-                        failure = from_error_info(result.error)
-                        self._metadata.note_failure([tp.topic], failure)
-                        raise failure
-                    found[tp] = (result.offset, result.timestamp_ms)
+                for tp, answer in answers.items():
+                    if isinstance(answer, OncelogError):
+                        self._raise_failure(tp, answer)
+                    else:
+                        found[tp] = (answer.offset, answer.timestamp_ms)
             return found
 
         return self._run(resolve, timeout)
@@ -503,36 +356,16 @@ class AdminClient:
         wanted = [TopicPartition(*tp) for tp in partitions]
 
         async def describe(deadline: Deadline) -> dict[TopicPartition, list[ProducerStateDescription]]:
-            by_leader: dict[str, list[TopicPartition]] = {}
-            for tp in wanted:
-                leader = await self._metadata.wait_for_leader(tp, deadline)
-                by_leader.setdefault(leader.leader_address, []).append(tp)
             found: dict[TopicPartition, list[ProducerStateDescription]] = {}
-            for address, tps in by_leader.items():
-                request = storage_pb.DescribeProducersRequest(partitions=[_tp_pb(tp) for tp in tps])
-                stub = self._channels.storage(address)
-                response = await self._leader_call(
-                    tps, call(stub.DescribeProducers, request, timeout_s=self._rpc_timeout(deadline))
+            for address, tps in (await self._by_leader(wanted, deadline)).items():
+                answers = await self._leader_call(
+                    tps, self._storage.describe_producers(address, tps, timeout_s=self._rpc_timeout(deadline))
                 )
-                for item in response.partitions:
-                    tp = TopicPartition(item.topic_partition.topic, item.topic_partition.partition)
-                    if item.HasField("error"):
-                        failure = from_error_info(item.error)
-                        self._metadata.note_failure([tp.topic], failure)
-                        raise failure
-                    found[tp] = [
-                        ProducerStateDescription(
-                            producer_id=p.producer.producer_id,
-                            producer_epoch=p.producer.producer_epoch,
-                            last_sequence=p.last_sequence,
-                            last_timestamp_ms=p.last_timestamp_ms,
-                            coordinator_epoch=p.coordinator_epoch,
-                            current_transaction_start_offset=(
-                                None if p.current_txn_start_offset < 0 else p.current_txn_start_offset
-                            ),
-                        )
-                        for p in item.producers
-                    ]
+                for tp, answer in answers.items():
+                    if isinstance(answer, OncelogError):
+                        self._raise_failure(tp, answer)
+                    else:
+                        found[tp] = answer
             return {tp: found[tp] for tp in wanted}
 
         return self._run(describe, timeout)
@@ -551,26 +384,24 @@ class AdminClient:
             states: keep these states only (for example ``["ongoing"]``).
             producer_ids: keep these producer ids only.
             older_than_ms: keep open transactions started more than this long ago.
+
+        Raises:
+            ValueError: a state name is unknown; the message lists the states.
         """
-        request = txn_pb.ListTransactionsRequest(
-            states=[_state_value(s) for s in states or ()],
-            producer_ids=list(producer_ids or ()),
-            older_than_ms=older_than_ms or 0,
-        )
+        wanted_states, wanted_ids = list(states or ()), list(producer_ids or ())
+        check_transaction_states(wanted_states)  # a bad name fails here, before any call
 
         async def listing(deadline: Deadline) -> list[TransactionListing]:
             found: dict[str, TransactionListing] = {}
             for address in await self._txn_coordinators():
-                response = await call(
-                    self._channels.txn(address).ListTransactions, request, timeout_s=self._rpc_timeout(deadline)
-                )
-                for t in response.transactions:
-                    found[t.transactional_id] = TransactionListing(
-                        transactional_id=t.transactional_id,
-                        producer_id=t.producer_id,
-                        state=_state_name(t.state),
-                        transaction_start_time_ms=t.transaction_start_time_ms,
-                    )
+                for t in await self._txn.list_transactions(
+                    address,
+                    states=wanted_states,
+                    producer_ids=wanted_ids,
+                    older_than_ms=older_than_ms or 0,
+                    timeout_s=self._rpc_timeout(deadline),
+                ):
+                    found[t.transactional_id] = t
             return [found[k] for k in sorted(found)]
 
         return self._run(listing, timeout)
@@ -586,28 +417,14 @@ class AdminClient:
         ids = list(dict.fromkeys(transactional_ids))
 
         async def describe_one(transactional_id: str, deadline: Deadline) -> TransactionDescription:
-            request = txn_pb.DescribeTransactionsRequest(transactional_ids=[transactional_id])
-            response = await self._coordinator_call(
+            described = await self._coordinator_call(
                 transactional_id,
-                _TRANSACTION,
-                lambda address: call(
-                    self._channels.txn(address).DescribeTransactions, request, timeout_s=self._rpc_timeout(deadline)
+                CoordinatorKind.TRANSACTION,
+                lambda address: self._txn.describe_transactions(
+                    address, [transactional_id], timeout_s=self._rpc_timeout(deadline)
                 ),
             )
-            d = response.transactions[0]
-            return TransactionDescription(
-                transactional_id=d.transactional_id,
-                state=_state_name(d.state),
-                producer_id=d.producer_id,
-                producer_epoch=d.producer_epoch,
-                transaction_timeout_ms=d.transaction_timeout_ms,
-                transaction_start_time_ms=d.transaction_start_time_ms,
-                partitions=tuple(TopicPartition(p.topic, p.partition) for p in d.partitions),
-                groups=tuple(d.groups),
-                coordinator_node_id=d.coordinator_node_id,
-                coordinator_epoch=d.coordinator_epoch,
-                last_update_time_ms=d.last_update_time_ms,
-            )
+            return described[0]
 
         async def describe(deadline: Deadline) -> dict[str, TransactionDescription]:
             return {tid: await describe_one(tid, deadline) for tid in ids}
@@ -624,19 +441,55 @@ class AdminClient:
             TransactionalIdNotFound: the id is unknown.
             InvalidTxnState: no transaction is open.
         """
-        request = txn_pb.AbortTransactionRequest(transactional_id=transactional_id)
 
         async def abort(deadline: Deadline) -> tuple[int, int]:
-            response = await self._coordinator_call(
+            fenced = await self._coordinator_call(
                 transactional_id,
-                _TRANSACTION,
-                lambda address: call(
-                    self._channels.txn(address).AbortTransaction, request, timeout_s=self._rpc_timeout(deadline)
+                CoordinatorKind.TRANSACTION,
+                lambda address: self._txn.abort_transaction(
+                    address, transactional_id, timeout_s=self._rpc_timeout(deadline)
                 ),
             )
-            return response.producer.producer_id, response.producer.producer_epoch
+            return fenced.producer_id, fenced.epoch
 
         return self._run(abort, timeout)
+
+    def skip_transaction_markers(
+        self,
+        transactional_id: str,
+        partitions: Iterable[TopicPartition] = (),
+        groups: Iterable[str] = (),
+        *,
+        timeout: float | None = None,
+    ) -> tuple[list[TopicPartition], list[str]]:
+        """Give up on the markers of a completing transaction that these participants will never accept.
+
+        An operator's last resort for a transaction stuck in PrepareCommit/PrepareAbort because one participant
+        refuses its marker for good: the named participants never get that transaction's marker (a skipped
+        partition keeps the transaction open there, so its last stable offset stays held at its first record;
+        a skipped group never sees the offsets), and the transaction completes for the others. Returns the
+        partitions and groups that were still waiting and are now skipped; those that had acknowledged already
+        are left out.
+
+        Raises:
+            TransactionalIdNotFound: the id is unknown.
+            InvalidTxnState: the transaction is not completing, or a name is not one of its participants.
+        """
+        skipped_partitions, skipped_groups = [TopicPartition(*tp) for tp in partitions], list(groups)
+        return self._run(
+            lambda deadline: self._coordinator_call(
+                transactional_id,
+                CoordinatorKind.TRANSACTION,
+                lambda address: self._txn.skip_txn_markers(
+                    address,
+                    transactional_id,
+                    skipped_partitions,
+                    skipped_groups,
+                    timeout_s=self._rpc_timeout(deadline),
+                ),
+            ),
+            timeout,
+        )
 
     def abort_transaction_on_partition(
         self,
@@ -660,30 +513,24 @@ class AdminClient:
             InvalidProducerEpoch / TransactionCoordinatorFenced: the partition has newer state for the producer.
         """
         tp = TopicPartition(*partition)
-        marker = common_pb.TxnMarker(
-            producer=common_pb.ProducerIdentity(producer_id=producer_id, producer_epoch=producer_epoch + 1),
+        marker = TxnMarker(
+            transactional_id="",
+            producer=ProducerIdAndEpoch(producer_id, producer_epoch + 1),
             coordinator_epoch=max(coordinator_epoch, 0),
-            result=common_pb.TRANSACTION_RESULT_ABORT,
-            partitions=[_tp_pb(tp)],
+            result=ControlType.ABORT,
+            partitions=(tp,),
         )
 
         async def abort(deadline: Deadline) -> None:
             leader = await self._metadata.wait_for_leader(tp, deadline)
-            request = storage_pb.WriteTxnMarkersRequest(markers=[marker])
-            response = await self._leader_call(
+            results = await self._leader_call(
                 [tp],
-                call(
-                    self._channels.storage(leader.leader_address).WriteTxnMarkers,
-                    request,
-                    timeout_s=self._rpc_timeout(deadline),
-                ),
+                self._storage.write_txn_markers(leader.leader_address, [marker], timeout_s=self._rpc_timeout(deadline)),
             )
-            for result in response.results:
-                for item in result.partition_errors:
-                    if item.HasField("error"):
-                        failure = from_error_info(item.error)
-                        self._metadata.note_failure([tp.topic], failure)
-                        raise failure
+            for result in results:
+                for failure in result.partition_errors.values():
+                    if failure is not None:
+                        self._raise_failure(tp, failure)
 
         if producer_epoch >= _MAX_PRODUCER_EPOCH:
             raise InvalidRequest(
@@ -691,45 +538,6 @@ class AdminClient:
                 "this transaction cannot be aborted by a marker"
             )
         self._run(abort, timeout)
-
-    def skip_transaction_markers(
-        self,
-        transactional_id: str,
-        partitions: Iterable[TopicPartition] = (),
-        groups: Iterable[str] = (),
-        *,
-        timeout: float | None = None,
-    ) -> tuple[list[TopicPartition], list[str]]:
-        """Give up on the markers of a completing transaction that these participants will never accept.
-
-        An operator's last resort for a transaction stuck in PrepareCommit/PrepareAbort because one participant
-        refuses its marker for good: the named participants never get that transaction's marker (a skipped
-        partition keeps the transaction open there, so its last stable offset stays held at its first record;
-        a skipped group never sees the offsets), and the transaction completes for the others. Returns the
-        partitions and groups that were still waiting and are now skipped; those that had acknowledged already
-        are left out.
-
-        Raises:
-            TransactionalIdNotFound: the id is unknown.
-            InvalidTxnState: the transaction is not completing, or a name is not one of its participants.
-        """
-        request = txn_pb.SkipTxnMarkersRequest(
-            transactional_id=transactional_id,
-            partitions=[_tp_pb(TopicPartition(*tp)) for tp in partitions],
-            groups=list(groups),
-        )
-
-        async def skip(deadline: Deadline) -> tuple[list[TopicPartition], list[str]]:
-            response = await self._coordinator_call(
-                transactional_id,
-                _TRANSACTION,
-                lambda address: call(
-                    self._channels.txn(address).SkipTxnMarkers, request, timeout_s=self._rpc_timeout(deadline)
-                ),
-            )
-            return [TopicPartition(tp.topic, tp.partition) for tp in response.partitions], list(response.groups)
-
-        return self._run(skip, timeout)
 
     # -------------------------------------------------------------------------------- group offsets
 
@@ -745,27 +553,17 @@ class AdminClient:
 
         With ``require_stable`` the call waits while a transactional commit is pending (KIP-447).
         """
-        request = offsets_pb.FetchOffsetsRequest(
-            group_id=group_id,
-            partitions=[_tp_pb(TopicPartition(*tp)) for tp in partitions or ()],
-            require_stable=require_stable,
-        )
+        wanted = [TopicPartition(*tp) for tp in partitions or ()]
 
         async def fetch(deadline: Deadline) -> dict[TopicPartition, OffsetAndMetadata]:
-            response = await self._coordinator_call(
+            committed = await self._coordinator_call(
                 group_id,
-                _GROUP,
-                lambda address: call(
-                    self._channels.offsets(address).FetchOffsets, request, timeout_s=self._rpc_timeout(deadline)
+                CoordinatorKind.GROUP,
+                lambda address: self._offsets.fetch_offsets(
+                    address, group_id, wanted, require_stable=require_stable, timeout_s=self._rpc_timeout(deadline)
                 ),
             )
-            return {
-                TopicPartition(o.topic_partition.topic, o.topic_partition.partition): OffsetAndMetadata(
-                    o.offset, o.metadata, None if o.leader_epoch < 0 else o.leader_epoch
-                )
-                for o in response.offsets
-                if o.offset >= 0
-            }
+            return {tp: om for tp, om in committed.items() if om is not None}
 
         return self._run(fetch, timeout)
 
@@ -777,48 +575,29 @@ class AdminClient:
             TopicPartition(*tp): om if isinstance(om, OffsetAndMetadata) else OffsetAndMetadata(int(om))
             for tp, om in offsets.items()
         }
-        request = offsets_pb.CommitOffsetsRequest(
-            group_id=group_id,
-            offsets=[
-                common_pb.PartitionOffset(
-                    topic_partition=_tp_pb(tp),
-                    offset=om.offset,
-                    leader_epoch=-1 if om.leader_epoch is None else om.leader_epoch,
-                    metadata=om.metadata,
-                )
-                for tp, om in sorted(normalized.items())
-            ],
-        )
-
-        async def alter(deadline: Deadline) -> None:
-            await self._coordinator_call(
+        self._run(
+            lambda deadline: self._coordinator_call(
                 group_id,
-                _GROUP,
-                lambda address: call(
-                    self._channels.offsets(address).CommitOffsets, request, timeout_s=self._rpc_timeout(deadline)
+                CoordinatorKind.GROUP,
+                lambda address: self._offsets.commit_offsets(
+                    address, group_id, normalized, timeout_s=self._rpc_timeout(deadline)
                 ),
-            )
-
-        self._run(alter, timeout)
+            ),
+            timeout,
+        )
 
     # -------------------------------------------------------------------------------- consumer groups
 
     def list_consumer_groups(self, *, timeout: float | None = None) -> list[ConsumerGroupListing]:
         """Every consumer group with its state, sorted by id (any group-offsets replica answers from SQL)."""
-
-        async def fetch(deadline: Deadline) -> list[ConsumerGroupListing]:
-            response = await self._coordinator_call(
+        return self._run(
+            lambda deadline: self._coordinator_call(
                 _LISTING_KEY,
-                _GROUP,
-                lambda address: call(
-                    self._channels.offsets(address).ListConsumerGroups,
-                    offsets_pb.ListConsumerGroupsRequest(),
-                    timeout_s=self._rpc_timeout(deadline),
-                ),
-            )
-            return [listing(g) for g in response.groups]
-
-        return self._run(fetch, timeout)
+                CoordinatorKind.GROUP,
+                lambda address: self._offsets.list_consumer_groups(address, timeout_s=self._rpc_timeout(deadline)),
+            ),
+            timeout,
+        )
 
     def describe_consumer_group(self, group_id: str, *, timeout: float | None = None) -> ConsumerGroupDescription:
         """A consumer group's state, epochs, members and their assignments.
@@ -826,22 +605,20 @@ class AdminClient:
         Raises:
             GroupIdNotFound: no consumer group of that id.
         """
-        request = offsets_pb.DescribeConsumerGroupsRequest(group_ids=[group_id])
 
         async def fetch(deadline: Deadline) -> ConsumerGroupDescription:
-            response = await self._coordinator_call(
-                group_id,
-                _GROUP,
-                lambda address: call(
-                    self._channels.offsets(address).DescribeConsumerGroups,
-                    request,
-                    timeout_s=self._rpc_timeout(deadline),
-                ),
-            )
-            [found] = response.groups
-            if found.HasField("error"):
-                raise from_error_info(found.error)
-            return description(found)
+            [found] = (
+                await self._coordinator_call(
+                    group_id,
+                    CoordinatorKind.GROUP,
+                    lambda address: self._offsets.describe_consumer_groups(
+                        address, [group_id], timeout_s=self._rpc_timeout(deadline)
+                    ),
+                )
+            ).values()
+            if isinstance(found, OncelogError):
+                raise found
+            return found
 
         return self._run(fetch, timeout)
 
@@ -852,18 +629,16 @@ class AdminClient:
             NonEmptyGroup: the group has members (stop its consumers first).
             GroupIdNotFound: no consumer group of that id.
         """
-        request = offsets_pb.DeleteConsumerGroupRequest(group_id=group_id)
-
-        async def delete(deadline: Deadline) -> None:
-            await self._coordinator_call(
+        self._run(
+            lambda deadline: self._coordinator_call(
                 group_id,
-                _GROUP,
-                lambda address: call(
-                    self._channels.offsets(address).DeleteConsumerGroup, request, timeout_s=self._rpc_timeout(deadline)
+                CoordinatorKind.GROUP,
+                lambda address: self._offsets.delete_consumer_group(
+                    address, group_id, timeout_s=self._rpc_timeout(deadline)
                 ),
-            )
-
-        self._run(delete, timeout)
+            ),
+            timeout,
+        )
 
     # -------------------------------------------------------------------------------- lifecycle
 

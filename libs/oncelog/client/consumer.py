@@ -31,23 +31,31 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import grpc
 
-from oncelog.api.cluster import v1 as cluster_pb
-from oncelog.api.common import v1 as common_pb
-from oncelog.api.offsets import v1 as offsets_pb
-from oncelog.api.storage import v1 as storage_pb
 from oncelog.client.errors import Action, IllegalStateError, Refresh, RetriableError, classify
-from oncelog.client.fetch_filter import AbortedTransaction, CompletedFetch
+from oncelog.client.fetch_filter import CompletedFetch
 from oncelog.client.group_membership import ConsumerRebalanceListener, GroupMembership, validate_pattern
 from oncelog.client.metadata import ClusterMetadata
 from oncelog.client.records import ConsumerGroupMetadata, ConsumerRecord, OffsetAndMetadata, TopicPartition
-from oncelog.client.transport import Backoff, Channels, Deadline, IoThread, call, resolve_bootstrap
+from oncelog.client.services import (
+    Deadline,
+    FetchPosition,
+    GroupMember,
+    GroupOffsetsClient,
+    OffsetQuery,
+    PartitionStorageClient,
+    RetryPolicy,
+    is_retriable,
+)
+from oncelog.client.transport import Channels, IoThread, resolve_bootstrap
 from oncelog.errors import OffsetOutOfRange, OncelogError, Reason, UnknownTopicOrPartition
-from oncelog.rpc.errors import from_error_info
-from oncelog.vocabulary import IsolationLevel
+from oncelog.vocabulary import CoordinatorKind, IsolationLevel
+
+if TYPE_CHECKING:  # the group heartbeat still passes wire messages (client/group_membership.py)
+    from oncelog.api.offsets import v1 as offsets_pb
 
 __all__ = ["Consumer"]
 
@@ -55,12 +63,8 @@ log = logging.getLogger("oncelog.client.consumer")
 
 T = TypeVar("T")
 
-_GROUP = cluster_pb.COORDINATOR_TYPE_GROUP
+_GROUP = CoordinatorKind.GROUP
 _RESETS = ("earliest", "latest", "none")
-_ISOLATION_PB = {
-    IsolationLevel.READ_COMMITTED: storage_pb.ISOLATION_LEVEL_READ_COMMITTED,
-    IsolationLevel.READ_UNCOMMITTED: storage_pb.ISOLATION_LEVEL_READ_UNCOMMITTED,
-}
 _COMMITTED = "committed"
 
 
@@ -208,6 +212,9 @@ class Consumer:
             retry_backoff_ms=retry_backoff_ms,
             metadata_max_age_ms=metadata_max_age_ms,
         )
+        self._retry = RetryPolicy(retry_backoff_ms, 1_000)
+        self._storage = PartitionStorageClient(self._channels.get, timeout_s=self._request_timeout_s)
+        self._offsets = GroupOffsetsClient(self._channels.get, timeout_s=self._request_timeout_s)
 
     # -------------------------------------------------------------------------------- helpers
 
@@ -311,7 +318,9 @@ class Consumer:
     ) -> offsets_pb.ConsumerGroupHeartbeatResponse:
         deadline = Deadline(timeout_s)
         return await self._group_call(
-            lambda stub: call(stub.ConsumerGroupHeartbeat, request, timeout_s=deadline.cap(self._request_timeout_s)),
+            lambda address: self._offsets.consumer_group_heartbeat(
+                address, request, timeout_s=deadline.cap(self._request_timeout_s)
+            ),
             deadline,
         )
 
@@ -473,12 +482,12 @@ class Consumer:
         With ``strict`` a failure or the deadline raises; otherwise partitions left unresolved are tried
         again by the next poll.
         """
-        backoff = Backoff(self._retry_backoff_ms, 1_000)
-        while True:
-            todo = [tp for tp in partitions if tp in self._assignment and self._assignment[tp].position is None]
-            if not todo:
-                return
-            try:
+
+        def unresolved() -> list[TopicPartition]:
+            return [tp for tp in partitions if tp in self._assignment and self._assignment[tp].position is None]
+
+        async def resolve() -> None:
+            while todo := unresolved():
                 committed_needed = [tp for tp in todo if self._assignment[tp].reset == _COMMITTED]
                 if committed_needed:
                     committed = await self._fetch_committed(committed_needed, deadline)
@@ -511,115 +520,102 @@ class Consumer:
                             state.position, state.reset = offset, None
                             if state.start is None:
                                 state.start = offset
-                continue
-            except OncelogError as err:
-                if not err.retriable:
-                    raise
-                if deadline.expired:
-                    if strict:
-                        raise RetriableError(
-                            f"could not resolve the position of {', '.join(map(str, todo))}: {err.message}", cause=err
-                        ) from err
-                    return
-                log.debug("position lookup failed (%s); retrying", err)
-                await asyncio.sleep(deadline.cap(backoff.next_s()))
+
+        def out_of_time(err: OncelogError) -> OncelogError:
+            return RetriableError(
+                f"could not resolve the position of {', '.join(map(str, unresolved()))}: {err.message}", cause=err
+            )
+
+        try:
+            await self._retry.run(
+                resolve,
+                deadline,
+                before_retry=lambda err: log.debug("position lookup failed (%s); retrying", err),
+                out_of_time=out_of_time,
+            )
+        except RetriableError:
+            if strict or not deadline.expired:
+                raise
 
     async def _lookup_offsets(
         self, partitions: Sequence[TopicPartition], reset: str, deadline: Deadline
     ) -> dict[TopicPartition, int]:
         """:meth:`_list_offsets`, retried until ``deadline`` while the error is retriable (a leader moved)."""
-        backoff = Backoff(self._retry_backoff_ms, 1_000)
-        while True:
-            try:
-                return await self._list_offsets(partitions, reset, deadline)
-            except OncelogError as err:
-                if not err.retriable or err.reason is Reason.UNKNOWN_TOPIC_OR_PARTITION:
-                    raise
-                if deadline.expired:
-                    raise RetriableError(
-                        f"could not look up the {reset} offsets of {', '.join(map(str, partitions))}: {err.message}",
-                        cause=err,
-                    ) from err
-                log.debug("offsets lookup failed (%s); retrying", err)
-                await asyncio.sleep(deadline.cap(backoff.next_s()))
+
+        def out_of_time(err: OncelogError) -> OncelogError:
+            return RetriableError(
+                f"could not look up the {reset} offsets of {', '.join(map(str, partitions))}: {err.message}",
+                cause=err,
+            )
+
+        return await self._retry.run(
+            lambda: self._list_offsets(partitions, reset, deadline),
+            deadline,
+            retry_if=lambda err: is_retriable(err, unknown_topic_is_final=True),
+            before_retry=lambda err: log.debug("offsets lookup failed (%s); retrying", err),
+            out_of_time=out_of_time,
+        )
 
     async def _list_offsets(
         self, partitions: Sequence[TopicPartition], reset: str, deadline: Deadline
     ) -> dict[TopicPartition, int]:
-        spec = storage_pb.OFFSET_SPEC_EARLIEST if reset == "earliest" else storage_pb.OFFSET_SPEC_LATEST
+        query = OffsetQuery(reset)
         found: dict[TopicPartition, int] = {}
         by_leader: dict[str, list[TopicPartition]] = {}
         for tp in partitions:
             leader = await self._metadata.wait_for_leader(tp, deadline)
             by_leader.setdefault(leader.leader_address, []).append(tp)
         for address, tps in by_leader.items():
-            request = storage_pb.ListOffsetsRequest(
-                partitions=[
-                    storage_pb.ListOffsetsPartition(
-                        topic_partition=common_pb.TopicPartition(topic=tp.topic, partition=tp.partition), spec=spec
-                    )
-                    for tp in tps
-                ],
-                isolation_level=_ISOLATION_PB[self._isolation],
-            )
             try:
-                response = await call(
-                    self._channels.storage(address).ListOffsets,
-                    request,
+                answers = await self._storage.list_offsets(
+                    address,
+                    dict.fromkeys(tps, query),
+                    isolation=self._isolation,
                     timeout_s=deadline.cap(self._request_timeout_s),
                 )
             except OncelogError as err:
                 self._metadata.note_failure({tp.topic for tp in tps}, err)
                 raise
-            for result in response.results:
-                tp = TopicPartition(result.topic_partition.topic, result.topic_partition.partition)
-                if result.HasField("error"):
-                    failure = from_error_info(result.error)
-                    self._metadata.note_failure([tp.topic], failure)
-                    raise failure
-                found[tp] = result.offset
+            for tp, answer in answers.items():
+                if isinstance(answer, OncelogError):
+                    self._metadata.note_failure([tp.topic], answer)
+                    raise answer
+                found[tp] = answer.offset
         return found
 
     # -------------------------------------------------------------------------------- group offsets
 
-    async def _group_call(
-        self, rpc: Callable[[offsets_pb.GroupOffsetsServiceStub], Awaitable[T]], deadline: Deadline
-    ) -> T:
+    async def _group_call(self, rpc: Callable[[str], Awaitable[T]], deadline: Deadline) -> T:
+        """``rpc(address)`` on the group's offsets owner, retried while :func:`classify` says so."""
         group = self._require_group("this call")
-        backoff = Backoff(self._retry_backoff_ms, 1_000)
-        while True:
-            try:
-                address = await self._metadata.find_coordinator(group, _GROUP)
-                return await rpc(self._channels.offsets(address))
-            except OncelogError as err:
-                disposition = classify(err, source="group")
-                if disposition.action is not Action.RETRY:
-                    raise
-                if disposition.refresh is not Refresh.NONE or err.reason is Reason.NOT_COORDINATOR:
-                    self._metadata.invalidate_coordinator(group, _GROUP)
-                if deadline.expired:
-                    raise RetriableError(f"group {group!r}: {err.message}", cause=err) from err
-                await asyncio.sleep(deadline.cap(backoff.next_s()))
+
+        async def attempt() -> T:
+            return await rpc(await self._metadata.find_coordinator(group, _GROUP))
+
+        def before_retry(err: OncelogError) -> None:
+            if classify(err, source="group").refresh is not Refresh.NONE or err.reason is Reason.NOT_COORDINATOR:
+                self._metadata.invalidate_coordinator(group, _GROUP)
+
+        return await self._retry.run(
+            attempt,
+            deadline,
+            retry_if=lambda err: classify(err, source="group").action is Action.RETRY,
+            before_retry=before_retry,
+            out_of_time=lambda err: RetriableError(f"group {group!r}: {err.message}", cause=err),
+        )
 
     async def _fetch_committed(
         self, partitions: Sequence[TopicPartition], deadline: Deadline
     ) -> dict[TopicPartition, OffsetAndMetadata | None]:
         group = self._require_group("committed()")
-        request = offsets_pb.FetchOffsetsRequest(
-            group_id=group,
-            partitions=[common_pb.TopicPartition(topic=tp.topic, partition=tp.partition) for tp in partitions],
-            require_stable=True,
-        )
-        response = await self._group_call(
-            lambda stub: call(stub.FetchOffsets, request, timeout_s=deadline.cap(self._request_timeout_s)), deadline
+        committed = await self._group_call(
+            lambda address: self._offsets.fetch_offsets(
+                address, group, partitions, require_stable=True, timeout_s=deadline.cap(self._request_timeout_s)
+            ),
+            deadline,
         )
         found: dict[TopicPartition, OffsetAndMetadata | None] = dict.fromkeys(partitions)
-        for item in response.offsets:
-            tp = TopicPartition(item.topic_partition.topic, item.topic_partition.partition)
-            if item.offset >= 0:
-                found[tp] = OffsetAndMetadata(
-                    item.offset, item.metadata, None if item.leader_epoch < 0 else item.leader_epoch
-                )
+        found.update((tp, om) for tp, om in committed.items() if om is not None)
         return found
 
     def committed(
@@ -661,23 +657,12 @@ class Consumer:
         }
         if not normalized:
             return
-        request = offsets_pb.CommitOffsetsRequest(
-            group_id=group,
-            member=self._member(),
-            offsets=[
-                common_pb.PartitionOffset(
-                    topic_partition=common_pb.TopicPartition(topic=tp.topic, partition=tp.partition),
-                    offset=om.offset,
-                    leader_epoch=-1 if om.leader_epoch is None else om.leader_epoch,
-                    metadata=om.metadata,
-                )
-                for tp, om in sorted(normalized.items())
-            ],
-        )
-        deadline = self._deadline(timeout)
+        deadline, member = self._deadline(timeout), self._member()
         self._run(
             self._group_call(
-                lambda stub: call(stub.CommitOffsets, request, timeout_s=deadline.cap(self._request_timeout_s)),
+                lambda address: self._offsets.commit_offsets(
+                    address, group, normalized, member=member, timeout_s=deadline.cap(self._request_timeout_s)
+                ),
                 deadline,
             )
         )
@@ -696,10 +681,10 @@ class Consumer:
             group, self._membership.member_epoch, self._membership.member_id, self._group_instance_id
         )
 
-    def _member(self) -> offsets_pb.GroupMember | None:
+    def _member(self) -> GroupMember | None:
         if self._membership is None:
             return None
-        return offsets_pb.GroupMember(
+        return GroupMember(
             generation_id=self._membership.member_epoch,
             member_id=self._membership.member_id,
             group_instance_id=self._group_instance_id or "",
@@ -898,24 +883,18 @@ class Consumer:
         if left is not None:
             # a short poll still sends a useful fetch, it just does not long-poll
             wait_ms = max(0, min(wait_ms, int(left * 1000)))
-        request = storage_pb.FetchRequest(
-            partitions=[
-                storage_pb.FetchPartition(
-                    topic_partition=common_pb.TopicPartition(topic=tp.topic, partition=tp.partition),
-                    fetch_offset=offset,
-                    max_bytes=self._partition_fetch_bytes,
-                    leader_epoch=epoch,
-                )
-                for tp, offset, epoch in parts
-            ],
-            isolation_level=_ISOLATION_PB[self._isolation],
-            max_wait_ms=wait_ms,
-            min_bytes=self._fetch_min_bytes,
-            max_bytes=self._fetch_max_bytes,
-        )
         try:
-            response = await call(
-                self._channels.storage(address).Fetch, request, timeout_s=self._request_timeout_s + wait_ms / 1000
+            results = await self._storage.fetch(
+                address,
+                [
+                    FetchPosition(tp, offset, leader_epoch=epoch, max_bytes=self._partition_fetch_bytes)
+                    for tp, offset, epoch in parts
+                ],
+                isolation=self._isolation,
+                max_wait_ms=wait_ms,
+                min_bytes=self._fetch_min_bytes,
+                max_bytes=self._fetch_max_bytes,
+                timeout_s=self._request_timeout_s,
             )
         except OncelogError as err:
             log.debug("fetch from %s failed: %s", address, err)
@@ -925,13 +904,13 @@ class Consumer:
             return
         self._node_backoff_until.pop(address, None)
         requested = {tp: offset for tp, offset, _ in parts}
-        for result in response.results:
-            tp = TopicPartition(result.topic_partition.topic, result.topic_partition.partition)
+        for result in results:
+            tp = result.topic_partition
             state = self._assignment.get(tp)
             if state is None or state.position != requested.get(tp) or state.buffered is not None:
                 continue  # reassigned or seeked while the fetch was in flight
-            if result.HasField("error"):
-                self._on_fetch_error(tp, state, from_error_info(result.error))
+            if result.error is not None:
+                self._on_fetch_error(tp, state, result.error)
                 continue
             state.high_watermark = result.high_watermark
             state.last_stable_offset = result.last_stable_offset
@@ -941,9 +920,7 @@ class Consumer:
                     result.records,
                     fetch_offset=requested[tp],
                     isolation_level=self._isolation,
-                    aborted_transactions=[
-                        AbortedTransaction(a.producer_id, a.first_offset) for a in result.aborted_transactions
-                    ],
+                    aborted_transactions=result.aborted_transactions,
                     check_crcs=self._check_crcs,
                 )
 

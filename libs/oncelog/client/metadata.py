@@ -18,16 +18,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import TypeVar
 
-from oncelog.api.cluster import v1 as cluster_pb
-from oncelog.client.errors import Refresh, classify
-from oncelog.client.records import TopicPartition
-from oncelog.client.transport import Backoff, BootstrapError, Channels, Deadline, call
+from oncelog.client.records import ClusterDescription, NodeInfo, PartitionInfo, TopicInfo, TopicPartition
+from oncelog.client.services import Backoff, ClusterClient, Deadline, Retry, retry_of
+from oncelog.client.transport import BootstrapError, Channels
 from oncelog.errors import NotLeader, OncelogError, Reason, UnknownTopicOrPartition
-from oncelog.vocabulary import Role
+from oncelog.vocabulary import CoordinatorKind
 
 __all__ = [
     "ClusterDescription",
@@ -42,126 +40,6 @@ T = TypeVar("T")
 log = logging.getLogger("oncelog.client.metadata")
 
 _MAX_KNOWN_ADDRESSES = 64
-
-_ROLE_NAMES = {
-    cluster_pb.SERVICE_ROLE_PID_ALLOCATOR: Role.PID_ALLOCATOR,
-    cluster_pb.SERVICE_ROLE_TXN_COORDINATOR: Role.TXN_COORDINATOR,
-    cluster_pb.SERVICE_ROLE_PARTITION_STORAGE: Role.PARTITION_STORAGE,
-    cluster_pb.SERVICE_ROLE_GROUP_OFFSETS: Role.GROUP_OFFSETS,
-}
-
-
-@dataclass(frozen=True, slots=True)
-class PartitionInfo:
-    """One partition's leadership (Kafka's ``PartitionInfo``).
-
-    Attributes:
-        topic: the topic.
-        partition: the partition index.
-        leader_node_id: the partition-storage node leading it.
-        leader_address: host:port of the leader, empty while the leader is not live.
-        leader_epoch: increases on every leadership change; produce and fetch carry it for fencing.
-        replicas: node ids holding a copy, the preferred leader first.
-        isr: the in-sync replicas.
-        partition_epoch: grows on every change of leader, ISR or replicas.
-    """
-
-    topic: str
-    partition: int
-    leader_node_id: str
-    leader_address: str
-    leader_epoch: int
-    replicas: tuple[str, ...] = ()
-    isr: tuple[str, ...] = ()
-    partition_epoch: int = 0
-
-    @property
-    def topic_partition(self) -> TopicPartition:
-        """The partition as a :class:`TopicPartition`."""
-        return TopicPartition(self.topic, self.partition)
-
-
-@dataclass(frozen=True, slots=True)
-class TopicInfo:
-    """One topic as the catalog describes it.
-
-    Attributes:
-        name: the topic name.
-        topic_id: a UUID fixed at creation (a re-created topic is another topic).
-        partitions: the partitions in index order.
-        configs: the topic's settings as strings (``flush``, ``max_message_bytes``, ...).
-    """
-
-    name: str
-    topic_id: str
-    partitions: tuple[PartitionInfo, ...]
-    configs: Mapping[str, str] = field(default_factory=dict)
-
-    def available_partitions(self) -> list[int]:
-        """Partitions whose leader is live right now."""
-        return [p.partition for p in self.partitions if p.leader_address]
-
-
-@dataclass(frozen=True, slots=True)
-class NodeInfo:
-    """One registered process of the cluster.
-
-    Attributes:
-        node_id: the node's stable id.
-        role: ``pid-allocator``, ``txn-coordinator``, ``partition-storage`` or ``group-offsets``.
-        address: host:port where it serves gRPC.
-        node_epoch: grows each time the node registers again.
-        lease_expires_at_ms: when its registration lapses unless renewed (Unix ms).
-    """
-
-    node_id: str
-    role: str
-    address: str
-    node_epoch: int
-    lease_expires_at_ms: int
-
-
-@dataclass(frozen=True, slots=True)
-class ClusterDescription:
-    """Answer of DescribeCluster.
-
-    Attributes:
-        cluster_id: fixed at cluster creation.
-        nodes: the live nodes (all registered ones when asked to include expired).
-        txn_coordinator_shards: the fixed number of transaction coordinator shards.
-        group_offsets_shards: the fixed number of group offsets shards.
-    """
-
-    cluster_id: str
-    nodes: tuple[NodeInfo, ...]
-    txn_coordinator_shards: int
-    group_offsets_shards: int
-
-    def addresses(self, role: str) -> list[str]:
-        """Addresses of the nodes of one role."""
-        return [n.address for n in self.nodes if n.role == role and n.address]
-
-
-def topic_info(topic: cluster_pb.TopicMetadata) -> TopicInfo:
-    """Convert a wire ``TopicMetadata``."""
-    return TopicInfo(
-        name=topic.name,
-        topic_id=topic.topic_id,
-        partitions=tuple(
-            PartitionInfo(
-                topic=topic.name,
-                partition=p.partition,
-                leader_node_id=p.leader_node_id,
-                leader_address=p.leader_address,
-                leader_epoch=p.leader_epoch,
-                replicas=tuple(p.replica_node_ids),
-                isr=tuple(p.isr_node_ids),
-                partition_epoch=p.partition_epoch,
-            )
-            for p in sorted(topic.partitions, key=lambda p: p.partition)
-        ),
-        configs=dict(topic.configs),
-    )
 
 
 class ClusterMetadata:
@@ -187,24 +65,23 @@ class ClusterMetadata:
         retry_backoff_max_ms: int = 1_000,
         metadata_max_age_ms: int = 300_000,
     ) -> None:
-        self._channels = channels
+        self.cluster = ClusterClient(channels.get, timeout_s=request_timeout_s)
         self._bootstrap = tuple(bootstrap)
         self._known_addresses: dict[str, None] = {}  # oldest first; at most _MAX_KNOWN_ADDRESSES
         self._nodes_learned_at: float | None = None
         self._learn_task: asyncio.Task[None] | None = None
-        self._request_timeout_s = request_timeout_s
         self._retry_backoff_ms = retry_backoff_ms
         self._retry_backoff_max_ms = retry_backoff_max_ms
         self._max_age_s = metadata_max_age_ms / 1000
         self._topics: dict[str, tuple[TopicInfo, float]] = {}
         self._stale: set[str] = set()
         self._refreshing: dict[str, asyncio.Task[TopicInfo]] = {}
-        self._coordinators: dict[tuple[cluster_pb.CoordinatorType.ValueType, str], str] = {}
+        self._coordinators: dict[tuple[CoordinatorKind, str], str] = {}
 
     # ---------------------------------------------------------------------------------------- cluster calls
 
-    async def cluster_call(self, rpc: Callable[[cluster_pb.ClusterServiceStub], Awaitable[T]]) -> T:
-        """Make a ClusterService call on the first address that answers.
+    async def cluster_call(self, rpc: Callable[[str], Awaitable[T]]) -> T:
+        """Make a ClusterService call (``rpc(address)``) on the first address that answers.
 
         A network failure moves on to the next bootstrap or known address; any other error is the
         server's answer and is raised.
@@ -216,7 +93,7 @@ class ClusterMetadata:
         last: OncelogError | None = None
         for address in self._addresses():
             try:
-                answer = await rpc(self._channels.cluster(address))
+                answer = await rpc(address)
             except OncelogError as err:
                 if err.reason not in (Reason.NETWORK_EXCEPTION, Reason.REQUEST_TIMED_OUT):
                     raise
@@ -262,30 +139,11 @@ class ClusterMetadata:
 
     async def describe_cluster(self, *, include_expired: bool = False) -> ClusterDescription:
         """DescribeCluster, on any address."""
-        response = await self.cluster_call(
-            lambda stub: call(
-                stub.DescribeCluster,
-                cluster_pb.DescribeClusterRequest(include_expired=include_expired),
-                timeout_s=self._request_timeout_s,
-            )
+        description = await self.cluster_call(
+            lambda address: self.cluster.describe_cluster(address, include_expired=include_expired)
         )
-        nodes = tuple(
-            NodeInfo(
-                node_id=n.node_id,
-                role=_ROLE_NAMES.get(n.role, "unknown"),
-                address=n.address,
-                node_epoch=n.node_epoch,
-                lease_expires_at_ms=n.lease_expires_at_ms,
-            )
-            for n in response.nodes
-        )
-        self._learn(n.address for n in nodes)
-        return ClusterDescription(
-            cluster_id=response.cluster_id,
-            nodes=nodes,
-            txn_coordinator_shards=response.txn_coordinator_shards,
-            group_offsets_shards=response.group_offsets_shards,
-        )
+        self._learn(n.address for n in description.nodes)
+        return description
 
     # ---------------------------------------------------------------------------------------- topics
 
@@ -308,7 +166,7 @@ class ClusterMetadata:
 
     def note_failure(self, topics: Iterable[str], err: OncelogError) -> None:
         """Mark ``topics`` stale when ``err`` from a partition's leader means the leader may have moved."""
-        if classify(err, source="fetch").refresh is Refresh.METADATA:
+        if retry_of(err) is Retry.LOCATE:
             for topic in topics:
                 self.request_update(topic)
 
@@ -341,11 +199,7 @@ class ClusterMetadata:
 
     async def _fetch_topic(self, name: str) -> TopicInfo:
         try:
-            response = await self.cluster_call(
-                lambda stub: call(
-                    stub.Metadata, cluster_pb.MetadataRequest(topics=[name]), timeout_s=self._request_timeout_s
-                )
-            )
+            topics = await self.cluster_call(lambda address: self.cluster.metadata(address, [name]))
         except OncelogError as err:
             if err.reason is Reason.UNKNOWN_TOPIC_OR_PARTITION:
                 self._topics.pop(name, None)
@@ -355,9 +209,8 @@ class ClusterMetadata:
                     f"`oncelog topics create {name}`)"
                 ) from err
             raise
-        for topic in response.topics:
-            if topic.name == name:
-                info = topic_info(topic)
+        for info in topics:
+            if info.name == name:
                 self._topics[name] = (info, time.monotonic())
                 self._stale.discard(name)
                 self._learn(p.leader_address for p in info.partitions)
@@ -395,14 +248,12 @@ class ClusterMetadata:
 
     # ---------------------------------------------------------------------------------------- coordinators
 
-    async def find_coordinator(
-        self, key: str, kind: cluster_pb.CoordinatorType.ValueType, *, refresh: bool = False
-    ) -> str:
+    async def find_coordinator(self, key: str, kind: CoordinatorKind, *, refresh: bool = False) -> str:
         """Address of the process owning ``key``'s shard (FindCoordinator), cached until invalidated.
 
         Args:
             key: the transactional id or group id.
-            kind: ``COORDINATOR_TYPE_TRANSACTION`` or ``COORDINATOR_TYPE_GROUP``.
+            kind: which coordinator: a transactional id's or a group's.
             refresh: ignore the cache.
 
         Raises:
@@ -412,17 +263,11 @@ class ClusterMetadata:
         cached = self._coordinators.get((kind, key))
         if cached is not None and not refresh:
             return cached
-        response = await self.cluster_call(
-            lambda stub: call(
-                stub.FindCoordinator,
-                cluster_pb.FindCoordinatorRequest(key=key, type=kind),
-                timeout_s=self._request_timeout_s,
-            )
-        )
-        self._coordinators[(kind, key)] = response.address
-        self._learn([response.address])
-        return response.address
+        address = await self.cluster_call(lambda bootstrap: self.cluster.find_coordinator(bootstrap, key, kind))
+        self._coordinators[(kind, key)] = address
+        self._learn([address])
+        return address
 
-    def invalidate_coordinator(self, key: str, kind: cluster_pb.CoordinatorType.ValueType) -> None:
+    def invalidate_coordinator(self, key: str, kind: CoordinatorKind) -> None:
         """Forget the cached coordinator of ``key`` (after NOT_COORDINATOR or a broken connection)."""
         self._coordinators.pop((kind, key), None)

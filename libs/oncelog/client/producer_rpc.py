@@ -15,7 +15,6 @@ from typing import Any
 
 import grpc
 
-from oncelog.api.cluster import v1 as cluster_pb
 from oncelog.api.common import v1 as common_pb
 from oncelog.api.offsets import v1 as offsets_pb
 from oncelog.api.storage import v1 as storage_pb
@@ -23,17 +22,12 @@ from oncelog.api.txn import v1 as txn_pb
 from oncelog.client.metadata import ClusterMetadata
 from oncelog.client.records import ConsumerGroupMetadata, OffsetAndMetadata, TopicPartition
 from oncelog.client.sender import PartitionResult, ProduceAnswer, ProduceEntry, ProduceSettings
-from oncelog.client.transaction_manager import CoordinatorKind, EndTxnResult
+from oncelog.client.transaction_manager import EndTxnResult
 from oncelog.client.transport import Channels, call
 from oncelog.rpc.errors import from_error_info, from_rpc_error
-from oncelog.vocabulary import ProducerIdAndEpoch, Role
+from oncelog.vocabulary import CoordinatorKind, ProducerIdAndEpoch, Role
 
 __all__ = ["GrpcProduceStream", "GrpcProducerTransport"]
-
-_KINDS = {
-    CoordinatorKind.TRANSACTION: cluster_pb.COORDINATOR_TYPE_TRANSACTION,
-    CoordinatorKind.GROUP: cluster_pb.COORDINATOR_TYPE_GROUP,
-}
 
 
 def _identity_pb(identity: ProducerIdAndEpoch) -> common_pb.ProducerIdentity:
@@ -127,10 +121,10 @@ class GrpcProducerTransport:
         return cluster.addresses(Role.TXN_COORDINATOR)
 
     async def find_coordinator(self, key: str, kind: CoordinatorKind) -> str:
-        return await self._metadata.find_coordinator(key, _KINDS[kind])
+        return await self._metadata.find_coordinator(key, kind)
 
     def invalidate_coordinator(self, key: str, kind: CoordinatorKind) -> None:
-        self._metadata.invalidate_coordinator(key, _KINDS[kind])
+        self._metadata.invalidate_coordinator(key, kind)
 
     # -------------------------------------------------------------------------------- txn-coordinator
 

@@ -2,24 +2,37 @@
 
 These are what a user handles: the partition a record goes to (:class:`TopicPartition`), the
 acknowledgement of a sent record (:class:`RecordMetadata`), a consumed record
-(:class:`ConsumerRecord`), an offset to commit (:class:`OffsetAndMetadata`) and the group
+(:class:`ConsumerRecord`), an offset to commit (:class:`OffsetAndMetadata`), the group
 identity a transactional producer commits offsets under (:class:`ConsumerGroupMetadata`,
-KIP-447, design/kafka-semantics.md §5.3). All are immutable.
+KIP-447, design/kafka-semantics.md §5.3), and what the cluster answers about itself: topics and
+leaders (:class:`TopicInfo`, :class:`PartitionInfo`), nodes (:class:`ClusterDescription`), producers
+and transactions (:class:`ProducerStateDescription`, :class:`TransactionDescription`). All are immutable;
+:mod:`oncelog.client.services` converts them to and from the wire.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from oncelog.records import TimestampType
 from oncelog.vocabulary import TopicPartition  # re-exported: public API
 
 __all__ = [
+    "ClusterDescription",
+    "ConfigEntry",
     "ConsumerGroupMetadata",
     "ConsumerRecord",
+    "NewTopic",
+    "NodeInfo",
     "OffsetAndMetadata",
+    "PartitionInfo",
+    "ProducerStateDescription",
     "RecordMetadata",
+    "TopicInfo",
     "TopicPartition",
+    "TransactionDescription",
+    "TransactionListing",
 ]
 
 
@@ -119,3 +132,199 @@ class ConsumerGroupMetadata:
     generation_id: int = -1
     member_id: str = ""
     group_instance_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionInfo:
+    """One partition's leadership (Kafka's ``PartitionInfo``).
+
+    Attributes:
+        topic: the topic.
+        partition: the partition index.
+        leader_node_id: the partition-storage node leading it.
+        leader_address: host:port of the leader, empty while the leader is not live.
+        leader_epoch: increases on every leadership change; produce and fetch carry it for fencing.
+        replicas: node ids holding a copy, the preferred leader first.
+        isr: the in-sync replicas.
+        partition_epoch: grows on every change of leader, ISR or replicas.
+    """
+
+    topic: str
+    partition: int
+    leader_node_id: str
+    leader_address: str
+    leader_epoch: int
+    replicas: tuple[str, ...] = ()
+    isr: tuple[str, ...] = ()
+    partition_epoch: int = 0
+
+    @property
+    def topic_partition(self) -> TopicPartition:
+        """The partition as a :class:`TopicPartition`."""
+        return TopicPartition(self.topic, self.partition)
+
+
+@dataclass(frozen=True, slots=True)
+class TopicInfo:
+    """One topic as the catalog describes it.
+
+    Attributes:
+        name: the topic name.
+        topic_id: a UUID fixed at creation (a re-created topic is another topic).
+        partitions: the partitions in index order.
+        configs: the topic's settings as strings (``flush``, ``max_message_bytes``, ...).
+    """
+
+    name: str
+    topic_id: str
+    partitions: tuple[PartitionInfo, ...]
+    configs: Mapping[str, str] = field(default_factory=dict)
+
+    def available_partitions(self) -> list[int]:
+        """Partitions whose leader is live right now."""
+        return [p.partition for p in self.partitions if p.leader_address]
+
+
+@dataclass(frozen=True, slots=True)
+class NodeInfo:
+    """One registered process of the cluster.
+
+    Attributes:
+        node_id: the node's stable id.
+        role: ``pid-allocator``, ``txn-coordinator``, ``partition-storage`` or ``group-offsets``.
+        address: host:port where it serves gRPC.
+        node_epoch: grows each time the node registers again.
+        lease_expires_at_ms: when its registration lapses unless renewed (Unix ms).
+    """
+
+    node_id: str
+    role: str
+    address: str
+    node_epoch: int
+    lease_expires_at_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterDescription:
+    """Answer of DescribeCluster.
+
+    Attributes:
+        cluster_id: fixed at cluster creation.
+        nodes: the live nodes (all registered ones when asked to include expired).
+        txn_coordinator_shards: the fixed number of transaction coordinator shards.
+        group_offsets_shards: the fixed number of group offsets shards.
+    """
+
+    cluster_id: str
+    nodes: tuple[NodeInfo, ...]
+    txn_coordinator_shards: int
+    group_offsets_shards: int
+
+    def addresses(self, role: str) -> list[str]:
+        """Addresses of the nodes of one role."""
+        return [n.address for n in self.nodes if n.role == role and n.address]
+
+
+@dataclass(frozen=True, slots=True)
+class NewTopic:
+    """A topic to create.
+
+    Attributes:
+        name: ``[a-zA-Z0-9._-]{1,249}``.
+        num_partitions: at least 1.
+        configs: topic settings: ``flush`` (``sync``/``async``), ``max_message_bytes``, ``retention_ms``,
+            ``retention_bytes``, ``segment_bytes``, ``segment_ms``, ``min_insync_replicas`` (in-sync copies an
+            acks=all write needs; at most the replication factor).
+        replication_factor: copies of each partition, 1 to the number of live storage nodes; None uses the
+            cluster's ``default_replication_factor``.
+    """
+
+    name: str
+    num_partitions: int = 1
+    configs: Mapping[str, str] = field(default_factory=dict)
+    replication_factor: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerStateDescription:
+    """One producer id's state on a partition (Kafka's ``ProducerState``, KIP-664).
+
+    Attributes:
+        producer_id: the producer id.
+        producer_epoch: its latest epoch on the partition.
+        last_sequence: last sequence written, -1 if none.
+        last_timestamp_ms: time of its last write or marker.
+        coordinator_epoch: epoch of the coordinator that wrote its last marker, -1 if none.
+        current_transaction_start_offset: first offset of its open transaction, None when none is open.
+    """
+
+    producer_id: int
+    producer_epoch: int
+    last_sequence: int
+    last_timestamp_ms: int
+    coordinator_epoch: int
+    current_transaction_start_offset: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class TransactionListing:
+    """One row of :meth:`AdminClient.list_transactions`.
+
+    Attributes:
+        transactional_id: the producer's stable id.
+        producer_id: its current producer id.
+        state: ``empty``, ``ongoing``, ``prepare_commit``, ``prepare_abort``, ``complete_commit``,
+            ``complete_abort``, ``prepare_epoch_fence`` or ``dead``.
+        transaction_start_time_ms: when the open transaction started, -1 if none.
+    """
+
+    transactional_id: str
+    producer_id: int
+    state: str
+    transaction_start_time_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class TransactionDescription:
+    """The coordinator's view of a transactional id (Kafka's ``TransactionDescription``).
+
+    Attributes:
+        transactional_id: the producer's stable id.
+        state: as in :class:`TransactionListing`.
+        producer_id: current producer id.
+        producer_epoch: current epoch.
+        transaction_timeout_ms: the timeout the producer asked for.
+        transaction_start_time_ms: when the open transaction started, -1 if none.
+        partitions: partitions of the open or completing transaction.
+        groups: consumer groups whose offsets it commits.
+        coordinator_node_id: the coordinator owning the id's shard.
+        coordinator_epoch: that coordinator's epoch on the shard.
+        last_update_time_ms: when the state last changed.
+    """
+
+    transactional_id: str
+    state: str
+    producer_id: int
+    producer_epoch: int
+    transaction_timeout_ms: int
+    transaction_start_time_ms: int
+    partitions: tuple[TopicPartition, ...]
+    groups: tuple[str, ...]
+    coordinator_node_id: str
+    coordinator_epoch: int
+    last_update_time_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigEntry:
+    """One topic setting (Kafka's ``ConfigEntry``).
+
+    Attributes:
+        name: oncelog's name (``retention_ms``; Kafka's dotted names are accepted as input only).
+        value: the effective value, as a string.
+        source: ``"topic"`` when set on the topic, ``"default"`` otherwise.
+    """
+
+    name: str
+    value: str
+    source: str

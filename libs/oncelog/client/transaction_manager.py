@@ -51,6 +51,7 @@ from oncelog.client.records import ConsumerGroupMetadata, OffsetAndMetadata, Top
 from oncelog.client.sequences import ProducerIdAndEpoch, ProducerSequences
 from oncelog.client.transport import Backoff, Deadline
 from oncelog.errors import OncelogError, Reason
+from oncelog.vocabulary import CoordinatorKind
 
 __all__ = [
     "TRANSITIONS",
@@ -139,13 +140,6 @@ def next_state(state: TransactionState, event: TransactionEvent) -> TransactionS
 
 
 # ------------------------------------------------------------------------------------------------ coordinator
-
-
-class CoordinatorKind(enum.Enum):
-    """Which coordinator owns a key: the transaction coordinator of a transactional id, or a group's owner."""
-
-    TRANSACTION = "transaction"
-    GROUP = "group"
 
 
 @dataclass(frozen=True, slots=True)

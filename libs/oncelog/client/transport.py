@@ -17,10 +17,8 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import random
 import threading
-import time
-from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, TypeVar
@@ -33,9 +31,9 @@ from oncelog.api.offsets import v1 as offsets_pb
 from oncelog.api.storage import v1 as storage_pb
 from oncelog.api.txn import v1 as txn_pb
 from oncelog.client.errors import IllegalStateError
+from oncelog.client.services import Backoff, Deadline, call  # re-exported: the producer's modules import them here
 from oncelog.errors import OncelogError, Reason
 from oncelog.rpc.channels import DEFAULT_MAX_MESSAGE_BYTES, channel_options
-from oncelog.rpc.errors import from_rpc_error
 from oncelog.rpc.interceptors import AioClientInterceptor
 
 __all__ = [
@@ -130,56 +128,13 @@ def resolve_bootstrap(
     for address in addresses:
         host, sep, port = address.rpartition(":")
         if not sep or not host or not port.isdigit():
-            raise BootstrapError(
-                f"bootstrap address {address!r} is not host:port (for example 127.0.0.1:7101){source}"
-            )
+            raise BootstrapError(f"bootstrap address {address!r} is not host:port (for example 127.0.0.1:7101){source}")
         if not 0 < int(port) < 65536:
             raise BootstrapError(
                 f"bootstrap address {address!r}{source} has an invalid port {port}: a port is 1-65535 "
                 "(host:port, for example 127.0.0.1:7101)"
             )
     return addresses
-
-
-class Deadline:
-    """A point in monotonic time that bounds a blocking call (Kafka's ``max.block.ms``)."""
-
-    def __init__(self, timeout_s: float | None) -> None:
-        self._at = None if timeout_s is None else time.monotonic() + timeout_s
-
-    def remaining(self) -> float | None:
-        """Seconds left (never negative), or None without a bound."""
-        return None if self._at is None else max(self._at - time.monotonic(), 0.0)
-
-    @property
-    def expired(self) -> bool:
-        """True once the time is up."""
-        return self._at is not None and time.monotonic() >= self._at
-
-    def cap(self, timeout_s: float) -> float:
-        """``timeout_s``, shortened to what is left."""
-        left = self.remaining()
-        return timeout_s if left is None else min(timeout_s, left)
-
-
-class Backoff:
-    """Exponential backoff with jitter between retries (Kafka's ``retry.backoff.ms`` / ``retry.backoff.max.ms``)."""
-
-    def __init__(self, initial_ms: int = 100, max_ms: int = 1_000, *, rng: random.Random | None = None) -> None:
-        self._initial_ms = max(initial_ms, 1)
-        self._max_ms = max(max_ms, self._initial_ms)
-        self._attempts = 0
-        self._rng = rng or random.Random()
-
-    def next_s(self) -> float:
-        """Seconds to wait before the next attempt; grows with each call."""
-        base = min(self._initial_ms * (2**self._attempts), self._max_ms)
-        self._attempts += 1
-        return base * self._rng.uniform(0.8, 1.2) / 1000
-
-    def reset(self) -> None:
-        """Start again from the initial backoff (after a success)."""
-        self._attempts = 0
 
 
 class IoThread:
@@ -321,17 +276,3 @@ class Channels:
         """Close every channel; calls in flight fail with CANCELLED."""
         channels, self._channels = list(self._channels.values()), {}
         await asyncio.gather(*(channel.close() for channel in channels), return_exceptions=True)
-
-
-async def call(rpc: Callable[..., Awaitable[T]], request: object, *, timeout_s: float) -> T:
-    """Make one unary call and turn a failure into the server's domain error.
-
-    Raises:
-        OncelogError: the server's error (``ErrorInfo``), or a transport failure mapped from the status
-            code: UNAVAILABLE becomes NETWORK_EXCEPTION and DEADLINE_EXCEEDED becomes REQUEST_TIMED_OUT,
-            both retriable and indeterminate.
-    """
-    try:
-        return await rpc(request, timeout=max(timeout_s, 0.001))
-    except grpc.RpcError as exc:
-        raise from_rpc_error(exc) from exc
