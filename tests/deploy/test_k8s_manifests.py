@@ -681,3 +681,32 @@ def test_every_alert_has_a_runbook_section(prod: list[dict[str, Any]]) -> None:
         assert anchor == alert["alert"].lower(), alert["alert"]
         assert anchor in headings, f"docs/operations.md has no section for {alert['alert']}"
         assert alert["labels"]["severity"] in ("critical", "warning")
+
+
+# ---- external listener -----------------------------------------------------------------------------------------------
+
+
+def test_every_storage_node_has_an_external_service_at_its_advertised_external_address(
+    prod: list[dict[str, Any]],
+) -> None:
+    """docs/design/external-listener.md §3: a LoadBalancer per storage pod, named by the address the pod advertises."""
+    workload, container, env = service_env(prod, "partition-storage")
+    listen = setting_value("partition-storage", env, "external_listen")
+    advertised = setting_value("partition-storage", env, "external_advertise")
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports["external"] == port_of(listen) and listen.startswith("0.0.0.0:")
+    domain = advertised.split(":")[0].split(".", 1)[1]  # as resolved for pod 0: <pod name>.<domain>
+    assert "$(" not in advertised and domain
+    external = {
+        s["spec"]["selector"]["statefulset.kubernetes.io/pod-name"]: s
+        for s in of_kind(prod, "Service")
+        if "statefulset.kubernetes.io/pod-name" in s["spec"].get("selector", {})
+    }
+    pods = [f"{workload['metadata']['name']}-{i}" for i in range(workload["spec"]["replicas"])]
+    assert sorted(external) == pods, "one external Service per storage pod, no more"
+    for pod, service in external.items():
+        assert service["spec"]["type"] in ("LoadBalancer", "NodePort")
+        [port] = service["spec"]["ports"]
+        assert (port["targetPort"], port["port"]) == ("external", port_of(advertised)), pod
+        hostname = service["metadata"]["annotations"]["external-dns.alpha.kubernetes.io/hostname"]
+        assert hostname == f"{pod}.{domain}", f"{pod} advertises {pod}.{domain} but its Service is named {hostname}"

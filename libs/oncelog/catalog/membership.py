@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -65,12 +66,21 @@ class NodeMembership:
             self._valid_since = sent_ms
         self._valid_until = max(self._valid_until, sent_ms + self.lease_ms)
 
-    async def start(self, address: str) -> None:
-        """Register with ``address`` and start heartbeating (an ``on_start`` hook)."""
+    async def start(self, address: str, *, external_address: str = "") -> None:
+        """Register with ``address`` (and the external listener's address, if any) and start heartbeating."""
         self.address = address
         sent = self._monotonic()
         self.node_epoch = await asyncio.to_thread(
-            self.store.register_node, self.node_id, self.role, address, self.lease_ms, self.clock(), rack=self.rack
+            functools.partial(
+                self.store.register_node,
+                self.node_id,
+                self.role,
+                address,
+                self.lease_ms,
+                self.clock(),
+                rack=self.rack,
+                external_address=external_address or None,
+            )
         )
         self._renewed(sent, self.lease_ms // 5)
         self._task = asyncio.create_task(self._heartbeats(), name=f"heartbeat-{self.node_id}")

@@ -56,12 +56,23 @@ def node_context(settings: ServiceSettings, role: str, *, clock: Callable[[], in
         heartbeat_interval_ms=settings.node_heartbeat_interval_ms or None,
         on_fenced=lambda: spec.set_serving(False),
     )
+    cluster_service = cluster_service_pb2.DESCRIPTOR.services_by_name["ClusterService"].full_name
     spec.add(
         cluster_pb.add_ClusterServiceServicer_to_server,
         ClusterServicer(store, clock, default_replication_factor=settings.default_replication_factor),
-        cluster_service_pb2.DESCRIPTOR.services_by_name["ClusterService"].full_name,
+        cluster_service,
     )
-    spec.on_start.append(membership.start)
+    external = ClusterServicer(
+        store, clock, default_replication_factor=settings.default_replication_factor, external=True
+    )
+    spec.external_registrations[cluster_service] = lambda server: cluster_pb.add_ClusterServiceServicer_to_server(
+        external, server
+    )
+
+    async def register(address: str) -> None:
+        await membership.start(address, external_address=spec.external_address)
+
+    spec.on_start.append(register)
 
     async def dispose() -> None:
         await asyncio.to_thread(engine.dispose)

@@ -31,6 +31,8 @@ class NodeRecord:
     node_epoch: int
     lease_expires_at_ms: int
     rack: str | None = None
+    external_address: str | None = None
+    """host:port of the node's external listener, for clients outside the services' network; None: none."""
 
     def alive(self, now_ms: int) -> bool:
         """True while the registration lease holds."""

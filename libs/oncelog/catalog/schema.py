@@ -29,6 +29,8 @@ nodes = sa.Table(
     sa.Column("lease_expires_at_ms", sa.BigInteger, nullable=False),
     sa.Column("registered_at_ms", sa.BigInteger, nullable=False),
     sa.Column("rack", sa.String(255), nullable=True),  # rack or zone label; replica placement spreads over racks
+    # host:port clients outside the services' network reach the node at (its external listener); NULL: none
+    sa.Column("external_address", sa.String(255), nullable=True),
 )
 
 topics = sa.Table(
@@ -107,4 +109,10 @@ def _add_replication_columns(conn: sa.Connection) -> None:
     conn.execute(sa.update(partitions).where(partitions.c.isr.is_(None)).values(isr=partitions.c.replicas))
 
 
-MIGRATIONS: list[Migration] = [_add_replication_columns]
+def _add_external_address(conn: sa.Connection) -> None:
+    """Version 2: each node's external listener address (docs/design/external-listener.md)."""
+    if "external_address" not in {c["name"] for c in sa.inspect(conn).get_columns("nodes")}:
+        conn.execute(sa.text("ALTER TABLE nodes ADD COLUMN external_address VARCHAR(255)"))
+
+
+MIGRATIONS: list[Migration] = [_add_replication_columns, _add_external_address]

@@ -23,19 +23,32 @@ _COORDINATOR_ROLE = {
 
 
 class ClusterServicer(pb.ClusterServiceServicer):
-    """Translate ClusterService calls to :class:`CatalogStore` operations; nothing else."""
+    """Translate ClusterService calls to :class:`CatalogStore` operations; nothing else.
 
-    def __init__(self, store: CatalogStore, clock: Callable[[], int], *, default_replication_factor: int = 1) -> None:
+    ``external=True`` is the servicer of the external listener (docs/design/external-listener.md): every address it
+    answers with is a node's external address, and a node without one has none there (its partitions read as
+    offline, its coordinator shards as unavailable), as a Kafka broker answers with the listener it was asked on.
+    """
+
+    def __init__(
+        self,
+        store: CatalogStore,
+        clock: Callable[[], int],
+        *,
+        default_replication_factor: int = 1,
+        external: bool = False,
+    ) -> None:
         self.store = store
         self.clock = clock
         self.default_replication_factor = default_replication_factor
+        self.external = external
 
     async def DescribeCluster(self, request: pb.DescribeClusterRequest, context: object) -> pb.DescribeClusterResponse:
         info = await asyncio.to_thread(self.store.cluster_info)
         nodes = await asyncio.to_thread(self.store.list_nodes, self.clock(), include_expired=request.include_expired)
         return pb.DescribeClusterResponse(
             cluster_id=info.cluster_id,
-            nodes=[_node(n) for n in nodes],
+            nodes=[_node(n, self.external) for n in nodes],
             txn_coordinator_shards=info.txn_coordinator_shards,
             group_offsets_shards=info.group_offsets_shards,
         )
@@ -59,6 +72,11 @@ class ClusterServicer(pb.ClusterServiceServicer):
         addresses = await self._live_addresses()
         address = addresses.get(lease.owner_node_id)
         if address is None:
+            if self.external and lease.owner_node_id in await self._live_addresses(external=False):
+                raise CoordinatorNotAvailable(
+                    f"{role} shard {shard} owner {lease.owner_node_id} has no external address: set its "
+                    f"ONCELOG_{role.upper().replace('-', '_')}_EXTERNAL_LISTEN (and _EXTERNAL_ADVERTISE)"
+                )
             raise CoordinatorNotAvailable(f"{role} shard {shard} owner {lease.owner_node_id} is not live; retry")
         return pb.FindCoordinatorResponse(
             shard=shard, node_id=lease.owner_node_id, address=address, coordinator_epoch=lease.coordinator_epoch
@@ -106,16 +124,19 @@ class ClusterServicer(pb.ClusterServiceServicer):
         altered = await asyncio.to_thread(self.store.alter_configs, alterations, validate_only=request.validate_only)
         return pb.IncrementalAlterConfigsResponse(topics=[_configs(t) for t in altered])
 
-    async def _live_addresses(self) -> dict[str, str]:
+    async def _live_addresses(self, *, external: bool | None = None) -> dict[str, str]:
+        """Live nodes' addresses on this servicer's listener (or on the one ``external`` names)."""
         nodes = await asyncio.to_thread(self.store.list_nodes, self.clock())
+        if self.external if external is None else external:
+            return {n.node_id: n.external_address for n in nodes if n.external_address}
         return {n.node_id: n.address for n in nodes}
 
 
-def _node(n: NodeRecord) -> pb.Node:
+def _node(n: NodeRecord, external: bool) -> pb.Node:
     return pb.Node(
         node_id=n.node_id,
         role=_ROLE_TO_PB[n.role],
-        address=n.address,
+        address=(n.external_address or "") if external else n.address,
         lease_expires_at_ms=n.lease_expires_at_ms,
         node_epoch=n.node_epoch,
         rack=n.rack or "",

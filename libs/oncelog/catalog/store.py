@@ -102,11 +102,20 @@ class CatalogStore(CoordinatorShardTable):
     # -- nodes ---------------------------------------------------------------------------------------
 
     def register_node(
-        self, node_id: str, role: str, address: str, lease_ms: int, now_ms: int, *, rack: str | None = None
+        self,
+        node_id: str,
+        role: str,
+        address: str,
+        lease_ms: int,
+        now_ms: int,
+        *,
+        rack: str | None = None,
+        external_address: str | None = None,
     ) -> int:
         """Register (or re-register) a node; returns its new node epoch, one above any earlier registration.
 
         ``rack`` is the node's rack or zone label (None: no label); replica placement spreads over racks.
+        ``external_address`` is where clients outside the services' network reach it (None: nowhere).
         """
         if role not in ROLES:
             raise InvalidRequest(f"unknown role {role!r}; one of {', '.join(ROLES)}")
@@ -119,6 +128,7 @@ class CatalogStore(CoordinatorShardTable):
                 "node_epoch": epoch,
                 "lease_expires_at_ms": now_ms + lease_ms,
                 "rack": rack or None,
+                "external_address": external_address or None,
             }
             if current is None:
                 conn.execute(sa.insert(t.nodes).values(node_id=node_id, registered_at_ms=now_ms, **values))
@@ -160,7 +170,10 @@ class CatalogStore(CoordinatorShardTable):
             query = query.where(t.nodes.c.role == role)
         with self._begin() as conn:
             rows = conn.execute(query).all()
-        return [NodeRecord(r.node_id, r.role, r.address, r.node_epoch, r.lease_expires_at_ms, r.rack) for r in rows]
+        return [
+            NodeRecord(r.node_id, r.role, r.address, r.node_epoch, r.lease_expires_at_ms, r.rack, r.external_address)
+            for r in rows
+        ]
 
     def node_epoch(self, node_id: str) -> int | None:
         """The node's current registration epoch, or None if it never registered."""

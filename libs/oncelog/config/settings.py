@@ -135,6 +135,16 @@ class ServiceSettings:
 
     listen: str = setting("127.0.0.1:0", help="host:port to bind; port 0 picks a free port")
     advertise: str = setting("", help="host:port other processes use to reach this one; default the bound address")
+    external_listen: str = setting(
+        "",
+        help="host:port of a second listener for clients outside the network of the services (Kafka's external"
+        " listener): ClusterService answers on it with every node's external address; empty disables it",
+    )
+    external_advertise: str = setting(
+        "",
+        help="host:port clients outside reach this node at (a NodePort or load balancer address); default the bound"
+        " external address",
+    )
     node_id: str = setting("", help="stable node id in the catalog; default <hostname>-<pid>")
     database_url: str = setting(
         "sqlite:///.oncelog/catalog.db",
@@ -219,6 +229,15 @@ class ServiceSettings:
             problems.append(f"listen={self.listen!r} must be host:port")
         if self.advertise and ":" not in self.advertise:
             problems.append(f"advertise={self.advertise!r} must be host:port")
+        for name in ("external_listen", "external_advertise"):
+            value = getattr(self, name)
+            if value and not _is_listen_address(value):
+                problems.append(f"{self.ENV_PREFIX}{name.upper()}={value!r} must be host:port (port 0-65535)")
+        if self.external_advertise and not self.external_listen:
+            problems.append(
+                f"{self.ENV_PREFIX}EXTERNAL_ADVERTISE needs {self.ENV_PREFIX}EXTERNAL_LISTEN: the external address must"
+                " lead to a listener"
+            )
         for name in (
             "node_lease_ms",
             "max_message_bytes",

@@ -41,6 +41,8 @@ async def serve(
         server_credentials=server_credentials,
         health_listen=settings.health_listen,
         metrics_address=metrics_address,
+        external_listen=settings.external_listen,
+        external_advertise=settings.external_advertise,
     )
     await server.start()
     watchdog = asyncio.create_task(_stop_when_orphaned(server, settings.parent_pid)) if settings.parent_pid else None

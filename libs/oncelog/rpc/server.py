@@ -62,6 +62,11 @@ class ServiceSpec:
     on_drain: list[StopHook] = field(default_factory=list)
     on_stop: list[StopHook] = field(default_factory=list)
     health_reporter: Callable[[bool], Awaitable[None]] | None = None
+    external_registrations: dict[str, Callable[[aio.Server], None]] = field(default_factory=dict)
+    """On the external listener, these registrations replace the default ones of the named services (the
+    ClusterService answering with external addresses)."""
+    external_address: str = ""
+    """Set by the running server before the start hooks: host:port of the external listener, empty without one."""
     """Set by the running server: reports every service SERVING (True) or NOT_SERVING (False)."""
 
     async def set_serving(self, serving: bool) -> None:
@@ -78,6 +83,7 @@ class ServiceSpec:
         """Merge another spec's servicers and hooks into this one (used for the shared ClusterService)."""
         self.registrations += other.registrations
         self.service_names += other.service_names
+        self.external_registrations.update(other.external_registrations)
         self.on_start += other.on_start
         self.on_drain += other.on_drain
         self.on_stop += other.on_stop
@@ -101,8 +107,15 @@ class GrpcServer:
         server_credentials: grpc.ServerCredentials | None = None,
         health_listen: str = "",
         metrics_address: str = "",
+        external_listen: str = "",
+        external_advertise: str = "",
     ) -> None:
         self.spec = spec
+        self._external_listen = external_listen
+        self._external_advertise = external_advertise
+        self._external_server: aio.Server | None = None
+        self.external_address = ""
+        """host:port clients outside reach the external listener at; empty when there is none."""
         self._listen = listen
         self._advertise = advertise
         self._drain_delay_s = drain_delay_s
@@ -111,18 +124,17 @@ class GrpcServer:
         self._credentials = server_credentials
         self._health_listen = health_listen
         self._metrics_address = metrics_address
-        self._server = aio.server(
-            interceptors=[ServerInterceptor(tracer_provider, meter_provider)],
-            options=[
-                ("grpc.max_send_message_length", max_message_bytes),
-                ("grpc.max_receive_message_length", max_message_bytes),
-                # a second process must never silently share a port another one is bound to
-                ("grpc.so_reuseport", 0),
-                # accept the client keepalive pings configured in channels.channel_options
-                ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
-                ("grpc.keepalive_permit_without_calls", 1),
-            ],
-        )
+        self._interceptors = [ServerInterceptor(tracer_provider, meter_provider)]
+        self._options = [
+            ("grpc.max_send_message_length", max_message_bytes),
+            ("grpc.max_receive_message_length", max_message_bytes),
+            # a second process must never silently share a port another one is bound to
+            ("grpc.so_reuseport", 0),
+            # accept the client keepalive pings configured in channels.channel_options
+            ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
+            ("grpc.keepalive_permit_without_calls", 1),
+        ]
+        self._server = aio.server(interceptors=self._interceptors, options=self._options)
         self.health = health_aio.HealthServicer()
         self._health_server: aio.Server | None = None
         self.address = ""
@@ -135,19 +147,19 @@ class GrpcServer:
         """Bind, run start hooks, report SERVING; returns the advertised host:port."""
         for register in self.spec.registrations:
             register(self._server)
-        health_pb2_grpc.add_HealthServicer_to_server(self.health, self._server)
-        names = [*self.spec.service_names, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name]
-        reflection_names = [*names, reflection.SERVICE_NAME, REFLECTION_V1]
-        reflection.enable_server_reflection(reflection_names, self._server)
-        _add_reflection_v1(self._server, reflection_names)
-        if self._credentials is not None:
-            port = self._server.add_secure_port(self._listen, self._credentials)
-        else:
-            port = self._server.add_insecure_port(self._listen)
-        self.address = self._advertise or _reachable(self._listen, port)
+        self.address = self._advertise or _reachable(self._listen, self._bind_services(self._server, self._listen))
+        if self._external_listen:
+            self._external_server = aio.server(interceptors=self._interceptors, options=self._options)
+            for name, register in zip(self.spec.service_names, self.spec.registrations, strict=True):
+                self.spec.external_registrations.get(name, register)(self._external_server)
+            port = self._bind_services(self._external_server, self._external_listen)
+            self.external_address = self._external_advertise or _reachable(self._external_listen, port)
+            self.spec.external_address = self.external_address
         if self._health_listen:
             self._health_server = self._bind_health_only()
         await self._server.start()
+        if self._external_server is not None:
+            await self._external_server.start()
         if self._health_server is not None:
             await self._health_server.start()
         for hook in self.spec.on_start:
@@ -156,13 +168,31 @@ class GrpcServer:
         self.spec.health_reporter = self._report_health
         if self._ready_file:
             _write_ready_file(
-                Path(self._ready_file), self.address, self.spec.name, self.health_address, self._metrics_address
+                Path(self._ready_file),
+                self.address,
+                self.spec.name,
+                self.health_address,
+                self._metrics_address,
+                self.external_address,
             )
+        if self.external_address:
+            log.info("%s external listener on %s", self.spec.name, self.external_address)
         if self.health_address:
             log.info("%s serving on %s, health only on %s", self.spec.name, self.address, self.health_address)
         else:
             log.info("%s serving on %s", self.spec.name, self.address)
         return self.address
+
+    def _bind_services(self, server: aio.Server, listen: str) -> int:
+        """Add health and reflection to ``server`` (its servicers are registered) and bind it; returns the port."""
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
+        names = [*self.spec.service_names, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name]
+        reflection_names = [*names, reflection.SERVICE_NAME, REFLECTION_V1]
+        reflection.enable_server_reflection(reflection_names, server)
+        _add_reflection_v1(server, reflection_names)
+        if self._credentials is not None:
+            return server.add_secure_port(listen, self._credentials)
+        return server.add_insecure_port(listen)
 
     async def _report_health(self, serving: bool) -> None:
         status = health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING
@@ -192,7 +222,10 @@ class GrpcServer:
                 log.exception("drain hook failed")
         if self._drain_delay_s:
             await asyncio.sleep(self._drain_delay_s)
-        await self._server.stop(self._grace_s)
+        await asyncio.gather(
+            self._server.stop(self._grace_s),
+            *([self._external_server.stop(self._grace_s)] if self._external_server is not None else []),
+        )
         if self._health_server is not None:
             # after the main server: probes keep reading NOT_SERVING for the whole drain
             await self._health_server.stop(0)
@@ -254,7 +287,9 @@ def _reachable(listen: str, port: int) -> str:
     return f"{host}:{port}"
 
 
-def _write_ready_file(path: Path, address: str, service: str, health_address: str, metrics_address: str) -> None:
+def _write_ready_file(
+    path: Path, address: str, service: str, health_address: str, metrics_address: str, external_address: str = ""
+) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(path.suffix + ".tmp")
     content = {"address": address, "service": service, "pid": os.getpid()}
@@ -262,5 +297,7 @@ def _write_ready_file(path: Path, address: str, service: str, health_address: st
         content["health_address"] = health_address
     if metrics_address:
         content["metrics_address"] = metrics_address
+    if external_address:
+        content["external_address"] = external_address
     tmp.write_text(json.dumps(content))
     os.replace(tmp, path)

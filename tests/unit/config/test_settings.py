@@ -64,3 +64,18 @@ def test_booleans(raw: str, value: bool) -> None:
         on: bool = setting(False, help="a flag")
 
     assert load_settings(Flags, "T_", {"T_ON": raw}).on is value
+
+
+def test_external_listener_addresses_are_checked() -> None:
+    with pytest.raises(ConfigError) as info:
+        PidAllocatorSettings.from_env(
+            {"ONCELOG_PID_ALLOCATOR_EXTERNAL_LISTEN": "nowhere", "ONCELOG_PID_ALLOCATOR_EXTERNAL_ADVERTISE": "h:99999"}
+        )
+    assert "ONCELOG_PID_ALLOCATOR_EXTERNAL_LISTEN='nowhere' must be host:port (port 0-65535)" in str(info.value)
+    assert "ONCELOG_PID_ALLOCATOR_EXTERNAL_ADVERTISE='h:99999' must be host:port (port 0-65535)" in str(info.value)
+    with pytest.raises(ConfigError, match="EXTERNAL_ADVERTISE needs ONCELOG_PID_ALLOCATOR_EXTERNAL_LISTEN"):
+        PidAllocatorSettings.from_env({"ONCELOG_PID_ALLOCATOR_EXTERNAL_ADVERTISE": "lb.example.com:30110"})
+    settings = PidAllocatorSettings.from_env(
+        {"ONCELOG_PID_ALLOCATOR_EXTERNAL_LISTEN": "0.0.0.0:7111", "ONCELOG_PID_ALLOCATOR_EXTERNAL_ADVERTISE": "h:30111"}
+    )
+    assert (settings.external_listen, settings.external_advertise) == ("0.0.0.0:7111", "h:30111")
