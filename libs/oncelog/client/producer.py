@@ -690,11 +690,7 @@ class Producer:
         self.close()
 
     def __repr__(self) -> str:
-        kind = (
-            f"transactional_id={self._config.transactional_id!r}"
-            if self._txn
-            else "idempotent"
-            if (self._sequences)
-            else "non-idempotent"
-        )
+        kind = "idempotent" if self._sequences else "non-idempotent"
+        if self._txn is not None:
+            kind = f"transactional_id={self._config.transactional_id!r}"
         return f"Producer({self._config.client_id}, {kind})"
