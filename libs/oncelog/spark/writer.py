@@ -54,9 +54,7 @@ replayed micro-batch is written again: only ``writeStream.format("oncelog")`` is
 from __future__ import annotations
 
 import concurrent.futures
-import hashlib
 import itertools
-import json
 import logging
 import threading
 import time
@@ -68,26 +66,28 @@ from typing import Any, TypeVar
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
-from pyspark.sql.types import (
-    ArrayType,
-    BinaryType,
-    DataType,
-    IntegerType,
-    LongType,
-    MapType,
-    ShortType,
-    StringType,
-    StructType,
-)
 
 from oncelog.client.errors import RetriableError
 from oncelog.client.producer import Producer
-from oncelog.client.records import OffsetAndMetadata, TopicPartition
-from oncelog.spark.channels import LogClient
+from oncelog.client.records import OffsetAndMetadata
 from oncelog.spark.checkpoint import record_sink_names
+from oncelog.spark.digest import BatchDigest
+from oncelog.spark.encoder import OutputRecord, RowEncoder, SinkSchemaError
+from oncelog.spark.markers import (
+    Marker,
+    NonDeterministicBatchError,
+    RewoundCheckpointError,
+    batch_transactional_id,
+    check_not_rewound,
+    marker_metadata,
+    marker_partition,
+    read_marker,
+    task_transactional_id,
+)
 from oncelog.spark.options import OptionError, SinkOptions
-from oncelog.spark.output import SEND_CHUNK_ROWS, BatchedSender, Headers, RecordColumns
+from oncelog.spark.output import BatchedSender, RecordColumns
 
+# the encoder's, digest's and markers' names are re-exported: the connector's callers import them from here
 __all__ = [
     "BatchDigest",
     "Marker",
@@ -126,13 +126,6 @@ T = TypeVar("T")
 
 _BATCH_ID = "streaming.sql.batchId"
 _QUERY_ID = "sql.streaming.queryId"
-_MARKER_VERSION = 1
-
-
-class SinkSchemaError(OptionError):
-    """The DataFrame given to the sink has a missing, extra or mistyped column; ``problems`` names each."""
-
-    header = "the DataFrame written to format('oncelog') does not fit"
 
 
 class UnstablePartitioningError(OptionError):
@@ -173,37 +166,6 @@ def check_stable_partitioning(conf: Callable[[str], str | None]) -> None:
             f'before starting the query: spark.conf.set("{STATELESS_AQE}", "false") (or --conf '
             f"{STATELESS_AQE}=false); nothing was written"
         ]
-    )
-
-
-class NonDeterministicBatchError(RuntimeError):
-    """A replayed micro-batch gave a task other rows than the run that committed it.
-
-    The committed output stays as it is; rewriting it would duplicate or lose records. Make the pipeline
-    deterministic per Spark partition, or start over with a new checkpoint and output topic.
-    """
-
-
-class RewoundCheckpointError(RuntimeError):
-    """The sink already committed a later micro-batch than the one Spark asks it to write.
-
-    Spark only ever replays its last batch, so this means the query's checkpoint lost batches it had
-    completed (entries of ``offsets/`` and ``commits/`` deleted, or an older copy restored). Skipping would
-    lose the rows of the re-planned batches, writing them could duplicate the ones already committed.
-    """
-
-
-def check_not_rewound(marker: Marker, batch_id: int, group: str) -> None:
-    """Raise :class:`RewoundCheckpointError` when ``marker`` is at a batch after ``batch_id``."""
-    if marker.batch_id <= batch_id:
-        return
-    raise RewoundCheckpointError(
-        f"{group}: the sink already committed batch {marker.batch_id}, but Spark is writing batch {batch_id}: "
-        f"the query's checkpoint was rewound (its offsets/ and commits/ entries from batch {batch_id} on were "
-        "deleted, or an older copy of it restored). Spark re-plans those batches, possibly with other offsets "
-        "(maxRecordsPerTrigger), so skipping them could lose rows and writing them could duplicate rows. Nothing "
-        "was written. Restore the checkpoint that wrote batch "
-        f"{marker.batch_id}, or start over with a new checkpointLocation and a new output topic."
     )
 
 
@@ -258,333 +220,6 @@ def task_identity(job_id: str | None = None) -> TaskIdentity:
         partition_id=context.partitionId(),
         attempt=context.attemptNumber(),
     )
-
-
-# ---------------------------------------------------------------------------------------------- rows
-
-
-@dataclass(frozen=True, slots=True)
-class OutputRecord:
-    """One record to produce, taken from a row."""
-
-    topic: str
-    partition: int | None
-    key: bytes | None
-    value: bytes | None
-    headers: tuple[tuple[str, bytes | None], ...]
-
-
-_TEXT_OR_BYTES = (BinaryType, StringType)
-_INTEGRAL = (IntegerType, LongType, ShortType)
-
-
-class RowEncoder:
-    """Turns rows of the written DataFrame into records; checks the columns once, on the driver.
-
-    Columns, as in Spark's Kafka sink: ``value`` (binary or string, required), ``key`` (binary or string),
-    ``topic`` (string; the ``topic`` option overrides it), ``partition`` (int), ``headers``
-    (``map<string,binary>`` or ``array<struct<key:string,value:binary>>``). Any other column is refused,
-    since it would otherwise be dropped silently.
-
-    Args:
-        schema: the DataFrame's schema.
-        topic: the ``topic`` option, or None to read each row's ``topic`` column.
-
-    Raises:
-        SinkSchemaError: a column is missing, unknown or of the wrong type.
-    """
-
-    def __init__(self, schema: StructType, topic: str | None) -> None:
-        fields = {f.name.lower(): (i, f.dataType) for i, f in enumerate(schema.fields)}
-        problems = []
-        for name in fields:
-            if name not in ("key", "value", "topic", "partition", "headers"):
-                problems.append(
-                    f"{name}: not a column of the sink; select key, value and optionally topic, partition, headers "
-                    "(serialize other fields into value, e.g. to_json(struct(...)))"
-                )
-        if "value" not in fields:
-            problems.append("value: the DataFrame has no value column")
-        for name, allowed, wanted in (
-            ("value", _TEXT_OR_BYTES, "binary or string"),
-            ("key", _TEXT_OR_BYTES, "binary or string"),
-            ("topic", (StringType,), "string"),
-            ("partition", _INTEGRAL, "int"),
-        ):
-            if name in fields and not isinstance(fields[name][1], allowed):
-                problems.append(f"{name}: column of type {fields[name][1].simpleString()}; cast it to {wanted}")
-        if "headers" in fields and not _headers_type(fields["headers"][1]):
-            problems.append(
-                f"headers: column of type {fields['headers'][1].simpleString()}; use map<string,binary> or "
-                "array<struct<key:string,value:binary>>"
-            )
-        if topic is None and "topic" not in fields:
-            problems.append("topic: set the topic option, or give the DataFrame a topic column")
-        if problems:
-            raise SinkSchemaError(problems)
-        self.topic = topic
-        self._value = fields["value"]
-        self._key = fields.get("key")
-        self._topic_index = None if topic is not None else fields["topic"][0]
-        self._partition_index = fields["partition"][0] if "partition" in fields else None
-        self._headers = fields.get("headers")
-
-    def encode(self, row: Sequence[Any]) -> OutputRecord:
-        """The record of one row (positional access, so Spark ``Row`` objects and tuples both work)."""
-        topic = self.topic if self._topic_index is None else row[self._topic_index]
-        if not topic:
-            raise ValueError(f"a row has no topic (topic column is {topic!r}) and the topic option is not set")
-        return OutputRecord(
-            topic=topic,
-            partition=None if self._partition_index is None else _int_or_none(row[self._partition_index]),
-            key=None if self._key is None else _bytes(row[self._key[0]]),
-            value=_bytes(row[self._value[0]]),
-            headers=() if self._headers is None else _headers(row[self._headers[0]]),
-        )
-
-    def encode_rows(self, rows: Iterable[Sequence[Any]], chunk_rows: int = SEND_CHUNK_ROWS) -> Iterator[RecordColumns]:
-        """The records of ``rows`` (Spark ``Row`` objects or tuples), ``chunk_rows`` at a time."""
-        iterator = iter(rows)
-        while chunk := list(itertools.islice(iterator, chunk_rows)):
-            records = [self.encode(row) for row in chunk]
-            yield RecordColumns(
-                topics=[r.topic for r in records],
-                partitions=[r.partition for r in records],
-                keys=[r.key for r in records],
-                values=[r.value for r in records],
-                headers=None if self._headers is None else [r.headers for r in records],
-                target=self._target,
-            )
-
-    def encode_arrow(
-        self, batches: Iterable[pa.RecordBatch], chunk_rows: int = SEND_CHUNK_ROWS
-    ) -> Iterator[RecordColumns]:
-        """The records of Arrow batches (columns in schema order), ``chunk_rows`` at a time.
-
-        Columns are converted whole, in Arrow's C++ code (a string column is reinterpreted as binary
-        without a copy), rather than row by row, and in slices of ``chunk_rows``, so that no more rows than
-        that exist as Python objects at a time.
-        """
-        for batch in batches:
-            for start in range(0, batch.num_rows, chunk_rows):
-                yield self._arrow_columns(batch.slice(start, chunk_rows))
-
-    def _arrow_columns(self, batch: pa.RecordBatch) -> RecordColumns:
-        rows = batch.num_rows
-        values = _binary_list(batch.column(self._value[0]))
-        keys: list[bytes | None] = [None] * rows if self._key is None else _binary_list(batch.column(self._key[0]))
-        topics: list[str]
-        if self._topic_index is None:
-            topics = [self.topic] * rows  # type: ignore[list-item]  # the encoder checked that the option is set
-        else:
-            topics = batch.column(self._topic_index).to_pylist()
-            if None in topics or "" in topics:
-                raise ValueError("a row has no topic (its topic column is empty) and the topic option is not set")
-        partitions: list[int | None] = (
-            [None] * rows
-            if self._partition_index is None
-            else [_int_or_none(p) for p in batch.column(self._partition_index).to_pylist()]
-        )
-        headers = None if self._headers is None else [_headers(h) for h in batch.column(self._headers[0]).to_pylist()]
-        return RecordColumns(topics, partitions, keys, values, headers, self._target)
-
-    @property
-    def _target(self) -> tuple[str, int | None] | None:
-        """The ``(topic, partition)`` of every record, when no column can change it."""
-        if self.topic is None or self._partition_index is not None:
-            return None
-        return (self.topic, None)
-
-
-def _binary_list(column: pa.Array) -> list[bytes | None]:
-    """The column's values as bytes (None for null); strings become their UTF-8 bytes."""
-    if pa.types.is_string(column.type):
-        column = column.view(pa.binary())  # same layout: no copy, no validation
-    elif pa.types.is_large_string(column.type):
-        column = column.view(pa.large_binary())
-    elif not (pa.types.is_binary(column.type) or pa.types.is_large_binary(column.type)):
-        return [_bytes(value) for value in column.to_pylist()]
-    return column.to_pylist()  # type: ignore[no-any-return]
-
-
-def _headers_type(data_type: DataType) -> bool:
-    if isinstance(data_type, MapType):
-        return isinstance(data_type.keyType, StringType) and isinstance(data_type.valueType, _TEXT_OR_BYTES)
-    if isinstance(data_type, ArrayType) and isinstance(data_type.elementType, StructType):
-        names = {f.name: f.dataType for f in data_type.elementType.fields}
-        return isinstance(names.get("key"), StringType) and isinstance(names.get("value"), _TEXT_OR_BYTES)
-    return False
-
-
-def _bytes(value: object) -> bytes | None:
-    if value is None or isinstance(value, bytes):
-        return value
-    if isinstance(value, str):
-        return value.encode()
-    return bytes(value)  # type: ignore[call-overload]  # bytearray or memoryview
-
-
-def _int_or_none(value: object) -> int | None:
-    return None if value is None else int(value)  # type: ignore[call-overload]
-
-
-def _headers(value: object) -> tuple[tuple[str, bytes | None], ...]:
-    if value is None:
-        return ()
-    if isinstance(value, dict):
-        return tuple((str(k), _bytes(v)) for k, v in value.items())
-    pairs = ((item["key"], item["value"]) if isinstance(item, dict) else item for item in value)  # type: ignore[attr-defined]
-    return tuple((str(name), _bytes(data)) for name, data in pairs)
-
-
-class BatchDigest:
-    """An order-independent digest of a task's records: the sum of per-record hashes, and their count.
-
-    Rows reach a task in an order Spark does not guarantee after a shuffle (design/spark-connector.md §3.2), so the
-    digest
-    is a multiset hash: equal for the same records in any order, different (with overwhelming odds) when a
-    record is added, dropped, changed or repeated.
-    """
-
-    def __init__(self) -> None:
-        self.rows = 0
-        self._sum = 0
-        # the framed (topic, partition) prefix, which nearly every record of a task shares
-        self._prefixes: dict[tuple[str, int | None], bytes] = {}
-
-    def add(self, record: OutputRecord) -> None:
-        """Count one record."""
-        self._sum += _record_hash(
-            self._prefix(record.topic, record.partition), record.key, record.value, record.headers
-        )
-        self.rows += 1
-
-    def add_columns(self, columns: RecordColumns) -> None:
-        """Count every record of ``columns``; the same digest as :meth:`add` of each record."""
-        blake2b = hashlib.blake2b
-        total = 0
-        if columns.target is not None and columns.headers is None:
-            # one prefix for all: the per-record work is two length prefixes and the hash
-            prefix = self._prefix(*columns.target)
-            for key, value in zip(columns.keys, columns.values, strict=True):
-                encoded = (
-                    prefix
-                    + (_NULL if key is None else len(key).to_bytes(4, "big") + key)
-                    + (_NULL if value is None else len(value).to_bytes(4, "big") + value)
-                )
-                total += int.from_bytes(blake2b(encoded, digest_size=16).digest(), "big")
-        else:
-            for topic, partition, key, value, headers in columns.rows():
-                total += _record_hash(self._prefix(topic, partition), key, value, headers)
-        self._sum += total
-        self.rows += len(columns)
-
-    def _prefix(self, topic: str, partition: int | None) -> bytes:
-        prefix = self._prefixes.get((topic, partition))
-        if prefix is None:
-            prefix = self._prefixes[(topic, partition)] = _frame(topic.encode()) + _frame(str(partition).encode())
-        return prefix
-
-    @property
-    def hexdigest(self) -> str:
-        """The digest as 32 hex digits."""
-        return f"{self._sum % _MODULUS:032x}"
-
-    @staticmethod
-    def combine(hexdigests: Iterable[str]) -> str:
-        """The digest of the union of several tasks' records, from their digests (the sums add up)."""
-        return f"{sum(int(h, 16) for h in hexdigests) % _MODULUS:032x}"
-
-
-# fields are length-prefixed, with None distinct from empty, so that field boundaries cannot shift
-_NULL = b"\xff\xff\xff\xff"
-_MODULUS = 1 << 128
-
-
-def _frame(part: bytes | None) -> bytes:
-    return _NULL if part is None else len(part).to_bytes(4, "big") + part
-
-
-def _header_order(header: tuple[str, bytes | None]) -> tuple[str, bool, bytes]:
-    return header[0], header[1] is not None, header[1] or b""
-
-
-def _record_hash(prefix: bytes, key: bytes | None, value: bytes | None, headers: Headers) -> int:
-    """One record's 128-bit hash; ``prefix`` frames its topic and partition."""
-    encoded = (
-        prefix
-        + (_NULL if key is None else len(key).to_bytes(4, "big") + key)
-        + (_NULL if value is None else len(value).to_bytes(4, "big") + value)
-    )
-    # sorted: a map column's entries (or a rebuilt header array) may come in another order on a replay
-    for name, data in sorted(headers, key=_header_order):
-        encoded += _frame(name.encode()) + _frame(data)
-    # reduced modulo 2**128 once, when read: the unreduced sum of a task's hashes stays a small int
-    return int.from_bytes(hashlib.blake2b(encoded, digest_size=16).digest(), "big")
-
-
-# ------------------------------------------------------------------------------------------ batch markers
-
-
-def task_transactional_id(options: SinkOptions, query_id: str, partition_id: int) -> str:
-    """``<prefix>-<query id>-<partition id>``: a task's transactional id, and the group of its partition's marker.
-
-    Both modes keep a Spark partition's marker in this group; under ``atomicity=batch`` the driver commits it.
-    """
-    return f"{options.transactional_id_prefix}-{query_id}-{partition_id}"
-
-
-def batch_transactional_id(options: SinkOptions, query_id: str) -> str:
-    """``<prefix>-<query id>-batch``: the transactional id of a query's driver under ``atomicity=batch``.
-
-    The suffix is not a number, so it never equals a task's id of the same query.
-    """
-    return f"{options.transactional_id_prefix}-{query_id}-batch"
-
-
-@dataclass(frozen=True, slots=True)
-class Marker:
-    """The last batch a transactional id committed, read from its transactional offset commit.
-
-    Attributes:
-        batch_id: that batch, or -1 when the id never committed one.
-        rows: the batch's row count, as committed (None if the metadata is unreadable).
-        digest: the batch's :class:`BatchDigest`, as committed.
-    """
-
-    batch_id: int
-    rows: int | None = None
-    digest: str | None = None
-
-    def matches(self, rows: int, digest: str) -> bool:
-        """The replay gave the same records as the run that committed this marker."""
-        return (self.rows, self.digest) == (rows, digest)
-
-
-def marker_metadata(batch_id: int, rows: int, digest: str) -> str:
-    """The offset metadata committed with a batch: compact JSON, far below the 4 KiB metadata limit."""
-    return json.dumps({"v": _MARKER_VERSION, "batch": batch_id, "rows": rows, "digest": digest}, separators=(",", ":"))
-
-
-def marker_partition(options: SinkOptions) -> TopicPartition:
-    """The partition whose committed offset, in each transactional id's own group, is the batch marker."""
-    return TopicPartition(options.marker_topic, 0)
-
-
-def read_marker(options: SinkOptions, group_id: str) -> Marker:
-    """The marker of ``group_id``, read with ``require_stable`` (a pending commit is waited for, not read).
-
-    Call it only after ``init_transactions()`` of the same id, so that no zombie's commit can land after it.
-    """
-    client = LogClient(options.bootstrap, request_timeout_s=options.request_timeout_s)
-    offset, metadata = client.committed_offset(group_id, marker_partition(options))
-    try:
-        parsed = json.loads(metadata) if metadata else {}
-    except ValueError:
-        parsed = {}
-    if not isinstance(parsed, dict):
-        parsed = {}
-    return Marker(offset, parsed.get("rows"), parsed.get("digest"))
 
 
 def open_producer(
