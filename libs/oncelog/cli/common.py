@@ -122,13 +122,8 @@ def _probe(address: str, timeout_s: float) -> str | None:
 
 def bootstrap_addresses(bootstrap: str | None) -> tuple[str, ...]:
     """The cluster's addresses, checked to answer within seconds; otherwise one line saying what to check."""
-    if bootstrap is None and not DEFAULT_CLUSTER_FILE.exists():
-        raise CommandFailed(
-            f"no --bootstrap given and {DEFAULT_CLUSTER_FILE} does not exist: start a local cluster with "
-            f"`oncelog dev` in this directory, or pass --bootstrap host:port (or set {BOOTSTRAP_ENV})"
-        )
     try:
-        addresses = resolve_bootstrap(bootstrap)
+        addresses = resolve_bootstrap(bootstrap, how_to_pass=f"pass --bootstrap host:port (or set {BOOTSTRAP_ENV})")
     except BootstrapError as exc:
         raise CommandFailed(exc.message) from None
     wait_s = min(SETTINGS.timeout_s, CONNECT_TIMEOUT_S)

@@ -83,6 +83,7 @@ def resolve_bootstrap(
     *,
     environ: Mapping[str, str] | None = None,
     cluster_file: Path | str = DEFAULT_CLUSTER_FILE,
+    how_to_pass: str = 'pass bootstrap="host:port"',
 ) -> tuple[str, ...]:
     """The bootstrap addresses to use: the argument, else ``$ONCELOG_BOOTSTRAP``, else the local cluster file.
 
@@ -93,6 +94,8 @@ def resolve_bootstrap(
             ``ONCELOG_BOOTSTRAP`` and then ``cluster_file``.
         environ: where ``ONCELOG_BOOTSTRAP`` is looked up; ``os.environ`` by default.
         cluster_file: the file ``oncelog dev`` writes; read only when neither names an address.
+        how_to_pass: how the caller's user names the cluster, for the error messages (the CLI says
+            ``pass --bootstrap host:port``).
 
     Raises:
         BootstrapError: nothing names an address (no argument, no variable, no readable file), or an
@@ -110,10 +113,10 @@ def resolve_bootstrap(
         except FileNotFoundError:
             raise BootstrapError(
                 f"no bootstrap address given, {BOOTSTRAP_ENV} is not set and {path} does not exist; start a local "
-                'cluster with `oncelog dev` or pass bootstrap="host:port" (any oncelog service address)'
+                f"cluster with `oncelog dev` or {how_to_pass} (any oncelog service address)"
             ) from None
         except (OSError, ValueError) as exc:
-            raise BootstrapError(f'cannot read the cluster file {path}: {exc}; pass bootstrap="host:port"') from None
+            raise BootstrapError(f"cannot read the cluster file {path}: {exc}; {how_to_pass}") from None
         services = data.get("services", {}) if isinstance(data, dict) else {}
         listed = [data.get("bootstrap")] if isinstance(data, dict) else []
         listed += [a for role in sorted(services) for a in services[role]]
@@ -124,7 +127,7 @@ def resolve_bootstrap(
     items: list[str] = bootstrap.split(",") if isinstance(bootstrap, str) else list(bootstrap)
     addresses = tuple(dict.fromkeys(item.strip() for item in items if item and item.strip()))
     if not addresses:
-        raise BootstrapError(f'bootstrap is empty{source}; pass bootstrap="host:port" (any oncelog service address)')
+        raise BootstrapError(f"bootstrap is empty{source}; {how_to_pass} (any oncelog service address)")
     for address in addresses:
         host, sep, port = address.rpartition(":")
         if not sep or not host or not port.isdigit():

@@ -329,7 +329,12 @@ def resolve_bootstrap(
         OptionError: nothing names the cluster, or an address is not ``host:port``.
     """
     try:
-        return transport.resolve_bootstrap(value or None, environ=environ, cluster_file=cluster_file)
+        return transport.resolve_bootstrap(
+            value or None,
+            environ=environ,
+            cluster_file=cluster_file,
+            how_to_pass='set .option("bootstrap", "host:port")',
+        )
     except BootstrapError as exc:
         raise OptionError([f"bootstrap: {exc.message}"]) from None
 

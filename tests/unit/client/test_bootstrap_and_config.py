@@ -27,6 +27,28 @@ def test_resolver_names_the_variable_and_the_file_when_nothing_is_set(tmp_path: 
     assert str(tmp_path / "missing.json") in info.value.message and "oncelog dev" in info.value.message
 
 
+@pytest.mark.parametrize(
+    ("how_to_pass", "said"),
+    [
+        (None, 'pass bootstrap="host:port"'),
+        ("pass --bootstrap host:port", "pass --bootstrap host:port"),
+        ('set .option("bootstrap", "host:port")', 'set .option("bootstrap", "host:port")'),
+    ],
+)
+def test_one_resolver_tells_each_caller_how_its_users_name_the_cluster(
+    tmp_path: Path, how_to_pass: str | None, said: str
+) -> None:
+    """The library, the CLI and the Spark options share the resolver; only the advice differs."""
+    extra = {} if how_to_pass is None else {"how_to_pass": how_to_pass}
+    for cluster_file in (tmp_path / "missing.json", tmp_path):  # missing, and unreadable (a directory)
+        with pytest.raises(BootstrapError) as info:
+            resolve_bootstrap(None, environ={}, cluster_file=cluster_file, **extra)
+        assert said in info.value.message
+    with pytest.raises(BootstrapError) as info:
+        resolve_bootstrap(" , ", environ={}, **extra)
+    assert said in info.value.message
+
+
 def test_a_malformed_variable_is_named_as_the_source(tmp_path: Path) -> None:
     with pytest.raises(BootstrapError) as info:
         resolve_bootstrap(None, environ={"ONCELOG_BOOTSTRAP": "localhost"}, cluster_file=tmp_path / "none.json")

@@ -70,6 +70,7 @@ def test_missing_bootstrap_names_the_option_and_the_fallbacks(tmp_path: Path, mo
     monkeypatch.chdir(tmp_path)
     [problem] = problems({"topic": "orders"})
     assert problem.startswith("bootstrap:") and "ONCELOG_BOOTSTRAP" in problem and "cluster.json" in problem
+    assert '.option("bootstrap", "host:port")' in problem
 
 
 def test_bootstrap_falls_back_to_env_then_cluster_file(tmp_path: Path) -> None:
