@@ -1,9 +1,12 @@
-"""GrpcMarkerTransport: the marker channel's WriteTxnMarkers requests over gRPC.
+"""GrpcMarkerTransport: the marker channel's WriteTxnMarkers requests, through the typed service clients.
 
-The :class:`~.marker_channel.MarkerTransport` of the service: one channel per destination address, the request
-built from :class:`~.marker_channel.TxnMarkerEntry` and each per-participant result read back into a
-:class:`~.marker_channel.TxnMarkerOutcome`. Transport failures become ``NETWORK_EXCEPTION`` /
-``REQUEST_TIMED_OUT`` errors, which the manager retries after re-resolving the destination.
+The :class:`~.marker_channel.MarkerTransport` of the service: one channel per destination address, and the request
+made by :class:`~oncelog.client.services.PartitionStorageClient` or
+:class:`~oncelog.client.services.GroupOffsetsClient` (``write_txn_markers``), the one place that builds it. Each
+:class:`~.marker_channel.TxnMarkerEntry` becomes a :class:`~oncelog.client.services.TxnMarker` and each result a
+:class:`~.marker_channel.TxnMarkerOutcome`. Transport failures arrive as ``NETWORK_EXCEPTION`` /
+``REQUEST_TIMED_OUT`` errors; the channel to that address is closed, and the manager retries after re-resolving
+the destination. The manager does its own retrying, so the clients make one attempt per request.
 """
 
 from __future__ import annotations
@@ -12,20 +15,15 @@ from collections.abc import Sequence
 
 import grpc
 
-from oncelog.api.common import v1 as common_pb
-from oncelog.api.offsets import v1 as offsets_pb
-from oncelog.api.storage import v1 as storage_pb
+from oncelog.client.services import GroupOffsetsClient, PartitionStorageClient, TxnMarker, TxnMarkerResult
 from oncelog.errors import NetworkException, OncelogError
-from oncelog.rpc import ChannelFactory, from_error_info, from_rpc_error
-from oncelog.vocabulary import TopicPartition
+from oncelog.rpc import ChannelFactory
+from oncelog.vocabulary import ControlType, ProducerIdAndEpoch, TopicPartition
 
 from .marker_channel import TRANSPORT_REASONS, DestinationService, MarkerDestination, TxnMarkerEntry, TxnMarkerOutcome
 from .state import TransactionResult
 
-_RESULT_TO_PB = {
-    TransactionResult.COMMIT: common_pb.TRANSACTION_RESULT_COMMIT,
-    TransactionResult.ABORT: common_pb.TRANSACTION_RESULT_ABORT,
-}
+_RESULT_TO_CONTROL = {TransactionResult.COMMIT: ControlType.COMMIT, TransactionResult.ABORT: ControlType.ABORT}
 
 
 class GrpcMarkerTransport:
@@ -37,34 +35,26 @@ class GrpcMarkerTransport:
     """
 
     def __init__(self, *, timeout_s: float = 30.0, channels: ChannelFactory | None = None) -> None:
-        self._timeout_s = timeout_s
         self._factory = channels or ChannelFactory()
         self._channels: dict[str, grpc.aio.Channel] = {}
+        self._storage = PartitionStorageClient(self._channel, timeout_s=timeout_s)
+        self._offsets = GroupOffsetsClient(self._channel, timeout_s=timeout_s)
 
     async def write_markers(
         self, destination: MarkerDestination, markers: Sequence[TxnMarkerEntry]
     ) -> Sequence[TxnMarkerOutcome]:
         """Send one request carrying ``markers``; see :class:`MarkerTransport`."""
-        channel = self._channel(destination.address)
-        request_markers = [_marker_pb(m) for m in markers]
+        client = self._storage if destination.service is DestinationService.PARTITION_STORAGE else self._offsets
         try:
-            if destination.service is DestinationService.PARTITION_STORAGE:
-                response = await storage_pb.PartitionStorageServiceStub(channel).WriteTxnMarkers(
-                    storage_pb.WriteTxnMarkersRequest(markers=request_markers), timeout=self._timeout_s
-                )
-            else:
-                response = await offsets_pb.GroupOffsetsServiceStub(channel).WriteTxnMarkers(
-                    offsets_pb.WriteTxnMarkersRequest(markers=request_markers), timeout=self._timeout_s
-                )
-        except grpc.RpcError as exc:
-            error = from_rpc_error(exc)
+            results = await client.write_txn_markers(destination.address, [_marker(m) for m in markers])
+        except OncelogError as error:
             if error.reason in TRANSPORT_REASONS:
                 await self._forget(destination.address)
-            raise error from exc
+            raise
         except OSError as exc:
             await self._forget(destination.address)
             raise NetworkException(f"cannot reach {destination.address}: {exc}") from exc
-        return [_outcome_of(result) for result in response.results]
+        return [_outcome(result) for result in results]
 
     def _channel(self, address: str) -> grpc.aio.Channel:
         channel = self._channels.get(address)
@@ -86,31 +76,19 @@ class GrpcMarkerTransport:
             await channel.close()
 
 
-def _marker_pb(m: TxnMarkerEntry) -> common_pb.TxnMarker:
-    return common_pb.TxnMarker(
-        producer=common_pb.ProducerIdentity(producer_id=m.producer_id, producer_epoch=m.producer_epoch),
-        coordinator_epoch=m.coordinator_epoch,
-        result=_RESULT_TO_PB[m.result],
-        partitions=[common_pb.TopicPartition(topic=t, partition=p) for t, p in m.partitions],
-        groups=list(m.groups),
+def _marker(m: TxnMarkerEntry) -> TxnMarker:
+    return TxnMarker(
         transactional_id=m.transactional_id,
+        producer=ProducerIdAndEpoch(m.producer_id, m.producer_epoch),
+        coordinator_epoch=m.coordinator_epoch,
+        result=_RESULT_TO_CONTROL[m.result],
+        partitions=tuple(TopicPartition(topic, partition) for topic, partition in m.partitions),
+        groups=tuple(m.groups),
     )
 
 
-def _error_of(holder: common_pb.PartitionError | common_pb.GroupError) -> OncelogError | None:
-    if not holder.HasField("error") or holder.error.reason == common_pb.ERROR_REASON_UNSPECIFIED:
-        return None
-    return from_error_info(holder.error)
-
-
-def _outcome_of(result: common_pb.TxnMarkerResult) -> TxnMarkerOutcome:
-    return TxnMarkerOutcome(
-        partition_errors={
-            TopicPartition(e.topic_partition.topic, e.topic_partition.partition): _error_of(e)
-            for e in result.partition_errors
-        },
-        group_errors={e.group_id: _error_of(e) for e in result.group_errors},
-    )
+def _outcome(result: TxnMarkerResult) -> TxnMarkerOutcome:
+    return TxnMarkerOutcome(partition_errors=dict(result.partition_errors), group_errors=dict(result.group_errors))
 
 
 __all__ = ["GrpcMarkerTransport"]
