@@ -66,7 +66,14 @@ def root(
 @app.command()
 def dev(
     data_dir: Path = typer.Option(Path(".oncelog"), "--data-dir", help="catalog, segments, logs and cluster.json"),
-    storage_nodes: int = typer.Option(1, "--storage-nodes", min=1, max=16, help="partition-storage processes"),
+    storage_nodes: int = typer.Option(3, "--storage-nodes", min=1, max=16, help="partition-storage processes"),
+    replication_factor: int | None = typer.Option(
+        None,
+        "--replication-factor",
+        "-r",
+        min=1,
+        help="copies of each partition of topics created without -r; default 3, or the storage node count if lower",
+    ),
     port_base: int = typer.Option(
         7100,
         "--port-base",
@@ -80,9 +87,18 @@ def dev(
 
     Endpoints are printed and written to DATA_DIR/cluster.json; clients and the other commands read it.
 
-    Example: oncelog dev --data-dir /tmp/oncelog --storage-nodes 3
+    Three storage nodes and replication factor 3 by default, so a local cluster shows what production does:
+    kill a storage node and its partitions get a new leader within seconds (docs/replication.md).
+
+    Example: oncelog dev --data-dir /tmp/oncelog --storage-nodes 1   (the lightest cluster, no replication)
     """
-    cluster = LocalCluster(data_dir, storage_nodes=storage_nodes, host=host, base_port=port_base)
+    factor = min(3, storage_nodes) if replication_factor is None else replication_factor
+    if factor > storage_nodes:
+        error(f"--replication-factor {factor} needs at least {factor} storage nodes; pass --storage-nodes {factor}")
+        raise typer.Exit(2)
+    cluster = LocalCluster(
+        data_dir, storage_nodes=storage_nodes, host=host, base_port=port_base, replication_factor=factor
+    )
     with err().status("starting the local cluster…"):
         try:
             cluster.start()

@@ -82,6 +82,8 @@ class LocalCluster:
         services: which services to run.
         replicas: processes per service other than partition-storage (default 1 each); replicas after the
             first always bind free ports.
+        replication_factor: ``ONCELOG_DEFAULT_REPLICATION_FACTOR`` of every process (the replication factor of
+            topics created without one); 0 leaves it to the environment (1 unless set).
     """
 
     data_dir: Path
@@ -92,6 +94,7 @@ class LocalCluster:
     env: Mapping[str, str] = field(default_factory=dict)
     services: tuple[str, ...] = SERVICES
     replicas: Mapping[str, int] = field(default_factory=dict)
+    replication_factor: int = 0
     nodes: list[NodeProcess] = field(default_factory=list, init=False)
     _lock_fd: int | None = field(default=None, init=False, repr=False)
 
@@ -104,6 +107,11 @@ class LocalCluster:
             raise ValueError(f"unknown services {sorted(unknown)}; choose from {', '.join(SERVICES)}")
         if self.storage_nodes < 1 and Role.PARTITION_STORAGE in self.services:
             raise ValueError("storage_nodes must be at least 1")
+        if not 0 <= self.replication_factor <= self.storage_nodes:
+            raise ValueError(
+                f"replication_factor={self.replication_factor} must be 0 (the default) or at most storage_nodes="
+                f"{self.storage_nodes}: each copy of a partition lives on its own storage node"
+            )
         for service in self.services:
             count = self.storage_nodes if service == Role.PARTITION_STORAGE else self.replicas.get(service, 1)
             for index in range(count):
@@ -142,6 +150,7 @@ class LocalCluster:
             "OTEL_SERVICE_NAME": f"oncelog-{service}",
             "PYTHONUNBUFFERED": "1",
             **state_env,
+            **({"ONCELOG_DEFAULT_REPLICATION_FACTOR": str(self.replication_factor)} if self.replication_factor else {}),
             **self.env,
         }
         if service == Role.GROUP_OFFSETS and f"{prefix}STATE_DATABASE_URL" not in self.env:

@@ -34,6 +34,7 @@ COMMANDS = [
     ["transactions", "skip-markers"],
     ["producers", "describe"],
     ["groups", "offsets"],
+    ["partitions", "describe"],
 ]
 
 
@@ -42,6 +43,19 @@ def invoke(*args: str, input: str | None = None) -> tuple[int, str, str]:
     if result.exception is not None and not isinstance(result.exception, SystemExit):
         raise result.exception
     return result.exit_code, result.stdout, result.stderr
+
+
+def test_dev_refuses_more_copies_than_storage_nodes_before_starting_anything(tmp_path: Path) -> None:
+    code, _, stderr = invoke("dev", "--data-dir", str(tmp_path / "c"), "--storage-nodes", "1", "-r", "2")
+    assert code == 2 and "--replication-factor 2 needs at least 2 storage nodes; pass --storage-nodes 2" in stderr
+    assert not (tmp_path / "c").exists(), "nothing started"
+
+
+def test_local_cluster_sets_the_default_replication_factor_of_every_process(tmp_path: Path) -> None:
+    cluster = LocalCluster(tmp_path, storage_nodes=3, replication_factor=3)
+    assert {n.env["ONCELOG_DEFAULT_REPLICATION_FACTOR"] for n in cluster.nodes} == {"3"}
+    with pytest.raises(ValueError, match="replication_factor=2 must be 0 .* at most storage_nodes=1"):
+        LocalCluster(tmp_path, storage_nodes=1, replication_factor=2)
 
 
 def unique(prefix: str) -> str:
