@@ -16,6 +16,7 @@ import time
 import urllib.request
 from collections import Counter
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -38,13 +39,21 @@ LAG_MS = 6_000  # long enough that a loaded machine does not drop a live followe
 pytestmark = pytest.mark.timeout(240)
 
 
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
-    env = {"ONCELOG_PARTITION_STORAGE_REPLICA_LAG_TIME_MAX_MS": str(LAG_MS), "ONCELOG_METRICS_LISTEN": "127.0.0.1:0"}
+@contextmanager
+def replicated_cluster(tmp_path: Path, **env: str) -> Iterator[LocalCluster]:
+    """Three storage processes and the topic ``TOPIC`` (one partition, replication factor 3); ``env`` adds
+    settings."""
+    env = {"ONCELOG_PARTITION_STORAGE_REPLICA_LAG_TIME_MAX_MS": str(LAG_MS), **env}
     with LocalCluster(tmp_path, storage_nodes=3, services=("partition-storage",), env=env) as running:
         admin = cluster_pb.ClusterServiceStub(sync_channel(running.bootstrap))
         spec = cluster_pb.TopicSpec(name=TOPIC, partitions=1, replication_factor=3)
         admin.CreateTopics(cluster_pb.CreateTopicsRequest(topics=[spec]), timeout=30)
+        yield running
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
+    with replicated_cluster(tmp_path, ONCELOG_METRICS_LISTEN="127.0.0.1:0") as running:
         yield running
 
 
@@ -308,14 +317,7 @@ def test_sigterm_hands_leadership_over_while_the_node_still_drains(tmp_path: Pat
     drain): the catalog names the new leader before the process exits (nothing waits for a lease to lapse), a
     produce sent to the draining node is redirected with NOT_LEADER, and every acknowledged record is on the new
     leader."""
-    env = {
-        "ONCELOG_PARTITION_STORAGE_REPLICA_LAG_TIME_MAX_MS": str(LAG_MS),
-        "ONCELOG_PARTITION_STORAGE_DRAIN_DELAY_S": "5",
-    }
-    with LocalCluster(tmp_path, storage_nodes=3, services=("partition-storage",), env=env) as cluster:
-        admin = cluster_pb.ClusterServiceStub(sync_channel(cluster.bootstrap))
-        spec = cluster_pb.TopicSpec(name=TOPIC, partitions=1, replication_factor=3)
-        admin.CreateTopics(cluster_pb.CreateTopicsRequest(topics=[spec]), timeout=30)
+    with replicated_cluster(tmp_path, ONCELOG_PARTITION_STORAGE_DRAIN_DELAY_S="5") as cluster:
         meta = partition(cluster)
         leader = meta.leader_node_id
         acked = [produce(cluster, leader, seq) for seq in range(3)]
@@ -347,14 +349,7 @@ def test_zombie_leader_paused_past_its_lease_acknowledges_nothing_after_it_resum
     resumes, that its own lease may have lapsed: it re-reads the catalog, steps down and fails the produce that
     waited for it with NOT_LEADER / FENCED_LEADER_EPOCH, writing nothing. Nothing acknowledged is lost and the
     replicas end byte-identical."""
-    env = {
-        "ONCELOG_PARTITION_STORAGE_REPLICA_LAG_TIME_MAX_MS": str(LAG_MS),
-        "ONCELOG_PARTITION_STORAGE_NODE_LEASE_MS": "3000",
-    }
-    with LocalCluster(tmp_path, storage_nodes=3, services=("partition-storage",), env=env) as cluster:
-        admin = cluster_pb.ClusterServiceStub(sync_channel(cluster.bootstrap))
-        spec = cluster_pb.TopicSpec(name=TOPIC, partitions=1, replication_factor=3)
-        admin.CreateTopics(cluster_pb.CreateTopicsRequest(topics=[spec]), timeout=30)
+    with replicated_cluster(tmp_path, ONCELOG_PARTITION_STORAGE_NODE_LEASE_MS="3000") as cluster:
         meta = partition(cluster)
         zombie = meta.leader_node_id
         acked = [produce(cluster, zombie, seq) for seq in range(3)]
