@@ -13,6 +13,11 @@ Fetch: a partition preloaded with committed, aborted and plain data is read from
 fetches, read_committed and read_uncommitted; their ratio is the cost of the LSO bound and the
 aborted-transaction lookups (target >= 0.9).
 
+Replication (``--replication``, instead of the above): three storage nodes; a topic with replication factor 3
+and one with factor 1, both ``flush=sync``, produced to in alternation (RF 3, then RF 1, each run): throughput as
+above (1 producer, 256 KiB batches, 5 in flight) and the p50 latency of 16 KiB acks=all produces sent one at a
+time. Goals (issue 15): throughput ratio RF 3 / RF 1 >= 0.5, p50 latency ratio <= 2.
+
 Each figure is the median of ``--runs`` runs with its spread ((max - min) / median). The machine is shared;
 compare ratios measured back to back rather than absolute figures.
 """
@@ -23,6 +28,7 @@ import argparse
 import asyncio
 import json
 import os
+import statistics
 import struct
 import subprocess
 import sys
@@ -248,6 +254,10 @@ def _figure(series: Series, unit: str = "MB/s") -> str:
     return f"{series.median:,.0f} {unit} ({series.spread:.0%})"
 
 
+def _ms(series: Series) -> str:
+    return f"{series.median:.1f} ms ({series.spread:.0%})"
+
+
 def _ratio(series: Series, baseline: Series) -> Series:
     """Per-run ratios: each run of ``series`` was measured right after the same run of ``baseline``."""
     return Series(f"{series.name}/{baseline.name}", [a / b for a, b in zip(series.rates, baseline.rates, strict=True)])
@@ -311,17 +321,99 @@ async def _run(runs: int, seconds: float, fetch_mb: int) -> None:
             print("\n".join(lines))
 
 
+async def _p50_latency_ms(address: str, tp: common.TopicPartition, producer_id: int, seconds: float) -> float:
+    """Median latency of acks=all Produce calls of one 16 KiB idempotent batch, one at a time."""
+    value = os.urandom(RECORD_VALUE)
+    records = [Record(key=None, value=value, timestamp=1_700_000_000_000) for _ in range(16)]
+    latencies: list[float] = []
+    async with aio_channel(address) as channel:
+        stub = pb.PartitionStorageServiceStub(channel)
+        deadline = time.perf_counter() + seconds
+        seq = 0
+        while time.perf_counter() < deadline:
+            data = build_batch(records, producer_id=producer_id, producer_epoch=0, base_sequence=seq * 16)
+            batches = pb.PartitionBatches(topic_partition=tp, leader_epoch=-1, records=data)
+            start = time.perf_counter()
+            [result] = (await stub.Produce(pb.ProduceRequest(acks=pb.ACKS_ALL, partitions=[batches]))).results
+            latencies.append((time.perf_counter() - start) * 1000)
+            if result.HasField("error"):
+                raise RuntimeError(f"produce failed: {result.error.message}")
+            seq += 1
+    return statistics.median(latencies)
+
+
+def _leader(bootstrap: str, topic: str) -> str:
+    channel = grpc.insecure_channel(bootstrap)
+    meta = cluster_pb.ClusterServiceStub(channel).Metadata(cluster_pb.MetadataRequest(topics=[topic]), timeout=30)
+    channel.close()
+    return meta.topics[0].partitions[0].leader_address
+
+
+async def _run_replication(runs: int, seconds: float) -> None:
+    with tempfile.TemporaryDirectory(prefix="bench-replication-") as tmp:
+        env = {"ONCELOG_PARTITION_STORAGE_RETENTION_CHECK_INTERVAL_MS": "1000"}
+        with LocalCluster(Path(tmp), storage_nodes=3, services=("partition-storage",), env=env) as cluster:
+            retention = {"retention_bytes": str(1 << 30), "segment_bytes": str(128 << 20), "flush": "sync"}
+            channel = grpc.insecure_channel(cluster.bootstrap)
+            cluster_pb.ClusterServiceStub(channel).CreateTopics(
+                cluster_pb.CreateTopicsRequest(
+                    topics=[
+                        cluster_pb.TopicSpec(
+                            name=f"bench.rf{rf}", partitions=1, configs=retention, replication_factor=rf
+                        )
+                        for rf in (1, 3)
+                    ]
+                ),
+                timeout=30,
+            )
+            channel.close()
+            targets = {
+                rf: (_leader(cluster.bootstrap, f"bench.rf{rf}"), common.TopicPartition(topic=f"bench.rf{rf}"))
+                for rf in (1, 3)
+            }
+            rates = {rf: Series(f"RF {rf}", []) for rf in (1, 3)}
+            p50s = {rf: Series(f"RF {rf} p50", []) for rf in (1, 3)}
+            pid = 1
+            for _ in range(runs):
+                for rf in (3, 1):
+                    address, tp = targets[rf]
+                    rates[rf].rates.append(await _produce_rate(address, tp, 1, pid, seconds))
+                    p50s[rf].rates.append(await _p50_latency_ms(address, tp, pid + 1, seconds))
+                    pid += 2
+            throughput, latency = _ratio(rates[3], rates[1]), _ratio(p50s[3], p50s[1])
+            print(
+                "\n".join(
+                    [
+                        "### Replication: RF 3 acks=all against RF 1, flush=sync, 3 storage nodes, interleaved runs",
+                        "",
+                        "median (spread) of the runs; each ratio is the median of per-run ratios",
+                        "",
+                        "| measurement | RF 1 | RF 3 | ratio RF 3 / RF 1 | goal |",
+                        "|---|---|---|---|---|",
+                        f"| throughput, 1 producer, 256 KiB batches, 5 in flight | {_figure(rates[1])} | "
+                        f"{_figure(rates[3])} | {throughput.median:.2f} ({throughput.spread:.0%}) | >= 0.5 |",
+                        f"| p50 latency, 16 KiB batch, one at a time | {_ms(p50s[1])} | {_ms(p50s[3])} "
+                        f"| {latency.median:.2f} ({latency.spread:.0%}) | <= 2 |",
+                    ]
+                )
+            )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--seconds", type=float, default=1.5)
     parser.add_argument("--fetch-mb", type=int, default=200)
+    parser.add_argument("--replication", action="store_true", help="RF 3 acks=all against RF 1 instead")
     parser.add_argument("--serve-baseline", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--fsync", type=int, default=1, help=argparse.SUPPRESS)
     parser.add_argument("--ready", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_baseline is not None:
         asyncio.run(_serve_baseline(args.serve_baseline, bool(args.fsync), args.ready))
+        return
+    if args.replication:
+        asyncio.run(_run_replication(args.runs, args.seconds))
         return
     asyncio.run(_run(args.runs, args.seconds, args.fetch_mb))
 
