@@ -104,7 +104,9 @@ class GroupTransaction(OffsetTransaction, Protocol):
 
     def consumer_group(self, group_id: str) -> ConsumerGroupState | None: ...
 
-    def put_consumer_group(self, group: ConsumerGroupState) -> None: ...
+    def put_consumer_group(self, group: ConsumerGroupState, previous: ConsumerGroupState | None = None) -> None:
+        """Store ``group``; ``previous`` (the stored state) lets the store write only what changed."""
+        ...
 
     def delete_consumer_group(self, group_id: str) -> None: ...
 
@@ -274,6 +276,29 @@ def apply_heartbeat(
     return replace(group, members=members), reconciled
 
 
+def steady_member(group: ConsumerGroupState, request: HeartbeatRequest) -> MemberState | None:
+    """The member, when ``request`` changes nothing: same epoch and subscription, reconciled to a current target,
+    nothing to revoke. Such a heartbeat only renews the session (Kafka's fast path)."""
+    member = group.members.get(request.member_id)
+    if member is None or member.left_static or request.member_epoch != member.member_epoch:
+        return None
+    if not (member.member_epoch == group.assignment_epoch == group.group_epoch):
+        return None
+    if member.pending_revocation or member.assigned != group.target.get(member.member_id, frozenset()):
+        return None
+    topics = () if request.regex else tuple(sorted(set(request.topics)))
+    if (topics, request.regex, request.instance_id, request.rebalance_timeout_ms) != (
+        member.subscribed_topics,
+        member.subscribed_regex,
+        member.instance_id,
+        member.rebalance_timeout_ms,
+    ):
+        return None
+    if request.client_id and request.client_id != member.client_id:
+        return None
+    return member
+
+
 def ownership_changes(before: ConsumerGroupState, after: ConsumerGroupState) -> list[OwnershipChange]:
     """Members whose owned partitions (or epoch) changed from ``before`` to ``after``, removed ones with epoch -1."""
     changes = []
@@ -330,6 +355,9 @@ class GroupCoordinator:
         self._session_deadlines: dict[str, dict[str, int]] = {}
         self._revocation_deadlines: dict[str, dict[str, int]] = {}
         self._seen_shards: dict[int, int] = {}
+        self._evaluated_with: dict[str, Mapping[str, int]] = {}
+        """Per group, the topic-size mapping its last full evaluation used: while the directory hands out the same
+        object, a steady member's heartbeat needs no evaluation."""
 
     # ------------------------------------------------------------------------------ heartbeat
 
@@ -345,10 +373,14 @@ class GroupCoordinator:
         fence = self._ownership.fence_for(request.group_id)
         with self._group_lock(request.group_id):
             group = self._load(request.group_id, fence)
-            after, member = apply_heartbeat(
-                group, request, self._topics.partition_counts(request.topics), new_member_id=self._new_member_id()
-            )
-            self._save(fence, group, after)
+            counts = self._topics.partition_counts(request.topics)
+            member = steady_member(group, request) if self._evaluated_with.get(request.group_id) is counts else None
+            if member is not None:
+                after = group  # the common heartbeat: nothing to change, nothing to write (O(1))
+            else:
+                after, member = apply_heartbeat(group, request, counts, new_member_id=self._new_member_id())
+                self._save(fence, group, after)
+                self._evaluated_with[request.group_id] = counts
             now = self._clock()
             if member is None:
                 self._forget(request.group_id, request.member_id)
@@ -546,7 +578,7 @@ class GroupCoordinator:
         changes = ownership_changes(before, after)
 
         def work(tx: GroupTransaction) -> None:
-            tx.put_consumer_group(after)
+            tx.put_consumer_group(after, before if before.group_epoch or before.members else None)
             if changes:
                 tx.add_ownership_changes(after.group_id, changes)
 
@@ -557,11 +589,15 @@ class GroupCoordinator:
     def _write(self, group_id: str, fence: ShardFence, work: Callable[[GroupTransaction], None]) -> None:
         try:
             self._store.write({group_id: fence}, work)  # type: ignore[arg-type]
-        except ShardFenced as err:
+        except Exception as err:
+            with self._lock:  # an indeterminate failure may have written: read the group again next time
+                self._loaded.pop(group_id, None)
+            if not isinstance(err, ShardFenced):
+                raise
             self._ownership.fenced(err.fence)
             with self._lock:
-                for group_id in [g for g, (f, _) in self._loaded.items() if f == fence]:
-                    del self._loaded[group_id]
+                for other in [g for g, (f, _) in self._loaded.items() if f == fence]:
+                    del self._loaded[other]
             raise
 
     def _forget(self, group_id: str, member_id: str) -> None:
@@ -574,6 +610,7 @@ class GroupCoordinator:
             self._loaded.pop(group_id, None)
             self._session_deadlines.pop(group_id, None)
             self._revocation_deadlines.pop(group_id, None)
+            self._evaluated_with.pop(group_id, None)
 
 
 __all__ = [

@@ -7,8 +7,9 @@ the offset manager checks commits against them (design/consumer-groups.md §6).
 from __future__ import annotations
 
 import json
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from oncelog.errors import FencedMemberEpoch, StaleMemberEpoch, UnknownMemberId
 from oncelog.vocabulary import TopicPartition
@@ -127,8 +128,8 @@ def _from_tps(items: list[list[object]]) -> frozenset[TopicPartition]:
     return frozenset(TopicPartition(str(t), int(p)) for t, p in items)  # type: ignore[call-overload]
 
 
-def encode_group(group: ConsumerGroupState) -> str:
-    """The group as compact JSON (the ``consumer_groups.state`` column)."""
+def encode_header(group: ConsumerGroupState) -> str:
+    """Everything but the members, as compact JSON (the ``consumer_groups.state`` column)."""
     return json.dumps(
         {
             "group_epoch": group.group_epoch,
@@ -136,51 +137,57 @@ def encode_group(group: ConsumerGroupState) -> str:
             "assignor": group.assignor,
             "partition_counts": dict(sorted(group.partition_counts.items())),
             "target": {m: _tps(ps) for m, ps in sorted(group.target.items())},
-            "members": [
-                {
-                    "member_id": m.member_id,
-                    "member_epoch": m.member_epoch,
-                    "previous_epoch": m.previous_epoch,
-                    "instance_id": m.instance_id,
-                    "client_id": m.client_id,
-                    "subscribed_topics": list(m.subscribed_topics),
-                    "subscribed_regex": m.subscribed_regex,
-                    "rebalance_timeout_ms": m.rebalance_timeout_ms,
-                    "assigned": _tps(m.assigned),
-                    "pending_revocation": _tps(m.pending_revocation),
-                    "left_static": m.left_static,
-                }
-                for _, m in sorted(group.members.items())
-            ],
         },
         separators=(",", ":"),
     )
 
 
-def decode_group(group_id: str, raw: str) -> ConsumerGroupState:
-    """Inverse of :func:`encode_group`."""
-    data = json.loads(raw)
-    members = {}
-    for m in data["members"]:
-        members[m["member_id"]] = MemberState(
-            member_id=m["member_id"],
-            member_epoch=m["member_epoch"],
-            previous_epoch=m["previous_epoch"],
-            instance_id=m["instance_id"],
-            client_id=m["client_id"],
-            subscribed_topics=tuple(m["subscribed_topics"]),
-            subscribed_regex=m["subscribed_regex"],
-            rebalance_timeout_ms=m["rebalance_timeout_ms"],
-            assigned=_from_tps(m["assigned"]),
-            pending_revocation=_from_tps(m["pending_revocation"]),
-            left_static=m["left_static"],
-        )
+def encode_member(m: MemberState) -> str:
+    """One member as compact JSON (a ``consumer_group_members.state`` cell): a heartbeat rewrites one row."""
+    return json.dumps(
+        {
+            "member_id": m.member_id,
+            "member_epoch": m.member_epoch,
+            "previous_epoch": m.previous_epoch,
+            "instance_id": m.instance_id,
+            "client_id": m.client_id,
+            "subscribed_topics": list(m.subscribed_topics),
+            "subscribed_regex": m.subscribed_regex,
+            "rebalance_timeout_ms": m.rebalance_timeout_ms,
+            "assigned": _tps(m.assigned),
+            "pending_revocation": _tps(m.pending_revocation),
+            "left_static": m.left_static,
+        },
+        separators=(",", ":"),
+    )
+
+
+def _member(m: dict[str, Any]) -> MemberState:
+    return MemberState(
+        member_id=m["member_id"],
+        member_epoch=m["member_epoch"],
+        previous_epoch=m["previous_epoch"],
+        instance_id=m["instance_id"],
+        client_id=m["client_id"],
+        subscribed_topics=tuple(m["subscribed_topics"]),
+        subscribed_regex=m["subscribed_regex"],
+        rebalance_timeout_ms=m["rebalance_timeout_ms"],
+        assigned=_from_tps(m["assigned"]),
+        pending_revocation=_from_tps(m["pending_revocation"]),
+        left_static=m["left_static"],
+    )
+
+
+def decode_group(group_id: str, header: str, members: Iterable[str]) -> ConsumerGroupState:
+    """Inverse of :func:`encode_header` and :func:`encode_member`."""
+    data = json.loads(header)
+    decoded = [_member(json.loads(raw)) for raw in members]
     return ConsumerGroupState(
         group_id=group_id,
         group_epoch=data["group_epoch"],
         assignment_epoch=data["assignment_epoch"],
         assignor=data["assignor"],
-        members=members,
+        members={m.member_id: m for m in decoded},
         target={k: _from_tps(v) for k, v in data["target"].items()},
         partition_counts=dict(data["partition_counts"]),
     )
@@ -193,5 +200,6 @@ __all__ = [
     "ConsumerGroupState",
     "MemberState",
     "decode_group",
-    "encode_group",
+    "encode_header",
+    "encode_member",
 ]

@@ -8,7 +8,9 @@ Tables (the group-offsets state database, ``ONCELOG_GROUP_OFFSETS_STATE_DATABASE
 * ``offset_groups`` — per group: learned generation and the next ``commit_seq``;
 * ``offset_producers`` — per (group, producer id): newest producer epoch and coordinator epoch seen;
 * ``offset_shard_epochs`` — per shard: the coordinator epoch of the replica allowed to write it;
-* ``consumer_groups`` — per consumer group: its whole state as JSON (design/consumer-groups.md §5);
+* ``consumer_groups`` — per consumer group: epochs, assignor and target assignment as JSON
+  (design/consumer-groups.md §5);
+* ``consumer_group_members`` — per member: its epoch, subscription and assignment as JSON;
 * ``consumer_group_ownership`` — per consumer group: the history of its members' ownership changes.
 
 Fencing: every write transaction first runs ``UPDATE offset_shard_epochs SET coordinator_epoch = :e WHERE shard
@@ -35,7 +37,7 @@ from sqlalchemy.engine import Connection, Engine
 
 from oncelog.errors import StorageUnavailable
 from oncelog.group_offsets.group_coordinator import OwnershipChange
-from oncelog.group_offsets.group_state import ConsumerGroupState, decode_group, encode_group
+from oncelog.group_offsets.group_state import ConsumerGroupState, decode_group, encode_header, encode_member
 from oncelog.group_offsets.offset_manager import (
     CommittedOffset,
     GroupRecord,
@@ -111,6 +113,14 @@ consumer_groups = sa.Table(
     metadata,
     sa.Column("group_id", sa.String(255), primary_key=True),
     sa.Column("group_epoch", sa.Integer, nullable=False),
+    sa.Column("state", sa.Text, nullable=False),
+)
+
+consumer_group_members = sa.Table(
+    "consumer_group_members",
+    metadata,
+    sa.Column("group_id", sa.String(255), primary_key=True),
+    sa.Column("member_id", sa.String(255), primary_key=True),
     sa.Column("state", sa.Text, nullable=False),
 )
 
@@ -250,7 +260,10 @@ class SqlOffsetStore:
         """Every consumer group."""
         with _transaction(self.engine) as conn:
             rows = conn.execute(sa.select(consumer_groups.c.group_id, consumer_groups.c.state)).all()
-        return [decode_group(r.group_id, r.state) for r in rows]
+            members: dict[str, list[str]] = {}
+            for m in conn.execute(sa.select(consumer_group_members.c.group_id, consumer_group_members.c.state)):
+                members.setdefault(m.group_id, []).append(m.state)
+        return [decode_group(r.group_id, r.state, members.get(r.group_id, [])) for r in rows]
 
     def ownership_history(self, group_id: str) -> list[OwnershipChange]:
         """The group's ownership changes, oldest first."""
@@ -401,18 +414,46 @@ class _SqlTransaction:
         row = self._conn.execute(
             sa.select(consumer_groups.c.state).where(consumer_groups.c.group_id == group_id)
         ).first()
-        return None if row is None else decode_group(group_id, row.state)
+        if row is None:
+            return None
+        t = consumer_group_members
+        members = self._conn.execute(sa.select(t.c.state).where(t.c.group_id == group_id)).scalars().all()
+        return decode_group(group_id, row.state, members)
 
-    def put_consumer_group(self, group: ConsumerGroupState) -> None:
-        values = {"group_epoch": group.group_epoch, "state": encode_group(group)}
-        updated = self._conn.execute(
-            sa.update(consumer_groups).where(consumer_groups.c.group_id == group.group_id).values(**values)
-        ).rowcount
-        if updated == 0:
-            self._conn.execute(sa.insert(consumer_groups).values(group_id=group.group_id, **values))
+    def put_consumer_group(self, group: ConsumerGroupState, previous: ConsumerGroupState | None = None) -> None:
+        """Write what changed since ``previous`` (everything when None): the header, changed and removed members."""
+        header = encode_header(group)
+        if previous is None or encode_header(previous) != header:
+            values = {"group_epoch": group.group_epoch, "state": header}
+            updated = self._conn.execute(
+                sa.update(consumer_groups).where(consumer_groups.c.group_id == group.group_id).values(**values)
+            ).rowcount
+            if updated == 0:
+                self._conn.execute(sa.insert(consumer_groups).values(group_id=group.group_id, **values))
+        t = consumer_group_members
+        if previous is None:
+            self._conn.execute(sa.delete(t).where(t.c.group_id == group.group_id))
+            changed = list(group.members.values())
+            gone: list[str] = []
+        else:
+            changed = [m for k, m in group.members.items() if previous.members.get(k) != m]
+            gone = [k for k in previous.members if k not in group.members]
+        for member_id in [*gone, *(m.member_id for m in changed)]:
+            self._conn.execute(sa.delete(t).where(t.c.group_id == group.group_id, t.c.member_id == member_id))
+        if changed:
+            self._conn.execute(
+                sa.insert(t),
+                [{"group_id": group.group_id, "member_id": m.member_id, "state": encode_member(m)} for m in changed],
+            )
 
     def delete_consumer_group(self, group_id: str) -> None:
-        for table in (consumer_groups, consumer_group_ownership, group_offsets, pending_txn_offsets):
+        for table in (
+            consumer_groups,
+            consumer_group_members,
+            consumer_group_ownership,
+            group_offsets,
+            pending_txn_offsets,
+        ):
             self._conn.execute(sa.delete(table).where(table.c.group_id == group_id))
 
     def add_ownership_changes(self, group_id: str, changes: Sequence[OwnershipChange]) -> None:
@@ -556,7 +597,7 @@ class _MemoryTransaction:
     def consumer_group(self, group_id: str) -> ConsumerGroupState | None:
         return self._s.consumer_groups.get(group_id)
 
-    def put_consumer_group(self, group: ConsumerGroupState) -> None:
+    def put_consumer_group(self, group: ConsumerGroupState, previous: ConsumerGroupState | None = None) -> None:
         self._s.consumer_groups[group.group_id] = group
 
     def delete_consumer_group(self, group_id: str) -> None:
