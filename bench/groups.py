@@ -25,6 +25,8 @@ import time
 import uuid
 from pathlib import Path
 
+import grpc
+
 from oncelog.api.cluster import v1 as cluster_pb
 from oncelog.api.common import v1 as common_pb
 from oncelog.api.offsets import v1 as pb
@@ -44,6 +46,7 @@ class SimulatedMember:
         self.member_id, self.epoch = uuid.uuid4().hex, 0
         self.owned: set[tuple[str, int]] = set()
         self.alive = True
+        self.rejoins = 0
 
     async def beat(self) -> None:
         response = await self.stub.ConsumerGroupHeartbeat(
@@ -60,9 +63,16 @@ class SimulatedMember:
         self.owned = {(tp.topic, tp.partition) for tp in response.assignment}
 
     async def run(self) -> None:
+        """Heartbeat every interval (the first one after an interval); rejoin when the group removed us."""
         while self.alive:
-            await self.beat()
             await asyncio.sleep(self.interval_s)
+            if not self.alive:
+                return
+            try:
+                await self.beat()
+            except grpc.aio.AioRpcError:
+                self.rejoins += 1
+                self.epoch, self.owned = 0, set()
 
 
 def _cpu_seconds(pid: int) -> float:
@@ -92,6 +102,8 @@ async def reassignment_once(address: str, topic: str, size: int) -> float:
     stub = pb.GroupOffsetsServiceStub(aio_channel(address))
     group = f"bench-{uuid.uuid4().hex[:8]}"
     members = [SimulatedMember(stub, group, topic, HEARTBEAT_MS / 1000) for _ in range(size)]
+    for m in members:
+        await m.beat()
     tasks = [asyncio.create_task(m.run()) for m in members]
     await _until(lambda: _covered(members) and all(m.owned for m in members))
     victim, survivors = members[0], members[1:]
@@ -119,19 +131,25 @@ async def heartbeat_cpu(
     stub = pb.GroupOffsetsServiceStub(aio_channel(address))
     group = f"bench-cpu-{uuid.uuid4().hex[:8]}"
     members = [SimulatedMember(stub, group, topic, interval_s) for _ in range(count)]
-    for m in members:  # join one by one, as a rolling start does
-        await m.beat()
     tasks = []
-    for i, m in enumerate(members):  # spread the beats over the interval
-        await asyncio.sleep(interval_s / count if i else 0)
+    for m in members:  # join one by one, as a rolling start does; each heartbeats from then on
+        await m.beat()
         tasks.append(asyncio.create_task(m.run()))
-    await asyncio.sleep(interval_s)  # let the reconciliation finish before measuring steady state
+    request = pb.DescribeConsumerGroupsRequest(group_ids=[group])
+    deadline = time.monotonic() + 300
+    while (await stub.DescribeConsumerGroups(request, timeout=10)).groups[0].state != "STABLE":
+        if time.monotonic() > deadline:
+            raise TimeoutError("the group did not become STABLE")
+        await asyncio.sleep(interval_s / 5)  # measure the steady state, after the joins' reconciliation
     start = _cpu_seconds(pid)
     await asyncio.sleep(window)
     busy = (_cpu_seconds(pid) - start) / window
     for m in members:
         m.alive = False
     await asyncio.gather(*tasks)
+    rejoins = sum(m.rejoins for m in members)
+    if rejoins:
+        print(f"warning: {rejoins} heartbeat(s) were refused and the member rejoined")
     return idle, busy
 
 
@@ -149,7 +167,9 @@ def main() -> None:
             "ONCELOG_GROUP_OFFSETS_HEARTBEAT_INTERVAL_MS": str(HEARTBEAT_MS),
             "ONCELOG_GROUP_OFFSETS_GROUP_SWEEP_MS": "100",
         }
-        with LocalCluster(Path(tmp), services=("partition-storage", "group-offsets"), env=env) as cluster:
+        (Path(tmp) / "reassign").mkdir()
+        (Path(tmp) / "cpu").mkdir()
+        with LocalCluster(Path(tmp) / "reassign", services=("partition-storage", "group-offsets"), env=env) as cluster:
             topic = "bench-groups"
             _create_topic(cluster, topic)
             address = cluster.addresses("group-offsets")[0]
@@ -157,11 +177,16 @@ def main() -> None:
                 f"### reassignment after a member stops (session timeout {SESSION_MS} ms, heartbeat {HEARTBEAT_MS} ms)"
             )
             print("\n| members | median s | spread | runs | ratio to session timeout |\n|---|---|---|---|---|")
-            for size in (int(s) for s in args.members.split(",")):
+            for size in (int(s) for s in args.members.split(",") if s):
                 times = [asyncio.run(reassignment_once(address, topic, size)) for _ in range(args.runs)]
                 median = statistics.median(times)
                 spread = (max(times) - min(times)) / median
                 print(f"| {size} | {median:.2f} | {spread:.0%} | {len(times)} | {median / (SESSION_MS / 1000):.2f} |")
+        # the heartbeat cost is measured with the default session timeout and heartbeat interval
+        with LocalCluster(Path(tmp) / "cpu", services=("partition-storage", "group-offsets")) as cluster:
+            topic = "bench-groups"
+            _create_topic(cluster, topic)
+            address = cluster.addresses("group-offsets")[0]
             pid = next(n for n in cluster.nodes if n.service == "group-offsets").process.pid  # type: ignore[union-attr]
             idle, busy = asyncio.run(
                 heartbeat_cpu(
