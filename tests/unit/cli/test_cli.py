@@ -11,6 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from oncelog.cli import app
+from oncelog.testing import LocalCluster
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -54,7 +55,7 @@ def test_dev_refuses_more_copies_than_storage_nodes_before_starting_anything(tmp
 def test_local_cluster_sets_the_default_replication_factor_of_every_process(tmp_path: Path) -> None:
     cluster = LocalCluster(tmp_path, storage_nodes=3, replication_factor=3)
     assert {n.env["ONCELOG_DEFAULT_REPLICATION_FACTOR"] for n in cluster.nodes} == {"3"}
-    with pytest.raises(ValueError, match="replication_factor=2 must be 0 .* at most storage_nodes=1"):
+    with pytest.raises(ValueError, match=r"replication_factor=2 must be 0 .* at most storage_nodes=1"):
         LocalCluster(tmp_path, storage_nodes=1, replication_factor=2)
 
 
