@@ -217,14 +217,7 @@ class CatalogStore(CoordinatorShardTable):
         if not parsed:
             raise InvalidRequest("no topics to create; give at least one TopicSpec")
         with self._begin() as conn:
-            storage = [
-                StorageNode(r.node_id, r.rack)
-                for r in conn.execute(
-                    sa.select(t.nodes.c.node_id, t.nodes.c.rack).where(
-                        t.nodes.c.role == Role.PARTITION_STORAGE, t.nodes.c.lease_expires_at_ms > now_ms
-                    )
-                )
-            ]
+            storage = _live_storage_nodes(conn, now_ms)
             if not storage:
                 raise StorageUnavailable(
                     "no live partition-storage node to place partitions on; start one and retry", definite=True
@@ -271,21 +264,7 @@ class CatalogStore(CoordinatorShardTable):
                         created_at_ms=now_ms,
                     )
                 )
-                conn.execute(
-                    sa.insert(t.partitions),
-                    [
-                        {
-                            "topic": name,
-                            "partition": p.partition,
-                            "leader_node_id": p.leader_node_id,
-                            "leader_epoch": p.leader_epoch,
-                            "replicas": list(p.replicas),
-                            "isr": list(p.isr),
-                            "partition_epoch": p.partition_epoch,
-                        }
-                        for p in partitions
-                    ],
-                )
+                _insert_partitions(conn, name, partitions)
             return created
 
     def delete_topics(self, names: Iterable[str]) -> list[str]:
@@ -365,13 +344,7 @@ class CatalogStore(CoordinatorShardTable):
         if not wanted:
             raise InvalidRequest("no topics to grow; give at least one topic and its new partition count")
         with self._begin() as conn:
-            rows = {
-                r.name: r
-                for r in conn.execute(sa.select(t.topics).where(t.topics.c.name.in_(list(wanted))).with_for_update())
-            }
-            missing = [n for n in wanted if n not in rows]
-            if missing:
-                raise UnknownTopicOrPartition(f"unknown topic(s): {', '.join(missing)}; create them first")
+            rows = _locked_topic_rows(conn, list(wanted))
             for name, count in wanted.items():
                 current = rows[name].partition_count
                 if count <= current:
@@ -383,14 +356,7 @@ class CatalogStore(CoordinatorShardTable):
                     )
                 if count > MAX_PARTITIONS:
                     raise InvalidPartitions(f"topic {name!r}: partitions={count}; the limit is {MAX_PARTITIONS}")
-            storage = [
-                StorageNode(r.node_id, r.rack)
-                for r in conn.execute(
-                    sa.select(t.nodes.c.node_id, t.nodes.c.rack).where(
-                        t.nodes.c.role == "partition-storage", t.nodes.c.lease_expires_at_ms > now_ms
-                    )
-                )
-            ]
+            storage = _live_storage_nodes(conn, now_ms)
             existing: dict[str, list[PartitionRecord]] = {}
             for r in conn.execute(
                 sa.select(t.partitions)
@@ -424,21 +390,7 @@ class CatalogStore(CoordinatorShardTable):
                 if validate_only:
                     continue
                 conn.execute(sa.update(t.topics).where(t.topics.c.name == name).values(partition_count=count))
-                conn.execute(
-                    sa.insert(t.partitions),
-                    [
-                        {
-                            "topic": name,
-                            "partition": p.partition,
-                            "leader_node_id": p.leader_node_id,
-                            "leader_epoch": p.leader_epoch,
-                            "replicas": list(p.replicas),
-                            "isr": list(p.isr),
-                            "partition_epoch": p.partition_epoch,
-                        }
-                        for p in added
-                    ],
-                )
+                _insert_partitions(conn, name, added)
             return grown
 
     def alter_configs(
@@ -477,13 +429,7 @@ class CatalogStore(CoordinatorShardTable):
         if not changes:
             raise InvalidRequest("no topics to alter; give at least one topic and a setting to change")
         with self._begin() as conn:
-            rows = {
-                r.name: r
-                for r in conn.execute(sa.select(t.topics).where(t.topics.c.name.in_(list(changes))).with_for_update())
-            }
-            missing = [n for n in changes if n not in rows]
-            if missing:
-                raise UnknownTopicOrPartition(f"unknown topic(s): {', '.join(missing)}; create them first")
+            rows = _locked_topic_rows(conn, list(changes))
             factors = {
                 r.topic: len(r.replicas)
                 for r in conn.execute(
@@ -624,6 +570,45 @@ class CatalogStore(CoordinatorShardTable):
 
 CONTROLLER_ROLE = "controller"
 """The catalog lease row (``coordinator_shards``, shard 0) whose holder is the controller; its epoch fences it."""
+
+
+def _locked_topic_rows(conn: Connection, names: list[str]) -> dict[str, sa.Row]:  # type: ignore[type-arg]
+    """The topics rows of ``names``, locked for update; raises UnknownTopicOrPartition naming any missing one."""
+    rows = {r.name: r for r in conn.execute(sa.select(t.topics).where(t.topics.c.name.in_(names)).with_for_update())}
+    missing = [n for n in names if n not in rows]
+    if missing:
+        raise UnknownTopicOrPartition(f"unknown topic(s): {', '.join(missing)}; create them first")
+    return rows
+
+
+def _live_storage_nodes(conn: Connection, now_ms: int) -> list[StorageNode]:
+    """The partition-storage nodes whose lease holds at ``now_ms``: where partitions may be placed."""
+    return [
+        StorageNode(r.node_id, r.rack)
+        for r in conn.execute(
+            sa.select(t.nodes.c.node_id, t.nodes.c.rack).where(
+                t.nodes.c.role == Role.PARTITION_STORAGE, t.nodes.c.lease_expires_at_ms > now_ms
+            )
+        )
+    ]
+
+
+def _insert_partitions(conn: Connection, topic: str, partitions: Iterable[PartitionRecord]) -> None:
+    conn.execute(
+        sa.insert(t.partitions),
+        [
+            {
+                "topic": topic,
+                "partition": p.partition,
+                "leader_node_id": p.leader_node_id,
+                "leader_epoch": p.leader_epoch,
+                "replicas": list(p.replicas),
+                "isr": list(p.isr),
+                "partition_epoch": p.partition_epoch,
+            }
+            for p in partitions
+        ],
+    )
 
 
 def _holds_controller_lease(conn: Connection, node_id: str, controller_epoch: int, now_ms: int) -> bool:
