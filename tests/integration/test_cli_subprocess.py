@@ -392,6 +392,7 @@ def test_configs_describe_and_alter_with_kafka_names(local: LocalCluster) -> Non
         {"topic": topic, "name": "retention_ms", "value": "604800000", "source": "default"},
         {"topic": topic, "name": "segment_bytes", "value": "134217728", "source": "default"},
         {"topic": topic, "name": "segment_ms", "value": "3600000", "source": "topic"},
+        {"topic": topic, "name": "unclean_leader_election", "value": "false", "source": "default"},
     ]
     plain = oncelog("configs", "describe", "--topic", topic, "-o", "plain", *b)
     assert plain.stdout.splitlines()[1] == f"{topic}\tmax_message_bytes\t4096\ttopic"
