@@ -10,33 +10,15 @@ import sqlalchemy as sa
 
 from oncelog.errors import NotCoordinator
 from oncelog.storage.sql import create_engine
-from oncelog.txn_coordinator.metadata import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, TxnTransition
+from oncelog.txn_coordinator.metadata import TxnTransition
 from oncelog.txn_coordinator.state import TransactionState
 from oncelog.txn_coordinator.transaction_log import TransactionLog
+
+from .rows import row, shard_of
 
 pytestmark = pytest.mark.timeout(60)
 
 S = TransactionState
-
-
-def shard_of(transactional_id: str) -> int:
-    """Test ids are ``<shard>-<name>``."""
-    return int(transactional_id.split("-", 1)[0])
-
-
-def row(state: S = S.EMPTY, producer_id: int = 7, epoch: int = 0, **fields: object) -> TxnTransition:
-    values: dict[str, object] = {
-        "state": state,
-        "producer_id": producer_id,
-        "previous_producer_id": producer_id,
-        "next_producer_id": NO_PRODUCER_ID,
-        "producer_epoch": epoch,
-        "last_producer_epoch": NO_PRODUCER_EPOCH,
-        "txn_timeout_ms": 60_000,
-        "txn_last_update_timestamp": 1_000,
-    }
-    values.update(fields)
-    return TxnTransition(**values)  # type: ignore[arg-type]
 
 
 async def open_store(url: str) -> TransactionLog:
