@@ -11,7 +11,7 @@ leaves out, take what it adds), so hundreds fit on the shared machine.
   timeout (the same-run baseline: the floor of any detection by session timeout).
 * ``heartbeat cpu``: M members heartbeat at the default interval for ``--window`` seconds; the coordinator
   process's CPU time (``/proc/<pid>/stat``) over the window, as a share of one core, against the same process
-  idle over an equal window (baseline).
+  idle over an equal window and against M clients sending health Checks at the same rate (the gRPC floor).
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ import uuid
 from pathlib import Path
 
 import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from oncelog.api.cluster import v1 as cluster_pb
 from oncelog.api.common import v1 as common_pb
@@ -122,6 +123,28 @@ async def reassignment_once(address: str, topic: str, size: int) -> float:
     return took
 
 
+async def health_cpu(address: str, pid: int, count: int, interval_s: float, window: float) -> float:
+    """The same process's CPU share when ``count`` clients each send a health Check every ``interval_s``: the floor
+    of any unary call at that rate (gRPC, interceptors, the event loop)."""
+    health = health_pb2_grpc.HealthStub(aio_channel(address))
+    stop = asyncio.Event()
+
+    async def client(delay: float) -> None:
+        await asyncio.sleep(delay)
+        while not stop.is_set():
+            await health.Check(health_pb2.HealthCheckRequest(), timeout=10)
+            await asyncio.sleep(interval_s)
+
+    tasks = [asyncio.create_task(client(interval_s * i / count)) for i in range(count)]
+    await asyncio.sleep(interval_s)
+    start = _cpu_seconds(pid)
+    await asyncio.sleep(window)
+    share = (_cpu_seconds(pid) - start) / window
+    stop.set()
+    await asyncio.gather(*tasks)
+    return share
+
+
 async def heartbeat_cpu(
     address: str, pid: int, topic: str, count: int, interval_s: float, window: float
 ) -> tuple[float, float]:
@@ -193,12 +216,20 @@ def main() -> None:
                     address, pid, topic, args.heartbeat_members, args.heartbeat_interval_ms / 1000, args.window
                 )
             )
-            print(
-                f"\n### heartbeat CPU of group-offsets, {args.heartbeat_members} members, "
-                f"interval {args.heartbeat_interval_ms} ms, {args.window:.0f} s window\n"
-                f"\n| measurement | share of one core |\n|---|---|\n| idle (baseline) | {idle:.1%} |\n"
-                f"| {args.heartbeat_members} members heartbeating | {busy:.1%} |"
+            floor = asyncio.run(
+                health_cpu(address, pid, args.heartbeat_members, args.heartbeat_interval_ms / 1000, args.window)
             )
+            n = args.heartbeat_members
+            print(
+                f"\n### heartbeat CPU of group-offsets, {n} members, "
+                f"interval {args.heartbeat_interval_ms} ms, {args.window:.0f} s window\n"
+            )
+            print("| measurement | share of one core |\n|---|---|")
+            print(f"| idle (baseline) | {idle:.1%} |")
+            print(f"| {n} clients sending health checks at the same rate (gRPC floor) | {floor:.1%} |")
+            print(f"| {n} members heartbeating | {busy:.1%} |")
+            if floor:
+                print(f"\nheartbeat / gRPC floor: {busy / floor:.2f}")
 
 
 if __name__ == "__main__":
