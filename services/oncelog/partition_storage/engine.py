@@ -64,6 +64,7 @@ from oncelog.errors import (
     OncelogError,
     StorageUnavailable,
 )
+from oncelog.partition_storage.high_watermark_checkpoint import read_high_watermark, write_high_watermark
 from oncelog.partition_storage.leader_epoch_cache import LeaderEpochCache
 from oncelog.partition_storage.partition_log import FlushCoordinator, PartitionLog
 from oncelog.partition_storage.producer_state import (
@@ -237,6 +238,7 @@ class PartitionEngine:
         flush_executor: Executor | None = None,
         leader_epoch: int = 0,
         epochs: LeaderEpochCache | None = None,
+        replicated: bool = False,
     ) -> None:
         """Use :meth:`open`; this constructor takes already recovered parts."""
         # which leader epoch started at which offset of this log (docs/design/replication.md §5)
@@ -252,8 +254,14 @@ class PartitionEngine:
         self._durability_waiters: list[tuple[int, int, asyncio.Future[None]]] = []
         self._waiter_ids = itertools.count()
         self._pump: asyncio.Task[None] | None = None
-        # recovery flushed everything it kept, so the whole log is durable
-        self._high_watermark = log_.log_end_offset
+        # recovery flushed everything it kept, so the whole log is durable; a replicated partition starts at its
+        # checkpointed HW instead (docs/design/replication.md §4): what is above it was never confirmed by followers
+        self.replicated = replicated
+        self._high_watermark = (
+            read_high_watermark(log_.directory, log_.log_start_offset, log_.log_end_offset)
+            if replicated
+            else log_.log_end_offset
+        )
         self._producers.on_high_watermark_update(self._high_watermark)
         self._changed = asyncio.Event()
         self._appended = asyncio.Event()
@@ -280,8 +288,10 @@ class PartitionEngine:
         clock: Callable[[], int],
         flush_executor: Executor | None = None,
         leader_epoch: int = 0,
+        replicated: bool = False,
     ) -> PartitionEngine:
-        """Open (creating if needed) and recover the partition stored in ``directory``.
+        """Open (creating if needed) and recover the partition stored in ``directory``; a ``replicated`` one
+        starts at its checkpointed high watermark and writes that checkpoint with the recovery point and on close.
 
         The file work (segment recovery, snapshot load, replay, index rebuild) runs in a worker thread.
 
@@ -300,6 +310,7 @@ class PartitionEngine:
             flush_executor=flush_executor,
             leader_epoch=leader_epoch,
             epochs=epochs,
+            replicated=replicated,
         )
 
     # -------------------------------------------------------------------------------------------- offsets
@@ -719,9 +730,12 @@ class PartitionEngine:
         await self._await_durable(self._log.log_end_offset)
 
     async def checkpoint(self) -> None:
-        """Persist the recovery point, bounding the rescan after a crash (Kafka does it every 60 s)."""
+        """Persist the recovery point, bounding the rescan after a crash (Kafka does it every 60 s), and the high
+        watermark of a replicated partition."""
         self._check_online()
         await asyncio.to_thread(self._log.checkpoint_recovery_point)
+        if self.replicated:
+            await asyncio.to_thread(write_high_watermark, self._log.directory, self._high_watermark)
 
     def _check_online(self) -> None:
         if self._failure is not None:
@@ -890,6 +904,8 @@ class PartitionEngine:
                     data = self._producers.snapshot()
                     async with self._snapshot_lock:
                         await asyncio.to_thread(self._log.write_snapshot, self._log.log_end_offset, data)
+                    if self.replicated:
+                        await asyncio.to_thread(write_high_watermark, self._log.directory, self._high_watermark)
             except Exception as err:
                 log.error("closing %s without a snapshot: %s", self._log.directory, err)
             finally:

@@ -492,6 +492,7 @@ class PartitionManager:
             clock=self._clock,
             flush_executor=self._flush_executor,
             leader_epoch=assignment.leader_epoch,
+            replicated=assignment.replicated,
         )
         if self._stopping:
             await engine.close()
