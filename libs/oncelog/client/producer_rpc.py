@@ -2,10 +2,10 @@
 :class:`~oncelog.client.transaction_manager.CoordinatorClient` the producer gives its sender and transaction
 manager.
 
-This is the only producer module that builds requests or reads answers of the generated API: domain types in
-(:class:`~oncelog.client.records.TopicPartition`, :class:`~oncelog.client.sequences.ProducerIdAndEpoch`,
-encoded batches), domain types out, failures as :class:`~oncelog.errors.OncelogError` with the server's reason.
-Retries are not made here; the sender and the transaction manager decide them.
+The coordinator and group offsets calls go through the typed clients of :mod:`oncelog.client.services`; the
+ProduceStream (encoded batches in, per-partition answers out) is translated here, the one producer module that
+reads the generated API. Failures are :class:`~oncelog.errors.OncelogError` with the server's reason. Retries
+are not made here; the sender and the transaction manager decide them.
 """
 
 from __future__ import annotations
@@ -16,35 +16,17 @@ from typing import Any
 import grpc
 
 from oncelog.api.common import v1 as common_pb
-from oncelog.api.offsets import v1 as offsets_pb
 from oncelog.api.storage import v1 as storage_pb
-from oncelog.api.txn import v1 as txn_pb
 from oncelog.client.metadata import ClusterMetadata
 from oncelog.client.records import ConsumerGroupMetadata, OffsetAndMetadata, TopicPartition
 from oncelog.client.sender import PartitionResult, ProduceAnswer, ProduceEntry, ProduceSettings
+from oncelog.client.services import GroupMember, GroupOffsetsClient, TransactionCoordinatorClient
 from oncelog.client.transaction_manager import EndTxnResult
-from oncelog.client.transport import Channels, call
+from oncelog.client.transport import Channels
 from oncelog.rpc.errors import from_error_info, from_rpc_error
-from oncelog.vocabulary import CoordinatorKind, ProducerIdAndEpoch, Role
+from oncelog.vocabulary import ControlType, CoordinatorKind, ProducerIdAndEpoch, Role
 
 __all__ = ["GrpcProduceStream", "GrpcProducerTransport"]
-
-
-def _identity_pb(identity: ProducerIdAndEpoch) -> common_pb.ProducerIdentity:
-    return common_pb.ProducerIdentity(producer_id=identity.producer_id, producer_epoch=identity.epoch)
-
-
-def _identity(producer: common_pb.ProducerIdentity) -> ProducerIdAndEpoch:
-    return ProducerIdAndEpoch(producer.producer_id, producer.producer_epoch)
-
-
-def _offset_pb(tp: TopicPartition, om: OffsetAndMetadata) -> common_pb.PartitionOffset:
-    return common_pb.PartitionOffset(
-        topic_partition=common_pb.TopicPartition(topic=tp.topic, partition=tp.partition),
-        offset=om.offset,
-        leader_epoch=-1 if om.leader_epoch is None else om.leader_epoch,
-        metadata=om.metadata,
-    )
 
 
 class GrpcProduceStream:
@@ -108,6 +90,8 @@ class GrpcProducerTransport:
     def __init__(self, channels: Channels, metadata: ClusterMetadata) -> None:
         self._channels = channels
         self._metadata = metadata
+        self._txn = TransactionCoordinatorClient(channels.get)
+        self._offsets = GroupOffsetsClient(channels.get)
 
     # -------------------------------------------------------------------------------- partition-storage
 
@@ -137,13 +121,13 @@ class GrpcProducerTransport:
         expected: ProducerIdAndEpoch | None,
         timeout_s: float,
     ) -> ProducerIdAndEpoch:
-        request = txn_pb.InitProducerIdRequest(
-            transactional_id=transactional_id, transaction_timeout_ms=transaction_timeout_ms
+        return await self._txn.init_producer_id(
+            address,
+            transactional_id,
+            transaction_timeout_ms=transaction_timeout_ms,
+            current=expected,
+            timeout_s=timeout_s,
         )
-        if expected is not None:
-            request.producer.CopyFrom(_identity_pb(expected))
-        response = await call(self._channels.txn(address).InitProducerId, request, timeout_s=timeout_s)
-        return _identity(response.producer)
 
     async def add_partitions_to_txn(
         self,
@@ -154,21 +138,12 @@ class GrpcProducerTransport:
         *,
         timeout_s: float,
     ) -> None:
-        request = txn_pb.AddPartitionsToTxnRequest(
-            transactional_id=transactional_id,
-            producer=_identity_pb(identity),
-            partitions=[common_pb.TopicPartition(topic=tp.topic, partition=tp.partition) for tp in partitions],
-        )
-        await call(self._channels.txn(address).AddPartitionsToTxn, request, timeout_s=timeout_s)
+        await self._txn.add_partitions_to_txn(address, transactional_id, identity, partitions, timeout_s=timeout_s)
 
     async def add_offsets_to_txn(
         self, address: str, transactional_id: str, identity: ProducerIdAndEpoch, group_id: str, *, timeout_s: float
     ) -> str:
-        request = txn_pb.AddOffsetsToTxnRequest(
-            transactional_id=transactional_id, producer=_identity_pb(identity), group_id=group_id
-        )
-        response = await call(self._channels.txn(address).AddOffsetsToTxn, request, timeout_s=timeout_s)
-        return response.group_coordinator_address
+        return await self._txn.add_offsets_to_txn(address, transactional_id, identity, group_id, timeout_s=timeout_s)
 
     async def end_txn(
         self,
@@ -180,14 +155,15 @@ class GrpcProducerTransport:
         wait_for_completion: bool,
         timeout_s: float,
     ) -> EndTxnResult:
-        request = txn_pb.EndTxnRequest(
-            transactional_id=transactional_id,
-            producer=_identity_pb(identity),
-            result=common_pb.TRANSACTION_RESULT_COMMIT if commit else common_pb.TRANSACTION_RESULT_ABORT,
+        ended = await self._txn.end_txn(
+            address,
+            transactional_id,
+            identity,
+            ControlType.COMMIT if commit else ControlType.ABORT,
             wait_for_completion=wait_for_completion,
+            timeout_s=timeout_s,
         )
-        response = await call(self._channels.txn(address).EndTxn, request, timeout_s=timeout_s)
-        return EndTxnResult(_identity(response.producer), response.completed)
+        return EndTxnResult(ended.producer, ended.completed)
 
     # -------------------------------------------------------------------------------- group-offsets
 
@@ -201,15 +177,12 @@ class GrpcProducerTransport:
         *,
         timeout_s: float,
     ) -> None:
-        request = offsets_pb.TxnOffsetCommitRequest(
-            transactional_id=transactional_id,
-            producer=_identity_pb(identity),
-            group_id=group.group_id,
-            member=offsets_pb.GroupMember(
-                generation_id=group.generation_id,
-                member_id=group.member_id,
-                group_instance_id=group.group_instance_id or "",
-            ),
-            offsets=[_offset_pb(tp, om) for tp, om in sorted(offsets.items())],
+        await self._offsets.txn_offset_commit(
+            address,
+            transactional_id,
+            identity,
+            group.group_id,
+            offsets,
+            member=GroupMember(group.generation_id, group.member_id, group.group_instance_id or ""),
+            timeout_s=timeout_s,
         )
-        await call(self._channels.offsets(address).TxnOffsetCommit, request, timeout_s=timeout_s)

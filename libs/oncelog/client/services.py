@@ -644,15 +644,12 @@ class TransactionCoordinatorClient(_Client):
         """A producer identity: a fresh id for an idempotent producer (empty ``transactional_id``), else the
         id's current one with a bumped epoch, fencing older instances. ``current`` asks for the bump of that
         identity (KIP-360)."""
-        response = await call(
-            self._stub(address).InitProducerId,
-            txn_pb.InitProducerIdRequest(
-                transactional_id=transactional_id,
-                transaction_timeout_ms=transaction_timeout_ms,
-                producer=_identity_pb(current),
-            ),
-            timeout_s=self._timeout(timeout_s),
+        request = txn_pb.InitProducerIdRequest(
+            transactional_id=transactional_id, transaction_timeout_ms=transaction_timeout_ms
         )
+        if current is not None:
+            request.producer.CopyFrom(_identity_pb(current))
+        response = await call(self._stub(address).InitProducerId, request, timeout_s=self._timeout(timeout_s))
         return _identity(response.producer)
 
     async def add_partitions_to_txn(

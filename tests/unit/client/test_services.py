@@ -326,7 +326,7 @@ async def test_transaction_coordinator_client_sends_identities_and_results(serve
     request = seen.requests["InitProducerId"]
     assert identity == ProducerIdAndEpoch(7, 3)
     assert (request.transactional_id, request.transaction_timeout_ms) == ("t", 60_000)
-    assert (request.producer.producer_id, request.producer.producer_epoch) == (-1, -1)
+    assert not request.HasField("producer")
     await client.init_producer_id(address, "t", current=ProducerIdAndEpoch(7, 3))
     assert seen.requests["InitProducerId"].producer.producer_epoch == 3
 
