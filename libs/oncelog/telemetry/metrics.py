@@ -205,6 +205,23 @@ PID_BLOCK_REMAINING = MetricDefinition(
     (),
     (Role.TXN_COORDINATOR,),
 )
+GROUP_REBALANCES = MetricDefinition(
+    "oncelog.groups.rebalances",
+    InstrumentKind.COUNTER,
+    "{rebalance}",
+    "Consumer group epoch bumps (a member joined, left, was removed or changed its subscription, or a subscribed"
+    " topic grew): each starts a cooperative rebalance (design/consumer-groups.md).",
+    (),
+    (Role.GROUP_OFFSETS,),
+)
+GROUP_MEMBERS = MetricDefinition(
+    "oncelog.groups.members",
+    InstrumentKind.GAUGE,
+    "{member}",
+    "Members of the consumer groups of a group-offsets shard served by this process; 0 for a shard it gave up.",
+    ("shard",),
+    (Role.GROUP_OFFSETS,),
+)
 RPC_SERVER_DURATION = MetricDefinition(
     "oncelog.rpc.server.duration",
     InstrumentKind.HISTOGRAM,
@@ -229,6 +246,8 @@ CATALOG: tuple[MetricDefinition, ...] = (
     TRANSACTIONS_COMPLETED,
     TXN_MARKER_DURATION,
     PID_BLOCK_REMAINING,
+    GROUP_REBALANCES,
+    GROUP_MEMBERS,
     RPC_SERVER_DURATION,
 )
 """Every metric oncelog emits."""
@@ -338,6 +357,14 @@ class OncelogMetrics:
     def set_pid_block_remaining(self, remaining: int) -> None:
         """Report the producer ids left in the current block."""
         self._instruments[PID_BLOCK_REMAINING.name].set(remaining)
+
+    def record_group_rebalances(self, count: int = 1) -> None:
+        """Count consumer group epoch bumps."""
+        self._instruments[GROUP_REBALANCES.name].add(count)
+
+    def set_group_members(self, shard: int, count: int) -> None:
+        """Report the members of one group-offsets shard's consumer groups; 0 when the shard is not served."""
+        self._instruments[GROUP_MEMBERS.name].set(count, {"shard": shard})
 
     def record_rpc_server_duration(self, full_method: str, status_code: int, seconds: float) -> None:
         """Record one served call; ``full_method`` is ``/package.Service/Method``."""

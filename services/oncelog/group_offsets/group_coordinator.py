@@ -49,6 +49,7 @@ from oncelog.group_offsets.offset_manager import (
     ShardOwnership,
     TopicPartition,
 )
+from oncelog.telemetry.metrics import OncelogMetrics, default_metrics
 
 MAX_MEMBER_ID_LENGTH = 255
 MAX_REGEX_LENGTH = 1000
@@ -327,6 +328,7 @@ class GroupCoordinator:
         heartbeat_interval_ms: how often members are told to heartbeat.
         rebalance_timeout_ms: default bound on a revocation, when the member sends none.
         new_member_id: generates member ids for members that join without one.
+        metrics: where rebalances and members are counted; the process-wide instruments by default.
     """
 
     def __init__(
@@ -340,7 +342,9 @@ class GroupCoordinator:
         heartbeat_interval_ms: int = 5_000,
         rebalance_timeout_ms: int = 300_000,
         new_member_id: Callable[[], str] = lambda: uuid.uuid4().hex,
+        metrics: OncelogMetrics | None = None,
     ) -> None:
+        self._metrics = default_metrics() if metrics is None else metrics
         self._store = store
         self._ownership = ownership
         self._topics = topics
@@ -356,6 +360,7 @@ class GroupCoordinator:
         self._revocation_deadlines: dict[str, dict[str, int]] = {}
         self._seen_shards: dict[int, int] = {}
         self._evaluated_with: dict[str, Mapping[str, int]] = {}
+        self._reported_shards: set[int] = set()
         """Per group, the topic-size mapping its last full evaluation used: while the directory hands out the same
         object, a steady member's heartbeat needs no evaluation."""
 
@@ -443,7 +448,19 @@ class GroupCoordinator:
                 self._save(fence, group, after)
                 for member_id in due:
                     self._forget(group_id, member_id)
+        self._report_members()
         return removed
+
+    def _report_members(self) -> None:
+        served = self._ownership.owned_shards()
+        counts = dict.fromkeys(set(served) | set(self._reported_shards), 0)
+        with self._lock:
+            for fence, group in self._loaded.values():
+                if served.get(fence.shard) == fence.coordinator_epoch:
+                    counts[fence.shard] += len(group.members)
+        for shard, count in counts.items():
+            self._metrics.set_group_members(shard, count)
+        self._reported_shards = set(served)
 
     def _load_new_shards(self) -> None:
         owned = self._ownership.owned_shards()
@@ -585,6 +602,8 @@ class GroupCoordinator:
         self._write(after.group_id, fence, work)
         with self._lock:
             self._loaded[after.group_id] = (fence, after)
+        if after.group_epoch > before.group_epoch:
+            self._metrics.record_group_rebalances(after.group_epoch - before.group_epoch)
 
     def _write(self, group_id: str, fence: ShardFence, work: Callable[[GroupTransaction], None]) -> None:
         try:

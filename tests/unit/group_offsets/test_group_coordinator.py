@@ -207,7 +207,7 @@ def test_a_slow_revocation_is_bounded_by_the_rebalance_timeout(env) -> None:
 
 
 def test_static_member_comes_back_to_its_assignment_within_the_session_timeout(env) -> None:
-    coordinator, clock, _ = env
+    coordinator, _, _ = env
     a = Member(coordinator, "a1", instance_id="host-a")
     b = Member(coordinator, "b1", instance_id="host-b")
     settle([a, b])
@@ -231,7 +231,7 @@ def test_member_epoch_fencing_of_heartbeats(env) -> None:
 
 
 def test_bad_input_changes_nothing(env) -> None:
-    coordinator, _, store = env
+    coordinator, _, _ = env
     m = Member(coordinator, "m0")
     settle([m])
     before = coordinator.describe(GROUP)
@@ -324,3 +324,41 @@ def test_no_partition_ever_has_two_owners_under_random_interleavings(ops) -> Non
                 assert not (m.owned & seen)
                 seen |= m.owned
         replay_history(store.ownership_history(GROUP))
+
+
+def test_rebalances_and_members_are_counted() -> None:
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    from oncelog.telemetry.metrics import GROUP_MEMBERS, GROUP_REBALANCES, OncelogMetrics
+
+    reader = InMemoryMetricReader()
+    store = MemoryOffsetStore()
+    clock = Clock()
+    coordinator = GroupCoordinator(
+        store,  # type: ignore[arg-type]
+        Ownership(store),
+        Topics(),
+        clock,
+        session_timeout_ms=SESSION_MS,
+        metrics=OncelogMetrics(MeterProvider(metric_readers=[reader])),
+    )
+    members = [Member(coordinator, f"m{i}") for i in range(3)]
+    settle(members)
+    clock.now += SESSION_MS + 1
+    members[0].beat()
+    coordinator.expire()  # m1 and m2 are removed: two more epochs
+
+    def values() -> dict[tuple[str, tuple[object, ...]], float]:
+        return {
+            (metric.name, tuple(sorted(point.attributes.items()))): point.value
+            for resource in reader.get_metrics_data().resource_metrics
+            for scope in resource.scope_metrics
+            for metric in scope.metrics
+            for point in metric.data.data_points
+        }
+
+    got = values()
+    assert got[(GROUP_REBALANCES.name, ())] == 5, "three joins and two removals"
+    shard = shard_for(GROUP, SHARDS)
+    assert got[(GROUP_MEMBERS.name, (("shard", shard),))] == 1
