@@ -33,6 +33,7 @@ from oncelog.client.records import (
     TransactionListing,
 )
 from oncelog.client.services import (
+    ClusterClient,
     Deadline,
     GroupOffsetsClient,
     OffsetQuery,
@@ -131,6 +132,16 @@ class AdminClient:
     def _rpc_timeout(self, deadline: Deadline) -> float:
         return deadline.cap(self._timeout_s)
 
+    def _on_cluster(self, rpc: Callable[[ClusterClient, str, float], Awaitable[T]], timeout: float | None) -> T:
+        """``rpc(client, address, timeout_s)`` on the first ClusterService address that answers, retried."""
+        cluster = self._metadata.cluster
+        return self._run(
+            lambda deadline: self._metadata.cluster_call(
+                lambda address: rpc(cluster, address, self._rpc_timeout(deadline))
+            ),
+            timeout,
+        )
+
     async def _txn_coordinators(self) -> list[str]:
         addresses = (await self._metadata.describe_cluster()).addresses(Role.TXN_COORDINATOR)
         if not addresses:
@@ -185,12 +196,9 @@ class AdminClient:
             InvalidReplicationFactor: a replication factor below 1 or above the live storage nodes.
         """
         specs = [NewTopic(t) if isinstance(t, str) else t for t in topics]
-        cluster = self._metadata.cluster
-        return self._run(
-            lambda deadline: self._metadata.cluster_call(
-                lambda address: cluster.create_topics(
-                    address, specs, validate_only=validate_only, timeout_s=self._rpc_timeout(deadline)
-                )
+        return self._on_cluster(
+            lambda cluster, address, timeout_s: cluster.create_topics(
+                address, specs, validate_only=validate_only, timeout_s=timeout_s
             ),
             timeout,
         )
@@ -201,11 +209,9 @@ class AdminClient:
         Raises:
             UnknownTopicOrPartition: a topic does not exist.
         """
-        wanted, cluster = list(names), self._metadata.cluster
-        return self._run(
-            lambda deadline: self._metadata.cluster_call(
-                lambda address: cluster.delete_topics(address, wanted, timeout_s=self._rpc_timeout(deadline))
-            ),
+        wanted = list(names)
+        return self._on_cluster(
+            lambda cluster, address, timeout_s: cluster.delete_topics(address, wanted, timeout_s=timeout_s),
             timeout,
         )
 
@@ -217,15 +223,11 @@ class AdminClient:
         Raises:
             UnknownTopicOrPartition: a named topic does not exist.
         """
-        wanted, cluster = list(names or ()), self._metadata.cluster
-
-        async def describe(deadline: Deadline) -> dict[str, TopicInfo]:
-            topics = await self._metadata.cluster_call(
-                lambda address: cluster.metadata(address, wanted, timeout_s=self._rpc_timeout(deadline))
-            )
-            return {t.name: t for t in topics}
-
-        return self._run(describe, timeout)
+        wanted = list(names or ())
+        topics = self._on_cluster(
+            lambda cluster, address, timeout_s: cluster.metadata(address, wanted, timeout_s=timeout_s), timeout
+        )
+        return {t.name: t for t in topics}
 
     def create_partitions(
         self, new_counts: Mapping[str, int], *, validate_only: bool = False, timeout: float | None = None
@@ -241,17 +243,14 @@ class AdminClient:
             InvalidReplicationFactor: fewer live storage nodes than the topic's replication factor.
             UnknownTopicOrPartition: a topic does not exist.
         """
-        counts, cluster = dict(new_counts), self._metadata.cluster
-
-        async def grow(deadline: Deadline) -> dict[str, TopicInfo]:
-            topics = await self._metadata.cluster_call(
-                lambda address: cluster.create_partitions(
-                    address, counts, validate_only=validate_only, timeout_s=self._rpc_timeout(deadline)
-                )
-            )
-            return {t.name: t for t in topics}
-
-        return self._run(grow, timeout)
+        counts = dict(new_counts)
+        topics = self._on_cluster(
+            lambda cluster, address, timeout_s: cluster.create_partitions(
+                address, counts, validate_only=validate_only, timeout_s=timeout_s
+            ),
+            timeout,
+        )
+        return {t.name: t for t in topics}
 
     def describe_configs(
         self, topics: Iterable[str] | None = None, *, timeout: float | None = None
@@ -261,11 +260,9 @@ class AdminClient:
         Raises:
             UnknownTopicOrPartition: a named topic does not exist.
         """
-        wanted, cluster = list(topics or ()), self._metadata.cluster
-        return self._run(
-            lambda deadline: self._metadata.cluster_call(
-                lambda address: cluster.describe_configs(address, wanted, timeout_s=self._rpc_timeout(deadline))
-            ),
+        wanted = list(topics or ())
+        return self._on_cluster(
+            lambda cluster, address, timeout_s: cluster.describe_configs(address, wanted, timeout_s=timeout_s),
             timeout,
         )
 
@@ -288,12 +285,9 @@ class AdminClient:
             UnknownTopicOrPartition: a topic does not exist.
         """
         wanted = {topic: dict(ops) for topic, ops in changes.items()}
-        cluster = self._metadata.cluster
-        return self._run(
-            lambda deadline: self._metadata.cluster_call(
-                lambda address: cluster.incremental_alter_configs(
-                    address, wanted, validate_only=validate_only, timeout_s=self._rpc_timeout(deadline)
-                )
+        return self._on_cluster(
+            lambda cluster, address, timeout_s: cluster.incremental_alter_configs(
+                address, wanted, validate_only=validate_only, timeout_s=timeout_s
             ),
             timeout,
         )
