@@ -20,7 +20,7 @@ $(STAMP): pyproject.toml
 run: $(STAMP)
 	$(VENV)/bin/oncelog spark-demo
 
-## demo: the client-library demo: a transactional copier killed with SIGKILL, output == input once (no Spark)
+## demo: the client-library demo: three transactional copiers in one consumer group, SIGKILLed at random, output == input once (no Spark)
 demo: $(STAMP)
 	$(VENV)/bin/oncelog demo
 

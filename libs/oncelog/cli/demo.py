@@ -1,9 +1,10 @@
 """``oncelog demo``: exactly-once under crashes, shown end to end on a local cluster.
 
-It starts the local cluster, writes N input records, and runs the transactional consume-transform-produce
-copier of ``examples/consume_transform_produce.py`` as a separate process that is killed with SIGKILL
-several times at random points and restarted. Finally a read_committed consumer compares the output with
-the transformed input: every input must appear exactly once (no duplicates, nothing missing).
+It starts the local cluster, writes N input records, and runs three transactional consume-transform-produce
+copiers of ``examples/consume_transform_produce.py`` as separate processes in one consumer group: they share the
+input partitions, and copiers picked at random are killed with SIGKILL at random points and restarted; the group
+rebalances each time (design/consumer-groups.md). Finally a read_committed consumer compares the output with the
+transformed input: every input must appear exactly once (no duplicates, nothing missing).
 """
 
 from __future__ import annotations
@@ -29,7 +30,9 @@ from oncelog.testing.reading import read_all
 
 console = Console()
 COPY_SECONDS = 4.0
-"""The copier is paced to copy the input in about this long, so the kills land while it works."""
+"""The copiers are paced to copy the input in about this long together, so the kills land while they work."""
+SESSION_TIMEOUT_MS = 3000
+"""The demo cluster's group session timeout: a killed copier's partitions move to the others after this long."""
 COPIER = Path(__file__).resolve().parents[3] / "examples" / "consume_transform_produce.py"
 
 
@@ -47,9 +50,7 @@ def _log_events(log: Path) -> tuple[int, int]:
     return total, aborted
 
 
-def _start_copier(
-    bootstrap: str, group: str, log: Path, max_rate: float, idle_exit: float | None = None
-) -> subprocess.Popen[bytes]:
+def _start_copier(bootstrap: str, group: str, slot: int, log: Path, max_rate: float) -> subprocess.Popen[bytes]:
     args = [
         sys.executable,
         str(COPIER),
@@ -60,25 +61,24 @@ def _start_copier(
         "--group",
         group,
         "--transactional-id",
-        f"{group}-0",
+        f"{group}-{slot}",  # stable per slot: a restarted copier fences its killed predecessor
         "--batch-size",
         "100",
         "--max-rate",
         str(max_rate),
     ]
-    if idle_exit is not None:
-        args += ["--idle-exit", str(idle_exit)]
     with log.open("ab") as out:
         return subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
 
 
 def demo(
     records: int = typer.Option(5000, "--records", min=1, max=1_000_000, help="input records to copy"),
-    kills: int = typer.Option(3, "--kills", min=0, max=20, help="SIGKILLs of the copier at random points"),
+    kills: int = typer.Option(3, "--kills", min=0, max=20, help="SIGKILLs of copiers at random points"),
+    copiers: int = typer.Option(3, "--copiers", min=1, max=8, help="copier processes in the consumer group"),
     data_dir: Path = typer.Option(Path(".oncelog-demo"), "--data-dir", help="recreated on every run"),
     seed: int = typer.Option(0, "--seed", help="random seed for the kill points (0 = random)"),
 ) -> None:
-    """Show exactly-once delivery surviving crashes: copy a topic while killing the copier with SIGKILL.
+    """Show exactly-once delivery surviving crashes: copiers in one group copy a topic while being SIGKILLed.
 
     Example: oncelog demo --records 20000 --kills 5
     """
@@ -88,12 +88,16 @@ def demo(
     rng = random.Random(seed or None)
     shutil.rmtree(data_dir, ignore_errors=True)
     with console.status("starting the local cluster (4 services, 2 storage nodes)…"):
-        cluster = LocalCluster(data_dir, storage_nodes=2).start()
+        env = {
+            "ONCELOG_GROUP_OFFSETS_SESSION_TIMEOUT_MS": str(SESSION_TIMEOUT_MS),
+            "ONCELOG_GROUP_OFFSETS_HEARTBEAT_INTERVAL_MS": str(SESSION_TIMEOUT_MS // 10),
+        }
+        cluster = LocalCluster(data_dir, storage_nodes=2, env=env).start()
     try:
         bootstrap = cluster.bootstrap
         console.print(f"cluster up, bootstrap [bold]{bootstrap}[/bold]; logs in {data_dir}/logs")
         with AdminClient(bootstrap) as admin:
-            admin.create_topics([NewTopic("demo-in", num_partitions=3), NewTopic("demo-out", num_partitions=3)])
+            admin.create_topics([NewTopic("demo-in", num_partitions=6), NewTopic("demo-out", num_partitions=3)])
         inputs = [f"order-{i:07d}".encode() for i in range(records)]
         progress = Progress(
             TextColumn("{task.description:<28}"),
@@ -113,35 +117,48 @@ def demo(
             copy = progress.add_task("copy with crashes", total=records)
             started = time.monotonic()
             group = "demo-copier"
-            aborted = committed_before = 0
             # paced so the whole copy takes about COPY_SECONDS: the kills land mid-stream, often mid-transaction
-            rate = max(50.0, records / COPY_SECONDS)
-            for kill in range(kills):
-                log = data_dir / f"copier-{kill}.log"
-                copier = _start_copier(bootstrap, group, log, rate)
-                target = rng.randint(records * kill // (kills + 1) + 1, records * (kill + 1) // (kills + 1))
-                deadline = time.monotonic() + 120
-                while committed_before + _log_events(log)[0] < target and copier.poll() is None:
+            rate = max(50.0, records / COPY_SECONDS / copiers)
+            logs = [data_dir / f"copier-{slot}.log" for slot in range(copiers)]
+            running = [_start_copier(bootstrap, group, slot, logs[slot], rate) for slot in range(copiers)]
+
+            watcher = AdminClient(bootstrap)
+
+            def committed() -> int:
+                return sum(om.offset for om in watcher.list_group_offsets(group).values())
+
+            deadline = time.monotonic() + 300
+            try:
+                for kill in range(kills):
+                    target = rng.randint(records * kill // (kills + 1) + 1, records * (kill + 1) // (kills + 1))
+                    while committed() < target:
+                        if time.monotonic() > deadline:
+                            raise RuntimeError(f"the copiers made no progress; see {data_dir}/copier-*.log")
+                        progress.update(copy, completed=min(records, committed()))
+                        time.sleep(0.05)
+                    time.sleep(rng.uniform(0, 100 / rate))  # somewhere inside a transaction of 100 records
+                    slot = rng.randrange(copiers)
+                    running[slot].send_signal(signal.SIGKILL)
+                    running[slot].wait()
+                    running[slot] = _start_copier(bootstrap, group, slot, logs[slot], rate)
+                    progress.update(copy, description=f"copy with crashes ({kill + 1} killed)")
+                while (done := committed()) < records:
                     if time.monotonic() > deadline:
-                        raise RuntimeError(f"the copier made no progress; see {log}")
-                    time.sleep(0.05)
-                time.sleep(rng.uniform(0, 100 / rate))  # somewhere inside the next transaction of 100 records
-                copier.send_signal(signal.SIGKILL)
-                copier.wait()
-                progress.update(copy, description=f"copy with crashes ({kill + 1} killed)")
-                committed, aborted_here = _log_events(log)
-                committed_before += committed
-                aborted += aborted_here
-                progress.update(copy, completed=min(records, committed_before))
-            log = data_dir / "copier-final.log"
-            final = _start_copier(bootstrap, group, log, rate, idle_exit=3.0)
-            while final.poll() is None:
-                progress.update(copy, completed=min(records, committed_before + _log_events(log)[0]))
-                time.sleep(0.2)
-            aborted += _log_events(log)[1]
+                        raise RuntimeError(f"the copiers stopped short; see {data_dir}/copier-*.log")
+                    progress.update(copy, completed=min(records, done))
+                    time.sleep(0.1)
+                progress.update(copy, completed=records)
+            finally:
+                for process in running:
+                    process.send_signal(signal.SIGTERM)
+                for process in running:
+                    process.wait()
+                watcher.close()
+            aborted = sum(_log_events(log)[1] for log in logs)
             elapsed = time.monotonic() - started
+            with AdminClient(bootstrap) as admin:
+                rebalances = admin.describe_consumer_group(group).group_epoch
             output = [r.value or b"" for r in read_all(bootstrap, "demo-out", timeout_s=120)]
-            progress.update(copy, completed=min(records, len(output)))
         expected = Counter(v.upper() for v in inputs)
         got = Counter(output)
         duplicates = sum(n - 1 for n in got.values() if n > 1)
@@ -156,9 +173,11 @@ def demo(
             ("duplicates", duplicates),
             ("missing", missing),
             ("unexpected", unexpected),
+            ("copiers in the group", copiers),
             ("copier SIGKILLs", kills),
+            ("group rebalances (group epoch)", rebalances),
             ("aborted transactions reported", aborted),
-            ("copy time incl. restarts", f"{elapsed:.1f} s (copier paced at {rate:,.0f} records/s)"),
+            ("copy time incl. restarts", f"{elapsed:.1f} s (each copier paced at {rate:,.0f} records/s)"),
         ):
             table.add_row(name, str(figure))
         console.print(table)
@@ -167,7 +186,8 @@ def demo(
             raise typer.Exit(1)
         console.print(
             "[green bold]every input is in the output exactly once[/green bold] "
-            "(kills that hit an open transaction were aborted by the next copier's init_transactions)"
+            "(kills that hit an open transaction were aborted by the restarted copier's init_transactions; a killed "
+            "copier's partitions moved to the others after the session timeout)"
         )
     finally:
         with console.status("stopping the cluster…"):
