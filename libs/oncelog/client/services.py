@@ -316,6 +316,7 @@ _HasError = (
     | storage_pb.FetchPartitionResult
     | storage_pb.ListOffsetsPartitionResult
     | storage_pb.PartitionProducers
+    | storage_pb.PartitionProduceResult
     | offsets_pb.ConsumerGroupDescription
 )
 
@@ -921,6 +922,30 @@ class PartitionStorageClient(_Client):
 
     def _stub(self, address: str) -> storage_pb.PartitionStorageServiceStub:
         return storage_pb.PartitionStorageServiceStub(self._channel_for(address))
+
+    async def produce(
+        self,
+        address: str,
+        batches: Mapping[TopicPartition, bytes],
+        *,
+        transactional_id: str = "",
+        acks_all: bool = True,
+        timeout_s: float | None = None,
+    ) -> dict[TopicPartition, int | OncelogError]:
+        """Append one encoded RecordBatch v2 per partition (unary Produce); each partition's base offset or error.
+
+        The producer streams instead (ProduceStream, ``client/producer_rpc.py``); this is for tools and tests.
+        """
+        request = storage_pb.ProduceRequest(
+            transactional_id=transactional_id,
+            acks=storage_pb.ACKS_ALL if acks_all else storage_pb.ACKS_LEADER,
+            partitions=[
+                storage_pb.PartitionBatches(topic_partition=_tp_pb(tp), leader_epoch=-1, records=records)
+                for tp, records in batches.items()
+            ],
+        )
+        response = await call(self._stub(address).Produce, request, timeout_s=self._timeout(timeout_s))
+        return {_tp(r.topic_partition): _error(r) or r.base_offset for r in response.results}
 
     async def fetch(
         self,

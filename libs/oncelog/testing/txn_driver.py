@@ -1,7 +1,9 @@
-"""A transactional producer and a read_committed reader over the raw generated stubs.
+"""A transactional producer and a read_committed reader, one RPC at a time, with no client library state machine.
 
-Full-stack tests and benchmarks drive the services with these instead of the client library, so that they
-exercise exactly the wire protocol and nothing hides a retry or a reordering:
+Full-stack tests and benchmarks drive the services with these instead of the Producer and Consumer, so that they
+exercise exactly the wire protocol and nothing hides a retry or a reordering. Each call goes through the typed
+clients of :mod:`oncelog.client.services` (one attempt each; the retries are the ones listed here); FindCoordinator
+and DescribeTransactions still hand their wire answers to the tests, which read fields the domain types omit.
 
 * :class:`ClusterView` finds things: transaction and group coordinators (FindCoordinator, retried while a
   shard has no owner), partition leaders (Metadata, cached until a call says the leader moved), and keeps one
@@ -37,11 +39,18 @@ from oncelog.api.offsets import v1 as offsets_pb
 from oncelog.api.storage import v1 as storage_pb
 from oncelog.api.txn import v1 as txn_pb
 from oncelog.client.fetch_filter import AbortedTransaction, filter_fetch
-from oncelog.client.records import ConsumerRecord, TopicPartition
+from oncelog.client.records import ConsumerRecord, NewTopic, OffsetAndMetadata, TopicPartition
+from oncelog.client.services import (
+    ClusterClient,
+    FetchPosition,
+    GroupOffsetsClient,
+    PartitionStorageClient,
+    TransactionCoordinatorClient,
+)
 from oncelog.errors import OncelogError, Reason
 from oncelog.records import BatchHeader, ControlType, Record, build_batch, iter_batches, read_control_record
-from oncelog.rpc import aio_channel, from_error_info, from_rpc_error
-from oncelog.vocabulary import IsolationLevel
+from oncelog.rpc import aio_channel, from_rpc_error
+from oncelog.vocabulary import IsolationLevel, ProducerIdAndEpoch
 
 __all__ = [
     "COORDINATOR_RETRY_REASONS",
@@ -121,6 +130,10 @@ class ClusterView:
         self.deadline_s = deadline_s
         self._channels: dict[str, aio.Channel] = {}
         self._leaders: dict[TopicPartition, str] = {}
+        self.cluster = ClusterClient(self.channel, timeout_s=_RPC_TIMEOUT_S)
+        self.partitions = PartitionStorageClient(self.channel, timeout_s=_RPC_TIMEOUT_S)
+        self.coordinators = TransactionCoordinatorClient(self.channel, timeout_s=_RPC_TIMEOUT_S)
+        self.groups = GroupOffsetsClient(self.channel, timeout_s=_RPC_TIMEOUT_S)
 
     # ------------------------------------------------------------------------------ channels and stubs
 
@@ -151,48 +164,53 @@ class ClusterView:
 
     # ------------------------------------------------------------------------------ ClusterService
 
-    async def _cluster_call(self, call: Callable[[cluster_pb.ClusterServiceStub], Awaitable[T]]) -> T:
-        """Run ``call`` against the first bootstrap node that answers; retried until the deadline."""
+    async def _cluster_call(self, call: Callable[[str], Awaitable[T]]) -> T:
+        """Run ``call(address)`` against the first bootstrap node that answers; retried until the deadline."""
         deadline = time.monotonic() + self.deadline_s
         while True:
             last: OncelogError | None = None
             for address in self._bootstrap():
                 try:
-                    return await call(cluster_pb.ClusterServiceStub(self.channel(address)))
+                    return await call(address)
                 except grpc.RpcError as exc:
                     last = _error_of(exc)
                     if last.reason not in COORDINATOR_RETRY_REASONS:
                         raise last from exc
+                except OncelogError as error:
+                    last = error
+                    if last.reason not in COORDINATOR_RETRY_REASONS:
+                        raise
             if time.monotonic() > deadline:
                 raise last or OncelogError("no bootstrap address", reason=Reason.COORDINATOR_NOT_AVAILABLE)
             await asyncio.sleep(0.05)
 
     async def create_topic(self, name: str, partitions: int, **configs: str) -> dict[int, str]:
         """Create a topic; returns partition -> leader node id."""
-        request = cluster_pb.CreateTopicsRequest(
-            topics=[cluster_pb.TopicSpec(name=name, partitions=partitions, configs=configs)]
-        )
-        response = await self._cluster_call(lambda stub: stub.CreateTopics(request, timeout=_RPC_TIMEOUT_S))
-        return {p.partition: p.leader_node_id for p in response.topics[0].partitions}
+        spec = NewTopic(name, partitions, configs)
+        [topic] = await self._cluster_call(lambda address: self.cluster.create_topics(address, [spec]))
+        return {p.partition: p.leader_node_id for p in topic.partitions}
 
     async def find_coordinator(
         self, key: str, kind: cluster_pb.CoordinatorType.ValueType = cluster_pb.COORDINATOR_TYPE_TRANSACTION
     ) -> cluster_pb.FindCoordinatorResponse:
         """The live owner of ``key``'s shard; retried while no owner is live (failover in progress)."""
         request = cluster_pb.FindCoordinatorRequest(key=key, type=kind)
-        return await self._cluster_call(lambda stub: stub.FindCoordinator(request, timeout=_RPC_TIMEOUT_S))
+        return await self._cluster_call(
+            lambda address: cluster_pb.ClusterServiceStub(self.channel(address)).FindCoordinator(
+                request, timeout=_RPC_TIMEOUT_S
+            )
+        )
 
     async def leader(self, tp: TopicPartition) -> str:
         """Address of the partition's leader (cached; see :meth:`forget_leader`)."""
         address = self._leaders.get(tp)
         if address:
             return address
-        request = cluster_pb.MetadataRequest(topics=[tp.topic])
-        response = await self._cluster_call(lambda stub: stub.Metadata(request, timeout=_RPC_TIMEOUT_S))
-        for topic in response.topics:
+        topics = await self._cluster_call(lambda address: self.cluster.metadata(address, [tp.topic]))
+        for topic in topics:
             for p in topic.partitions:
                 if p.leader_address:
-                    self._leaders[TopicPartition(topic.name, p.partition)] = p.leader_address
+                    self._leaders[p.topic_partition] = p.leader_address
         address = self._leaders.get(tp)
         if not address:
             raise OncelogError(f"{tp} has no live leader", reason=Reason.NOT_LEADER)
@@ -250,37 +268,23 @@ async def read_partition(
     Raises:
         OncelogError: the partition could not be read (its leader is down, for instance).
     """
-    level = (
-        storage_pb.ISOLATION_LEVEL_READ_COMMITTED
-        if isolation is IsolationLevel.READ_COMMITTED
-        else storage_pb.ISOLATION_LEVEL_READ_UNCOMMITTED
-    )
     chunks: list[bytes] = []
     aborted: dict[tuple[int, int], AbortedTransaction] = {}
     offset = 0
     while True:
-        request = storage_pb.FetchRequest(
-            partitions=[
-                storage_pb.FetchPartition(
-                    topic_partition=common_pb.TopicPartition(topic=tp.topic, partition=tp.partition),
-                    fetch_offset=offset,
-                    max_bytes=max_bytes,
-                    leader_epoch=-1,
-                )
-            ],
-            isolation_level=level,
-        )
         address = await view.leader(tp)
         try:
-            [result] = (await view.storage(address).Fetch(request, timeout=_RPC_TIMEOUT_S)).results
-        except grpc.RpcError as exc:
+            [result] = await view.partitions.fetch(
+                address, [FetchPosition(tp, offset, max_bytes=max_bytes)], isolation=isolation
+            )
+        except OncelogError:
             view.forget_leader(tp)
-            raise _error_of(exc) from exc
-        if result.HasField("error"):
+            raise
+        if result.error is not None:
             view.forget_leader(tp)
-            raise from_error_info(result.error)
+            raise result.error
         for t in result.aborted_transactions:
-            aborted[(t.producer_id, t.first_offset)] = AbortedTransaction(t.producer_id, t.first_offset)
+            aborted[(t.producer_id, t.first_offset)] = t
         if not result.records:
             break
         chunks.append(result.records)
@@ -319,17 +323,9 @@ async def fetch_group_offsets(
     Raises:
         OncelogError: e.g. UNSTABLE_OFFSET_COMMIT with ``require_stable`` while a transactional commit is pending.
     """
-    request = offsets_pb.FetchOffsetsRequest(
-        group_id=group,
-        partitions=[common_pb.TopicPartition(topic=tp.topic, partition=tp.partition) for tp in partitions],
-        require_stable=require_stable,
-    )
     found = await view.find_coordinator(group, cluster_pb.COORDINATOR_TYPE_GROUP)
-    try:
-        response = await view.offsets(found.address).FetchOffsets(request, timeout=_RPC_TIMEOUT_S)
-    except grpc.RpcError as exc:
-        raise _error_of(exc) from exc
-    return {TopicPartition(o.topic_partition.topic, o.topic_partition.partition): o.offset for o in response.offsets}
+    committed = await view.groups.fetch_offsets(found.address, group, partitions, require_stable=require_stable)
+    return {tp: -1 if om is None else om.offset for tp, om in committed.items()}
 
 
 # ---------------------------------------------------------------------------------------------- producing
@@ -370,8 +366,13 @@ class TransactionalDriver:
             raise RuntimeError(f"{self.transactional_id!r}: call init_producer_id first")
         return common_pb.ProducerIdentity(producer_id=self.identity[0], producer_epoch=self.identity[1])
 
-    def _adopt(self, producer: common_pb.ProducerIdentity) -> tuple[int, int]:
-        identity = (producer.producer_id, producer.producer_epoch)
+    def _identity(self) -> ProducerIdAndEpoch:
+        if self.identity is None:
+            raise RuntimeError(f"{self.transactional_id!r}: call init_producer_id first")
+        return ProducerIdAndEpoch(*self.identity)
+
+    def _adopt(self, producer: ProducerIdAndEpoch) -> tuple[int, int]:
+        identity = (producer.producer_id, producer.epoch)
         if identity != self.identity:
             self._sequences.clear()  # a new epoch starts every partition at sequence 0 (design/kafka-semantics.md §4.2)
         self.identity = identity
@@ -379,26 +380,28 @@ class TransactionalDriver:
 
     # ------------------------------------------------------------------------------ coordinator calls
 
-    async def coordinator_stub(self, *, refresh: bool = False) -> txn_pb.TransactionCoordinatorServiceStub:
-        """The stub of the coordinator FindCoordinator names for this id (cached until ``refresh``)."""
+    async def coordinator_address(self, *, refresh: bool = False) -> str:
+        """The address of the coordinator FindCoordinator names for this id (cached until ``refresh``)."""
         if refresh or self._coordinator_address is None:
             self._coordinator_address = (await self.view.find_coordinator(self.transactional_id)).address
-        return self.view.coordinator(self._coordinator_address)
+        return self._coordinator_address
 
-    async def _coordinator_call(
-        self,
-        call: Callable[[txn_pb.TransactionCoordinatorServiceStub], Awaitable[T]],
-        *,
-        retry_concurrent: bool = True,
-    ) -> T:
+    async def coordinator_stub(self, *, refresh: bool = False) -> txn_pb.TransactionCoordinatorServiceStub:
+        """The stub of the coordinator FindCoordinator names for this id (cached until ``refresh``)."""
+        return self.view.coordinator(await self.coordinator_address(refresh=refresh))
+
+    async def _coordinator_call(self, call: Callable[[str], Awaitable[T]], *, retry_concurrent: bool = True) -> T:
+        """``call(address)`` on this id's coordinator, retried as described in the module docstring."""
         deadline = time.monotonic() + self.retry_deadline_s
         delay = _FIRST_BACKOFF_S
         refresh = False
         while True:
             try:
-                return await call(await self.coordinator_stub(refresh=refresh))
+                return await call(await self.coordinator_address(refresh=refresh))
             except grpc.RpcError as exc:
                 error = _error_of(exc)
+            except OncelogError as failure:
+                error = failure
             retry_same = error.reason is Reason.CONCURRENT_TRANSACTIONS and retry_concurrent
             if not (retry_same or error.reason in COORDINATOR_RETRY_REASONS) or time.monotonic() > deadline:
                 raise error
@@ -412,32 +415,30 @@ class TransactionalDriver:
         With ``retry_concurrent`` the call is repeated while the coordinator answers CONCURRENT_TRANSACTIONS
         (the previous transaction is being aborted or completed), as a client does.
         """
-        request = txn_pb.InitProducerIdRequest(
-            transactional_id=self.transactional_id, transaction_timeout_ms=self.timeout_ms
+        current = self._identity() if recover else None
+        identity = await self._coordinator_call(
+            lambda address: self.view.coordinators.init_producer_id(
+                address, self.transactional_id, transaction_timeout_ms=self.timeout_ms, current=current
+            ),
+            retry_concurrent=retry_concurrent,
         )
-        if recover:
-            request.producer.CopyFrom(self.producer)
-        response = await self._coordinator_call(
-            lambda stub: stub.InitProducerId(request, timeout=_RPC_TIMEOUT_S), retry_concurrent=retry_concurrent
-        )
-        return self._adopt(response.producer)
+        return self._adopt(identity)
 
     async def add_partitions(self, *partitions: TopicPartition) -> None:
         """AddPartitionsToTxn; retried while the previous transaction completes (CONCURRENT_TRANSACTIONS)."""
-        request = txn_pb.AddPartitionsToTxnRequest(
-            transactional_id=self.transactional_id,
-            producer=self.producer,
-            partitions=[_tp_pb(tp) for tp in partitions],
+        identity = self._identity()
+        await self._coordinator_call(
+            lambda address: self.view.coordinators.add_partitions_to_txn(
+                address, self.transactional_id, identity, partitions
+            )
         )
-        await self._coordinator_call(lambda stub: stub.AddPartitionsToTxn(request, timeout=_RPC_TIMEOUT_S))
 
     async def add_offsets(self, group: str) -> str:
         """AddOffsetsToTxn; returns the group coordinator's address the coordinator reported."""
-        request = txn_pb.AddOffsetsToTxnRequest(
-            transactional_id=self.transactional_id, producer=self.producer, group_id=group
+        identity = self._identity()
+        return await self._coordinator_call(
+            lambda address: self.view.coordinators.add_offsets_to_txn(address, self.transactional_id, identity, group)
         )
-        response = await self._coordinator_call(lambda stub: stub.AddOffsetsToTxn(request, timeout=_RPC_TIMEOUT_S))
-        return response.group_coordinator_address
 
     async def end_txn(self, commit: bool, *, identity: tuple[int, int] | None = None) -> tuple[int, int]:
         """EndTxn with this instance's identity (or ``identity``, to send a late or retried request).
@@ -447,15 +448,15 @@ class TransactionalDriver:
         used = identity or self.identity
         if used is None:
             raise RuntimeError(f"{self.transactional_id!r}: call init_producer_id first")
-        request = txn_pb.EndTxnRequest(
-            transactional_id=self.transactional_id,
-            producer=common_pb.ProducerIdentity(producer_id=used[0], producer_epoch=used[1]),
-            result=common_pb.TRANSACTION_RESULT_COMMIT if commit else common_pb.TRANSACTION_RESULT_ABORT,
+        result = ControlType.COMMIT if commit else ControlType.ABORT
+        ended = await self._coordinator_call(
+            lambda address: self.view.coordinators.end_txn(
+                address, self.transactional_id, ProducerIdAndEpoch(*used), result
+            )
         )
-        response = await self._coordinator_call(lambda stub: stub.EndTxn(request, timeout=_RPC_TIMEOUT_S))
         if used == self.identity:
-            return self._adopt(response.producer)
-        return response.producer.producer_id, response.producer.producer_epoch
+            return self._adopt(ended.producer)
+        return ended.producer.producer_id, ended.producer.epoch
 
     async def commit(self) -> tuple[int, int]:
         """EndTxn(COMMIT); returns the next identity."""
@@ -468,7 +469,9 @@ class TransactionalDriver:
     async def describe(self) -> txn_pb.TransactionDescription:
         """DescribeTransactions for this id, from its coordinator."""
         request = txn_pb.DescribeTransactionsRequest(transactional_ids=[self.transactional_id])
-        response = await self._coordinator_call(lambda stub: stub.DescribeTransactions(request, timeout=_RPC_TIMEOUT_S))
+        response = await self._coordinator_call(
+            lambda address: self.view.coordinator(address).DescribeTransactions(request, timeout=_RPC_TIMEOUT_S)
+        )
         return response.transactions[0]
 
     async def wait_state(
@@ -486,20 +489,15 @@ class TransactionalDriver:
 
     async def commit_offsets(self, group: str, offsets: Mapping[TopicPartition, int]) -> None:
         """TxnOffsetCommit to the group's coordinator: the offsets become visible only with the transaction."""
-        request = offsets_pb.TxnOffsetCommitRequest(
-            transactional_id=self.transactional_id,
-            producer=self.producer,
-            group_id=group,
-            offsets=[
-                common_pb.PartitionOffset(topic_partition=_tp_pb(tp), offset=offset, leader_epoch=-1)
-                for tp, offset in offsets.items()
-            ],
-        )
+        identity = self._identity()
         found = await self.view.find_coordinator(group, cluster_pb.COORDINATOR_TYPE_GROUP)
-        try:
-            await self.view.offsets(found.address).TxnOffsetCommit(request, timeout=_RPC_TIMEOUT_S)
-        except grpc.RpcError as exc:
-            raise _error_of(exc) from exc
+        await self.view.groups.txn_offset_commit(
+            found.address,
+            self.transactional_id,
+            identity,
+            group,
+            {tp: OffsetAndMetadata(offset) for tp, offset in offsets.items()},
+        )
 
     async def send_offsets_to_transaction(self, group: str, offsets: Mapping[TopicPartition, int]) -> None:
         """AddOffsetsToTxn then TxnOffsetCommit: Kafka's ``sendOffsetsToTransaction``."""
@@ -567,21 +565,9 @@ class TransactionalDriver:
     async def _produce(
         self, address: str, tps: Sequence[TopicPartition], batches: Mapping[TopicPartition, bytes]
     ) -> dict[TopicPartition, int | OncelogError]:
-        request = storage_pb.ProduceRequest(
-            transactional_id=self.transactional_id,
-            acks=storage_pb.ACKS_ALL,
-            partitions=[
-                storage_pb.PartitionBatches(topic_partition=_tp_pb(tp), leader_epoch=-1, records=batches[tp])
-                for tp in tps
-            ],
-        )
         try:
-            response = await self.view.storage(address).Produce(request, timeout=_RPC_TIMEOUT_S)
-        except grpc.RpcError as exc:
-            error = _error_of(exc)
+            return await self.view.partitions.produce(
+                address, {tp: batches[tp] for tp in tps}, transactional_id=self.transactional_id
+            )
+        except OncelogError as error:
             return dict.fromkeys(tps, error)
-        out: dict[TopicPartition, int | OncelogError] = {}
-        for result in response.results:
-            tp = TopicPartition(result.topic_partition.topic, result.topic_partition.partition)
-            out[tp] = from_error_info(result.error) if result.HasField("error") else result.base_offset
-        return out

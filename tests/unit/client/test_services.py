@@ -432,6 +432,35 @@ async def test_partition_storage_client_returns_each_partitions_answer_or_error(
     assert isinstance(result.partition_errors[TP1], NotLeader)
 
 
+async def test_unary_produce_returns_each_partitions_base_offset_or_error(serve: Any) -> None:
+    seen = Recorder()
+
+    class Storage(storage_pb.PartitionStorageServiceServicer):
+        async def Produce(self, request: Any, context: Any) -> Any:
+            seen.requests["Produce"] = request
+            first, second = request.partitions
+            return storage_pb.ProduceResponse(
+                results=[
+                    storage_pb.PartitionProduceResult(topic_partition=first.topic_partition, base_offset=17),
+                    storage_pb.PartitionProduceResult(
+                        topic_partition=second.topic_partition, error=to_error_info(NotLeader("moved"))
+                    ),
+                ]
+            )
+
+    channel_for = await serve((storage_pb.add_PartitionStorageServiceServicer_to_server, Storage()))
+    answers = await PartitionStorageClient(channel_for, timeout_s=5).produce(
+        serve.address, {TP0: b"batch-0", TP1: b"batch-1"}, transactional_id="t"
+    )
+    request = seen.requests["Produce"]
+    assert (request.transactional_id, request.acks) == ("t", storage_pb.ACKS_ALL)
+    assert [(p.topic_partition.partition, p.records, p.leader_epoch) for p in request.partitions] == [
+        (0, b"batch-0", -1),
+        (1, b"batch-1", -1),
+    ]
+    assert answers[TP0] == 17 and isinstance(answers[TP1], NotLeader)
+
+
 async def test_group_offsets_and_pid_allocator_clients(serve: Any) -> None:
     seen = Recorder()
 
