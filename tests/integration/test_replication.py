@@ -284,6 +284,50 @@ def test_acked_record_survives_leader_kill_when_follower_restarts_first(cluster:
     assert logged_batches(cluster, leader, "case1") == logged_batches(cluster, follower, "case1")
 
 
+def test_unclean_election_off_the_partition_waits_offline_for_its_last_in_sync_replica(cluster: LocalCluster) -> None:
+    """Issue 15 (unclean election off, the default): the followers die one after the other, so the leader is the
+    last in-sync replica and acknowledges alone; then it dies too. The partition goes OFFLINE (shown by `oncelog
+    partitions describe`) and stays so while a stale replica, which lacks acknowledged batches, is live and the
+    controller runs rounds: the stale replica is never elected and serves nothing. When the last in-sync replica
+    returns it is elected and every acknowledged batch is there."""
+    meta = partition(cluster)
+    leader = meta.leader_node_id
+    stale, other = [n for n in meta.replica_node_ids if n != leader]
+    acked = [produce(cluster, leader, 0)]
+    cluster.kill(stale)
+    acked.append(produce(cluster, leader, 1))  # acknowledged once the leader dropped the dead follower
+    cluster.kill(other)
+    acked.append(produce(cluster, leader, 2))
+    wait_for_isr(cluster, {leader})
+    assert acked[-1] not in logged_batches(cluster, stale), "the premise: the stale replica lacks acknowledged data"
+    cluster.kill(leader)
+    cluster.restart(stale)
+    offline = wait_for(cluster, lambda p: not p.leader_node_id, "the partition offline")
+    assert list(offline.isr_node_ids) == [leader], "the ISR keeps the last in-sync replica"
+    # two controller rounds (lease renewals) that saw the stale replica live and declined to elect it
+    store = CatalogStore(create_engine(cluster.database_url))
+    deadline = time.monotonic() + 60
+    while stale not in {n.node_id for n in store.list_nodes(int(time.time() * 1000))}:
+        assert time.monotonic() < deadline, f"{stale} did not register"
+        time.sleep(0.05)
+    renewals: set[int] = set()
+    while len(renewals) < 3:
+        lease = store.shard_lease("controller", 0)
+        assert lease is not None and time.monotonic() < deadline, "no controller rounds"
+        renewals.add(lease.lease_expires_at_ms)
+        time.sleep(0.05)
+    still = partition(cluster)
+    assert (still.leader_node_id, still.leader_epoch) == ("", offline.leader_epoch), "no unclean election"
+    [row] = described(cluster)
+    assert row["status"] == "OFFLINE"
+    refused = from_error_info(produce_result(cluster, stale, 3).error)
+    assert refused.reason.name == "NOT_LEADER", refused
+    cluster.restart(leader)
+    back = wait_for(cluster, lambda p: p.leader_node_id == leader, f"{leader} elected again")
+    assert back.leader_epoch > offline.leader_epoch
+    assert set(acked) <= set(logged_batches(cluster, leader))
+
+
 def test_below_min_insync_replicas_nothing_is_acknowledged_and_producing_resumes(cluster: LocalCluster) -> None:
     """min_insync_replicas=2 with two of three replicas killed: NOT_ENOUGH_REPLICAS (retriable), nothing
     acknowledged is lost, and the same batch is acknowledged once one replica is back."""
