@@ -242,6 +242,33 @@ class RetryPolicy:
             raise
         raise AssertionError("tenacity ended without an outcome")  # pragma: no cover
 
+    def run_sync(
+        self,
+        attempt: Callable[[], T],
+        deadline: Deadline,
+        *,
+        retry_if: Callable[[OncelogError], bool] = is_retriable,
+        before_retry: Callable[[OncelogError], object] | None = None,
+    ) -> T:
+        """:meth:`run` for blocking code (the Spark connector's executors): pauses with ``time.sleep``.
+
+        Raises:
+            OncelogError: the final failure, or the last retriable one once ``deadline`` passed.
+        """
+
+        def before_sleep(state: tenacity.RetryCallState) -> None:
+            if before_retry is not None:
+                before_retry(_failure(state))
+
+        retrying = tenacity.Retrying(
+            retry=tenacity.retry_if_exception(lambda exc: isinstance(exc, OncelogError) and retry_if(exc)),
+            stop=lambda _state: deadline.expired,
+            wait=lambda state: deadline.cap(self.pause_s(state.attempt_number - 1)),
+            before_sleep=before_sleep,
+            reraise=True,
+        )
+        return retrying(attempt)
+
 
 def _failure(state: tenacity.RetryCallState) -> OncelogError:
     assert state.outcome is not None

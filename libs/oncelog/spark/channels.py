@@ -20,9 +20,7 @@ variables (and files) as the driver.
 from __future__ import annotations
 
 import os
-import random
 import threading
-import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
@@ -34,6 +32,7 @@ from oncelog.api.common import v1 as common_pb
 from oncelog.api.offsets import v1 as offsets_pb
 from oncelog.api.storage import v1 as storage_pb
 from oncelog.client.records import TopicPartition
+from oncelog.client.services import Deadline, RetryPolicy, retry_of
 from oncelog.errors import NotLeader, OncelogError, Reason, UnknownTopicOrPartition
 from oncelog.rpc import ChannelFactory, from_error_info, from_rpc_error
 from oncelog.vocabulary import IsolationLevel
@@ -54,31 +53,6 @@ _ISOLATION = {
     IsolationLevel.READ_COMMITTED: storage_pb.ISOLATION_LEVEL_READ_COMMITTED,
     IsolationLevel.READ_UNCOMMITTED: storage_pb.ISOLATION_LEVEL_READ_UNCOMMITTED,
 }
-# a new leader, a restarting node, a topic whose partitions are still being opened: all settle by themselves
-_TRANSIENT = frozenset(
-    {
-        Reason.NOT_LEADER,
-        Reason.FENCED_LEADER_EPOCH,
-        Reason.UNKNOWN_LEADER_EPOCH,
-        Reason.NETWORK_EXCEPTION,
-        Reason.REQUEST_TIMED_OUT,
-        Reason.STORAGE_UNAVAILABLE,
-        Reason.UNKNOWN_TOPIC_OR_PARTITION,
-        Reason.CORRUPT_MESSAGE,
-    }
-)
-# a group's shard moving or loading, or a transactional commit whose markers are on their way
-_COORDINATOR_TRANSIENT = frozenset(
-    {
-        Reason.NOT_COORDINATOR,
-        Reason.COORDINATOR_NOT_AVAILABLE,
-        Reason.COORDINATOR_LOAD_IN_PROGRESS,
-        Reason.UNSTABLE_OFFSET_COMMIT,
-        Reason.NETWORK_EXCEPTION,
-        Reason.REQUEST_TIMED_OUT,
-        Reason.STORAGE_UNAVAILABLE,
-    }
-)
 
 
 def channel(target: str) -> grpc.Channel:
@@ -331,7 +305,7 @@ class LogClient:
             [found] = response.offsets
             return found.offset, found.metadata
 
-        return self._retry(attempt, transient=_COORDINATOR_TRANSIENT)
+        return self._retry(attempt)
 
     def _coordinator(self, group_id: str) -> str:
         key = (os.getpid(), self.bootstrap, group_id)
@@ -349,30 +323,26 @@ class LogClient:
     # ------------------------------------------------------------------------------------------- retries
 
     def _failed(self, tps: Sequence[TopicPartition], err: OncelogError) -> OncelogError:
-        if err.reason in _TRANSIENT:
+        if retry_of(err) is not None:  # the leader may have moved: look it up again before the retry
             for topic in {tp.topic for tp in tps}:
                 self._forget(topic)
         if err.reason is Reason.UNKNOWN_TOPIC_OR_PARTITION and tps:
             err.metadata.setdefault("partition", str(tps[0]))
         return err
 
-    def _retry(
-        self, operation: Callable[[], T], *, fatal: Iterable[Reason] = (), transient: frozenset[Reason] | None = None
-    ) -> T:
-        """Run ``operation`` until it succeeds, fails for good, or the request timeout passes."""
-        fatal = set(fatal)
-        transient = _TRANSIENT if transient is None else transient
-        deadline = time.monotonic() + self.request_timeout_s
-        pause = self.retry_backoff_s
-        while True:
-            try:
-                return operation()
-            except OncelogError as err:
-                settles = err.retriable and err.reason in transient and err.reason not in fatal
-                if not settles or time.monotonic() + pause > deadline:
-                    raise
-            time.sleep(pause * random.uniform(0.8, 1.2))
-            pause = min(pause * 2, 1.0)
+    def _retry(self, operation: Callable[[], T], *, fatal: Iterable[Reason] = ()) -> T:
+        """Run ``operation`` until it succeeds, fails for good, or the request timeout passes.
+
+        What is retried is the client library's one table (:data:`oncelog.client.services.RETRY_TABLE`), minus
+        ``fatal``; the pauses are its one backoff, from ``retry_backoff_s`` doubling up to one second.
+        """
+        final = set(fatal)
+        policy = RetryPolicy(max(int(self.retry_backoff_s * 1000), 1), 1_000)
+        return policy.run_sync(
+            operation,
+            Deadline(self.request_timeout_s),
+            retry_if=lambda err: retry_of(err) is not None and err.reason not in final,
+        )
 
 
 def _tp_pb(tp: TopicPartition) -> common_pb.TopicPartition:

@@ -182,6 +182,33 @@ async def test_run_honours_the_callers_retry_predicate() -> None:
     assert attempts == 1
 
 
+def test_run_sync_retries_blocking_attempts_with_the_same_table_and_deadline() -> None:
+    failures = [NotLeader("moved"), ConcurrentTransactions("busy")]
+    seen: list[Reason] = []
+
+    def attempt() -> str:
+        if failures:
+            raise failures.pop(0)
+        return "done"
+
+    policy = RetryPolicy(1, 2)
+    assert policy.run_sync(attempt, Deadline(30), before_retry=lambda err: seen.append(err.reason)) == "done"
+    assert seen == [Reason.NOT_LEADER, Reason.CONCURRENT_TRANSACTIONS]
+
+    calls = 0
+
+    def never() -> None:
+        nonlocal calls
+        calls += 1
+        raise NotLeader("no leader yet")
+
+    with pytest.raises(NotLeader):
+        policy.run_sync(never, Deadline(0.05))
+    assert calls > 1
+    with pytest.raises(ProducerFenced):
+        policy.run_sync(lambda: (_ for _ in ()).throw(ProducerFenced("newer instance")), Deadline(30))
+
+
 # ------------------------------------------------------------------------------------------- a real server
 
 
