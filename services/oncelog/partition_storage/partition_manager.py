@@ -67,7 +67,6 @@ from oncelog.catalog.store import CatalogStore, PartitionRecord, TopicRecord
 from oncelog.catalog.topics import TopicConfig
 from oncelog.errors import (
     FencedLeaderEpoch,
-    InvalidConfig,
     InvalidRequest,
     NotEnoughReplicas,
     NotLeader,
@@ -85,6 +84,13 @@ from oncelog.partition_storage.engine import (
     TxnMarkerSpec,
 )
 from oncelog.partition_storage.log_truncation import truncate_partition_files
+from oncelog.partition_storage.partition_dirs import (
+    META_PROPERTIES,
+    PARTITION_METADATA,
+    check_meta_properties,
+    prepare_directory,
+    stray_directories,
+)
 from oncelog.partition_storage.replica_fetcher import (
     CopyPosition,
     CopyResult,
@@ -94,7 +100,6 @@ from oncelog.partition_storage.replica_fetcher import (
     ReplicaTransport,
 )
 from oncelog.partition_storage.replica_state import LeaderReplicaState
-from oncelog.partition_storage.segment import write_file_atomically
 from oncelog.records import iter_batches
 from oncelog.telemetry.metrics import OncelogMetrics, default_metrics
 from oncelog.vocabulary import IsolationLevel
@@ -110,8 +115,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-META_PROPERTIES = "meta.properties"
-PARTITION_METADATA = "partition.metadata"
 _NO_EPOCH_CHECK = -1
 
 
@@ -295,7 +298,7 @@ class PartitionManager:
             InvalidConfig: the data directory belongs to another cluster or node.
         """
         cluster = await asyncio.to_thread(self._catalog.cluster_info)
-        await asyncio.to_thread(_check_meta_properties, self._config.data_dir, cluster.cluster_id, self._node_id)
+        await asyncio.to_thread(check_meta_properties, self._config.data_dir, cluster.cluster_id, self._node_id)
         try:
             await self.refresh()
         except OncelogError as err:
@@ -485,7 +488,7 @@ class PartitionManager:
         if stale is not None:
             await self._retire(key, stale, delete=True)
         directory = self.partition_dir(assignment.topic, assignment.partition)
-        await asyncio.to_thread(_prepare_directory, directory, assignment.topic_id)
+        await asyncio.to_thread(prepare_directory, directory, assignment.topic_id)
         engine = await PartitionEngine.open(
             directory,
             self._config.engine_config(assignment.config),
@@ -727,7 +730,7 @@ class PartitionManager:
                     except OncelogError as err:
                         log.warning("cannot open %s-%d to follow it: %s", *key, err)
         busy = {self.partition_dir(*key) for key in (*self._engines, *self._opening)}
-        strays = await asyncio.to_thread(_stray_directories, self._config.data_dir, self._topic_ids, busy)
+        strays = await asyncio.to_thread(stray_directories, self._config.data_dir, self._topic_ids, busy)
         for directory in strays:
             log.info("removing %s: its topic no longer exists", directory)
             await asyncio.to_thread(shutil.rmtree, directory, True)
@@ -1040,70 +1043,3 @@ async def _wait_any(events: Sequence[asyncio.Event], timeout: float) -> None:
     finally:
         for waiter in waiters:
             waiter.cancel()
-
-
-# -------------------------------------------------------------------------------------------------- directories
-
-
-def _read_properties(path: Path) -> dict[str, str]:
-    properties = {}
-    for line in path.read_text("utf-8").splitlines():
-        name, sep, value = line.partition(":")
-        if sep:
-            properties[name.strip()] = value.strip()
-    return properties
-
-
-def _check_meta_properties(data_dir: Path, cluster_id: str, node_id: str) -> None:
-    """Bind ``data_dir`` to one cluster and node on first start; refuse another one later."""
-    data_dir.mkdir(parents=True, exist_ok=True)
-    path = data_dir / META_PROPERTIES
-    if not path.exists():
-        write_file_atomically(path, f"version: 0\ncluster_id: {cluster_id}\nnode_id: {node_id}\n".encode())
-        return
-    found = _read_properties(path)
-    if found.get("cluster_id") != cluster_id or found.get("node_id") != node_id:
-        raise InvalidConfig(
-            f"{data_dir} belongs to cluster {found.get('cluster_id')!r} node {found.get('node_id')!r}, but this "
-            f"process is node {node_id!r} of cluster {cluster_id!r}; point it at its own data directory"
-        )
-
-
-def _prepare_directory(directory: Path, topic_id: str) -> None:
-    """Create the partition directory for ``topic_id``, wiping one left by an earlier topic of the same name."""
-    metadata = directory / PARTITION_METADATA
-    if metadata.exists():
-        try:
-            found = _read_properties(metadata).get("topic_id")
-        except (OSError, UnicodeDecodeError):
-            found = None
-        if found == topic_id:
-            return
-        log.warning("%s holds topic id %s, not %s: removing the old topic's data", directory, found, topic_id)
-        shutil.rmtree(directory)
-    elif directory.exists() and any(directory.iterdir()):
-        # data written before the directory was bound to a topic id is of unknown origin
-        raise StorageUnavailable(f"{directory} exists without {PARTITION_METADATA}; move it away", definite=True)
-    directory.mkdir(parents=True, exist_ok=True)
-    write_file_atomically(metadata, f"version: 0\ntopic_id: {topic_id}\n".encode())
-
-
-def _stray_directories(data_dir: Path, topic_ids: dict[str, str], busy: set[Path]) -> list[Path]:
-    """Partition directories whose topic is gone from the catalog, or was re-created with a new id."""
-    strays: list[Path] = []
-    if not data_dir.is_dir():
-        return strays
-    for directory in data_dir.iterdir():
-        metadata = directory / PARTITION_METADATA
-        if directory in busy or not metadata.is_file():
-            continue
-        topic, sep, partition = directory.name.rpartition("-")
-        if not sep or not partition.isdigit():
-            continue
-        try:
-            found = _read_properties(metadata).get("topic_id")
-        except (OSError, UnicodeDecodeError):
-            continue
-        if topic_ids.get(topic) != found:
-            strays.append(directory)
-    return strays
