@@ -355,13 +355,16 @@ def _error(holder: _HasError) -> OncelogError | None:
     return from_error_info(holder.error)
 
 
-def _offset_pb(tp: TopicPartition, om: OffsetAndMetadata) -> common_pb.PartitionOffset:
-    return common_pb.PartitionOffset(
-        topic_partition=_tp_pb(tp),
-        offset=om.offset,
-        leader_epoch=-1 if om.leader_epoch is None else om.leader_epoch,
-        metadata=om.metadata,
-    )
+def _offsets_pb(offsets: Mapping[TopicPartition, OffsetAndMetadata]) -> list[common_pb.PartitionOffset]:
+    return [
+        common_pb.PartitionOffset(
+            topic_partition=_tp_pb(tp),
+            offset=om.offset,
+            leader_epoch=-1 if om.leader_epoch is None else om.leader_epoch,
+            metadata=om.metadata,
+        )
+        for tp, om in sorted(offsets.items())
+    ]
 
 
 _ISOLATION_PB = {
@@ -1135,7 +1138,7 @@ class GroupOffsetsClient(_Client):
             offsets_pb.CommitOffsetsRequest(
                 group_id=group_id,
                 member=_member_pb(member),
-                offsets=[_offset_pb(tp, om) for tp, om in sorted(offsets.items())],
+                offsets=_offsets_pb(offsets),
             ),
             timeout_s=self._timeout(timeout_s),
         )
@@ -1179,7 +1182,7 @@ class GroupOffsetsClient(_Client):
                 producer=_identity_pb(producer),
                 group_id=group_id,
                 member=_member_pb(member),
-                offsets=[_offset_pb(tp, om) for tp, om in sorted(offsets.items())],
+                offsets=_offsets_pb(offsets),
             ),
             timeout_s=self._timeout(timeout_s),
         )

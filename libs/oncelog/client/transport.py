@@ -26,10 +26,7 @@ from typing import Any, TypeVar
 import grpc
 from grpc import aio
 
-from oncelog.api.cluster import v1 as cluster_pb
-from oncelog.api.offsets import v1 as offsets_pb
 from oncelog.api.storage import v1 as storage_pb
-from oncelog.api.txn import v1 as txn_pb
 from oncelog.client.errors import IllegalStateError
 from oncelog.client.services import Backoff, Deadline, call  # re-exported: the producer's modules import them here
 from oncelog.errors import OncelogError, Reason
@@ -259,21 +256,10 @@ class Channels:
             self._channels[address] = channel
         return channel
 
-    def cluster(self, address: str) -> cluster_pb.ClusterServiceStub:
-        """ClusterService stub for ``address``."""
-        return cluster_pb.ClusterServiceStub(self.get(address))
-
     def storage(self, address: str) -> storage_pb.PartitionStorageServiceStub:
-        """PartitionStorageService stub for ``address``."""
+        """PartitionStorageService stub for ``address`` (the producer's ProduceStream; every unary call goes
+        through :mod:`oncelog.client.services`)."""
         return storage_pb.PartitionStorageServiceStub(self.get(address))
-
-    def txn(self, address: str) -> txn_pb.TransactionCoordinatorServiceStub:
-        """TransactionCoordinatorService stub for ``address``."""
-        return txn_pb.TransactionCoordinatorServiceStub(self.get(address))
-
-    def offsets(self, address: str) -> offsets_pb.GroupOffsetsServiceStub:
-        """GroupOffsetsService stub for ``address``."""
-        return offsets_pb.GroupOffsetsServiceStub(self.get(address))
 
     async def close(self) -> None:
         """Close every channel; calls in flight fail with CANCELLED."""
