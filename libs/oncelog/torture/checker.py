@@ -1,0 +1,658 @@
+"""The torture history checker: safety anomalies, dependency cycles and liveness (design/torture.md §2).
+
+Run `python -m oncelog.torture.checker history.jsonl` for a report; it exits 1 when an anomaly is found.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import sys
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from oncelog.torture.history import Op, read_history
+
+WRITE_OPS = ("produce", "txn-commit", "txn-abort")
+
+SAFETY_CLASSES = (
+    "lost-write",
+    "duplicate",
+    "inconsistent-offset",
+    "aborted-read",
+    "torn-transaction",
+    "read-above-watermark",
+    "order-violation",
+    "offset-gap",
+    "offsets-without-outputs",
+    "outputs-without-offsets",
+    "G1c",
+)
+LIVENESS_CLASSES = ("transaction-hang", "lso-stuck", "consumer-stuck")
+ALLOWED_CLASSES = ("G0", "G1c-ww")
+"""Reported, never failing: Kafka orders writes per partition only (design/torture.md §2.3)."""
+
+DEFAULT_CONFIG = {"txn_timeout_ms": 60_000, "margin_ms": 10_000, "consumer_progress_ms": 30_000}
+
+
+@dataclass(frozen=True)
+class Anomaly:
+    cls: str
+    explanation: str
+    ops: tuple[int, ...]
+
+
+@dataclass
+class CheckResult:
+    anomalies: dict[str, list[Anomaly]] = field(default_factory=dict)
+    allowed: dict[str, list[Anomaly]] = field(default_factory=dict)
+    ops_checked: int = 0
+
+    @property
+    def valid(self) -> bool:
+        return not any(self.anomalies.values())
+
+    def add(self, cls: str, explanation: str, ops: Sequence[int]) -> None:
+        target = self.allowed if cls in ALLOWED_CLASSES else self.anomalies
+        target.setdefault(cls, []).append(Anomaly(cls, explanation, tuple(ops)))
+
+    def to_dict(self) -> dict[str, Any]:
+        def dump(found: dict[str, list[Anomaly]]) -> dict[str, Any]:
+            return {
+                c: [{"explanation": a.explanation, "ops": list(a.ops)} for a in items] for c, items in found.items()
+            }
+
+        return {
+            "valid": self.valid,
+            "ops_checked": self.ops_checked,
+            "anomalies": dump(self.anomalies),
+            "allowed": dump(self.allowed),
+        }
+
+
+@dataclass
+class Call:
+    """An invoke and its completion (None: the history ended first)."""
+
+    invoke: Op
+    done: Op | None
+
+    @property
+    def op(self) -> Op:
+        return self.done or self.invoke
+
+    @property
+    def outcome(self) -> str:
+        """committed, aborted (proved never visible) or unknown."""
+        if self.invoke.f == "txn-abort":
+            return "aborted"
+        if self.done is None or self.done.kind == "info":
+            return "unknown"
+        return "committed" if self.done.kind == "ok" else "aborted"
+
+    def name(self) -> str:
+        return self.op.describe()
+
+    def value(self) -> dict[str, Any]:
+        merged = dict(self.invoke.value)
+        if self.done is not None:
+            merged.update(self.done.value)
+        return merged
+
+
+@dataclass(frozen=True)
+class Send:
+    call: Call
+    partition: str
+    value: Any
+    offset: int | None
+    origin: tuple[str, int] | None
+
+
+@dataclass(frozen=True)
+class Seen:
+    """One record returned by a read (a read op, or the reads inside a transaction)."""
+
+    call: Call
+    partition: str
+    offset: int
+    value: Any
+    committed_isolation: bool
+
+
+class History:
+    """The history indexed for the checks."""
+
+    def __init__(self, ops: Sequence[Op]) -> None:
+        self.ops = list(ops)
+        self.calls: list[Call] = []
+        self.events: list[Op] = []  # single ops: watermarks, log, config, nemesis, fetch-offsets without invoke
+        open_by_process: dict[str, Call] = {}
+        for op in self.ops:
+            if op.kind == "invoke":
+                call = Call(op, None)
+                open_by_process[op.process] = call
+                self.calls.append(call)
+            elif op.process in open_by_process and open_by_process[op.process].invoke.f == op.f:
+                open_by_process.pop(op.process).done = op
+            else:
+                self.events.append(op)
+        self.sends: list[Send] = []
+        self.seen: list[Seen] = []
+        for call in self.calls:
+            value = call.value()
+            if call.invoke.f in WRITE_OPS:
+                for entry in value.get("sends", []):
+                    origin = tuple(entry[3]) if len(entry) > 3 and entry[3] is not None else None
+                    self.sends.append(Send(call, entry[0], entry[1], entry[2], origin))  # type: ignore[arg-type]
+            if call.done is not None and call.done.kind == "ok" and call.invoke.f in ("read", "txn-commit"):
+                isolation = value.get("isolation", "read_committed") == "read_committed"
+                for partition, records in value.get("reads", {}).items():
+                    for offset, record_value in records:
+                        self.seen.append(Seen(call, partition, offset, record_value, isolation))
+        self.writer: dict[Any, Send] = {}
+        for send in self.sends:
+            self.writer.setdefault(send.value, send)
+        self.drained: dict[str, Call] = {}
+        for call in self.calls:
+            value = call.value()
+            if call.invoke.f == "read" and value.get("final") and call.done is not None and call.done.kind == "ok":
+                for partition in value.get("reads", {}):
+                    self.drained[partition] = call
+        self.max_read: dict[str, Seen] = {}
+        for seen in self.seen:
+            best = self.max_read.get(seen.partition)
+            if best is None or seen.offset > best.offset:
+                self.max_read[seen.partition] = seen
+        self.visible: dict[str, dict[int, Any]] = defaultdict(dict)
+        self.readers: dict[Any, list[Seen]] = defaultdict(list)
+        for seen in self.seen:
+            self.readers[seen.value].append(seen)
+            if seen.committed_isolation:
+                self.visible[seen.partition][seen.offset] = seen.value
+        self.config = dict(DEFAULT_CONFIG)
+        for op in self.events:
+            if op.f == "config":
+                self.config.update(op.value)
+        self.end_ns = max((op.time_ns for op in self.ops), default=0)
+
+    def should_have_seen(self, send: Send) -> str | None:
+        """Why `send` must be visible by now, or None when the history cannot tell."""
+        drain = self.drained.get(send.partition)
+        if drain is not None:
+            return f"the final drain {drain.name()} read {send.partition} to its end"
+        best = self.max_read.get(send.partition)
+        if send.offset is not None and best is not None and best.offset > send.offset:
+            return f"{best.call.name()} read {send.partition} up to offset {best.offset}, past offset {send.offset}"
+        return None
+
+
+def check(ops: Sequence[Op]) -> CheckResult:
+    history = History(ops)
+    result = CheckResult(ops_checked=len(history.ops))
+    for rule in (
+        _lost_writes,
+        _duplicates,
+        _aborted_reads,
+        _torn_transactions,
+        _above_watermarks,
+        _order,
+        _gaps,
+        _offsets_and_outputs,
+        _cycles,
+        _liveness,
+    ):
+        rule(history, result)
+    return result
+
+
+def _lost_writes(h: History, result: CheckResult) -> None:
+    for send in h.sends:
+        if send.call.outcome != "committed" or h.readers.get(send.value):
+            continue
+        reason = h.should_have_seen(send)
+        if reason is not None:
+            proof = h.drained.get(send.partition) or h.max_read[send.partition].call
+            result.add(
+                "lost-write",
+                f"value {send.value} acknowledged by {send.call.name()} on {send.partition}"
+                f"{'' if send.offset is None else f' at offset {send.offset}'} was never read, yet {reason}",
+                [send.call.op.index, proof.op.index],
+            )
+
+
+def _duplicates(h: History, result: CheckResult) -> None:
+    places: dict[Any, dict[tuple[str, int], int]] = defaultdict(dict)
+    at: dict[tuple[str, int], dict[Any, int]] = defaultdict(dict)
+    for send in h.sends:
+        if send.offset is not None and send.call.done is not None and send.call.done.kind == "ok":
+            places[send.value].setdefault((send.partition, send.offset), send.call.op.index)
+            at[(send.partition, send.offset)].setdefault(send.value, send.call.op.index)
+    for seen in h.seen:
+        places[seen.value].setdefault((seen.partition, seen.offset), seen.call.op.index)
+        at[(seen.partition, seen.offset)].setdefault(seen.value, seen.call.op.index)
+    for value, where in places.items():
+        if len(where) > 1:
+            spots = ", ".join(f"{p}@{o} ({_op_name(h, i)})" for (p, o), i in sorted(where.items()))
+            result.add("duplicate", f"value {value} is at {len(where)} offsets: {spots}", sorted(set(where.values())))
+    for (partition, offset), values in at.items():
+        if len(values) > 1:
+            which = ", ".join(f"{v} ({_op_name(h, i)})" for v, i in values.items())
+            result.add(
+                "inconsistent-offset",
+                f"{partition}@{offset} holds different values: {which}",
+                sorted(set(values.values())),
+            )
+
+
+def _aborted_reads(h: History, result: CheckResult) -> None:
+    for seen in h.seen:
+        send = h.writer.get(seen.value)
+        if not seen.committed_isolation or send is None or send.call.outcome != "aborted":
+            continue
+        how = (
+            "aborted by the client"
+            if send.call.invoke.f == "txn-abort"
+            else f"failed ({send.call.op.error or 'definite'})"
+        )
+        result.add(
+            "aborted-read",
+            f"{seen.call.name()} read value {seen.value} at {seen.partition}@{seen.offset} in read_committed, "
+            f"but its writer {send.call.name()} was {how}",
+            [seen.call.op.index, send.call.op.index],
+        )
+
+
+def _torn_transactions(h: History, result: CheckResult) -> None:
+    by_call: dict[int, list[Send]] = defaultdict(list)
+    for send in h.sends:
+        if send.call.invoke.f == "txn-commit" and send.call.outcome != "aborted":
+            by_call[send.call.invoke.index].append(send)
+    for sends in by_call.values():
+        visible = [s for s in sends if any(r.committed_isolation for r in h.readers.get(s.value, []))]
+        missing = [s for s in sends if s not in visible and h.should_have_seen(s) is not None]
+        if visible and missing:
+            call = sends[0].call
+            shown = ", ".join(f"{s.value}@{s.partition}" for s in visible)
+            hidden = "; ".join(f"{s.value}@{s.partition}: {h.should_have_seen(s)}" for s in missing)
+            readers = sorted({r.call.op.index for s in visible for r in h.readers[s.value]})
+            result.add(
+                "torn-transaction",
+                f"{call.name()} is partly visible: {shown} were read, but not {hidden}",
+                [call.op.index, *readers],
+            )
+
+
+def _above_watermarks(h: History, result: CheckResult) -> None:
+    for call in h.calls:
+        if call.invoke.f != "read" or call.done is None or call.done.kind != "ok":
+            continue
+        value = call.value()
+        committed = value.get("isolation", "read_committed") == "read_committed"
+        for partition, records in value.get("reads", {}).items():
+            hw = value.get("hw", {}).get(partition)
+            lso = value.get("lso", {}).get(partition)
+            for offset, record_value in records:
+                if hw is not None and offset >= hw:
+                    result.add(
+                        "read-above-watermark",
+                        f"{call.name()} returned value {record_value} at {partition}@{offset}, at or above "
+                        f"the high watermark {hw} the same fetch reported",
+                        [call.op.index],
+                    )
+                elif committed and lso is not None and offset >= lso:
+                    result.add(
+                        "read-above-watermark",
+                        f"{call.name()} (read_committed) returned value {record_value} at {partition}@{offset}, "
+                        f"at or above the last stable offset {lso} the same fetch reported",
+                        [call.op.index],
+                    )
+    for op in h.events:
+        if op.f == "watermarks" and op.value.get("lso", 0) > op.value.get("hw", 0):
+            result.add(
+                "read-above-watermark",
+                f"{op.describe()}: {op.value.get('partition')} has last stable offset {op.value['lso']} "
+                f"above its high watermark {op.value['hw']}",
+                [op.index],
+            )
+
+
+def _order(h: History, result: CheckResult) -> None:
+    last: dict[tuple[str, str], tuple[int, Send]] = {}
+    for send in h.sends:
+        call = send.call
+        if send.offset is None or call.done is None or call.done.kind != "ok":
+            continue
+        key = (call.invoke.process, send.partition)
+        previous = last.get(key)
+        if previous is not None and send.offset <= previous[0]:
+            earlier = previous[1]
+            result.add(
+                "order-violation",
+                f"producer {call.invoke.process} sent {earlier.value} ({earlier.call.name()}) before "
+                f"{send.value} ({call.name()}) to {send.partition}, but they landed at offsets "
+                f"{earlier.offset} and {send.offset}",
+                sorted({earlier.call.op.index, call.op.index}),
+            )
+        last[key] = (send.offset, send)
+    for call in h.calls:
+        if call.done is None or call.done.kind != "ok" or call.invoke.f not in ("read", "txn-commit"):
+            continue
+        for partition, records in call.value().get("reads", {}).items():
+            offsets = [o for o, _ in records]
+            for a, b in itertools.pairwise(offsets):
+                if b <= a:
+                    result.add(
+                        "order-violation",
+                        f"{call.name()} returned {partition}@{b} after {partition}@{a} within one read",
+                        [call.op.index],
+                    )
+
+
+def _gaps(h: History, result: CheckResult) -> None:
+    log_kind: dict[str, dict[int, str]] = {}
+    for op in h.events:
+        if op.f != "log":
+            continue
+        partition = op.value["partition"]
+        entries = {int(e[0]): e[1] for e in op.value.get("records", [])}
+        log_kind[partition] = entries
+        start = int(op.value.get("start", 0))
+        end = max(entries, default=start - 1)
+        holes = [o for o in range(start, end + 1) if o not in entries]
+        if holes:
+            result.add(
+                "offset-gap",
+                f"{op.describe()}: {partition} has no record, data or control, at offsets {_ranges(holes)}",
+                [op.index],
+            )
+    committed_at: dict[tuple[str, int], Send] = {}
+    for send in h.sends:
+        if send.offset is not None and send.call.outcome == "committed":
+            committed_at[(send.partition, send.offset)] = send
+    for call in h.calls:
+        value = call.value()
+        if call.done is None or call.done.kind != "ok" or value.get("isolation", "read_committed") != "read_committed":
+            continue
+        for partition, records in value.get("reads", {}).items():
+            offsets = [o for o, _ in records]
+            for a, b in itertools.pairwise(offsets):
+                for missing in range(a + 1, b):
+                    send = committed_at.get((partition, missing))
+                    if send is not None and log_kind.get(partition, {}).get(missing) != "control":
+                        result.add(
+                            "offset-gap",
+                            f"{call.name()} skipped {partition}@{missing}, which holds value {send.value} "
+                            f"committed by {send.call.name()}; only control records may be skipped there",
+                            [call.op.index, send.call.op.index],
+                        )
+
+
+def _offsets_and_outputs(h: History, result: CheckResult) -> None:
+    final: dict[str, Op] = {}
+    for call in h.calls:
+        if call.invoke.f == "fetch-offsets" and call.done is not None and call.done.kind == "ok":
+            final[call.value()["group"]] = call.done
+    for op in h.events:
+        if op.f == "fetch-offsets" and op.kind == "ok":
+            final[op.value["group"]] = op
+    outputs = [s for s in h.sends if s.origin is not None]
+    if not final or not outputs:
+        return
+    output_partitions = {s.partition for s in outputs}
+    all_drained = output_partitions <= set(h.drained)
+    visible_outputs: dict[tuple[str, int], list[Send]] = defaultdict(list)
+    for send in outputs:
+        if any(r.committed_isolation for r in h.readers.get(send.value, [])):
+            visible_outputs[send.origin].append(send)  # type: ignore[index]
+    consumed_by: dict[tuple[str, int], Call] = {}
+    for seen in h.seen:
+        if seen.call.invoke.f == "txn-commit" and "offsets" in seen.call.value():
+            consumed_by.setdefault((seen.partition, seen.offset), seen.call)
+    for group, fetched in final.items():
+        committed = fetched.value.get("offsets", {})
+        for partition, next_offset in committed.items():
+            inputs = sorted(o for o in h.visible.get(partition, {}) if o < next_offset)
+            for offset in inputs:
+                made = visible_outputs.get((partition, offset), [])
+                if not made and all_drained:
+                    consumer = consumed_by.get((partition, offset))
+                    ops = [fetched.index] + ([consumer.op.index] if consumer else [])
+                    result.add(
+                        "offsets-without-outputs",
+                        f"group {group} committed {partition} up to {next_offset} ({fetched.describe()}), but input "
+                        f"{partition}@{offset} has no visible output"
+                        + (f"; {consumer.name()} consumed it" if consumer else ""),
+                        ops,
+                    )
+                elif len(made) > 1:
+                    result.add(
+                        "duplicate",
+                        f"input {partition}@{offset} of group {group} was processed {len(made)} times: "
+                        + ", ".join(f"{s.value}@{s.partition} ({s.call.name()})" for s in made),
+                        sorted({s.call.op.index for s in made}),
+                    )
+            for (origin_partition, origin_offset), made in visible_outputs.items():
+                if origin_partition == partition and origin_offset >= next_offset:
+                    for send in made:
+                        result.add(
+                            "outputs-without-offsets",
+                            f"output {send.value}@{send.partition} of input {partition}@{origin_offset} is visible "
+                            f"({send.call.name()}), but group {group} committed {partition} only up to {next_offset} "
+                            f"({fetched.describe()})",
+                            [send.call.op.index, fetched.index],
+                        )
+
+
+def _cycles(h: History, result: CheckResult) -> None:
+    import networkx as nx
+
+    graph = nx.MultiDiGraph()
+    nodes = [
+        c
+        for c in h.calls
+        if c.done is not None and c.outcome != "aborted" and c.invoke.f in ("produce", "txn-commit", "read")
+    ]
+    node_ids = {c.invoke.index for c in nodes}
+    for c in nodes:
+        graph.add_node(c.invoke.index, call=c)
+    order: dict[str, dict[int, int]] = defaultdict(dict)
+    for send in h.sends:
+        if send.offset is not None and send.call.invoke.index in node_ids:
+            order[send.partition][send.offset] = send.call.invoke.index
+    for seen in h.seen:
+        send = h.writer.get(seen.value)
+        if send is not None and send.call.invoke.index in node_ids:
+            order[seen.partition].setdefault(seen.offset, send.call.invoke.index)
+            if send.call.invoke.index != seen.call.invoke.index:
+                graph.add_edge(send.call.invoke.index, seen.call.invoke.index, kind="wr", why=f"read {seen.value}")
+    for partition, by_offset in order.items():
+        writers = [by_offset[o] for o in sorted(by_offset)]
+        for a, b in itertools.pairwise(writers):
+            if a != b:
+                graph.add_edge(a, b, kind="ww", why=f"wrote {partition} before")
+    last: dict[str, int] = {}
+    for c in nodes:
+        process = c.invoke.process
+        if process in last:
+            graph.add_edge(last[process], c.invoke.index, kind="process", why="came next in process")
+        last[process] = c.invoke.index
+
+    def cycles_of(kinds: set[str]) -> list[list[tuple[int, int, str, str]]]:
+        sub = nx.MultiDiGraph()
+        sub.add_nodes_from(graph.nodes)
+        sub.add_edges_from((a, b, d) for a, b, d in graph.edges(data=True) if d["kind"] in kinds)
+        found = []
+        for component in nx.strongly_connected_components(sub):
+            if len(component) > 1:
+                cycle = nx.find_cycle(sub.subgraph(component))
+                found.append([(a, b, sub[a][b][k]["kind"], sub[a][b][k]["why"]) for a, b, k in cycle])
+        return found
+
+    def explain(cycle: list[tuple[int, int, str, str]]) -> str:
+        steps = "; ".join(
+            f"{graph.nodes[a]['call'].name()} {why} -> {graph.nodes[b]['call'].name()} [{kind}]"
+            for a, b, kind, why in cycle
+        )
+        return f"dependency cycle: {steps}"
+
+    def indices(cycle: list[tuple[int, int, str, str]]) -> list[int]:
+        return sorted({graph.nodes[a]["call"].op.index for a, _, _, _ in cycle})
+
+    for cycle in cycles_of({"ww"}):
+        result.add("G0", explain(cycle), indices(cycle))
+    strict = cycles_of({"wr", "process"})
+    for cycle in strict:
+        result.add("G1c", explain(cycle), indices(cycle))
+    strict_nodes = {a for cycle in strict for a, _, _, _ in cycle}
+    for cycle in cycles_of({"ww", "wr", "process"}):
+        if any(kind == "wr" for _, _, kind, _ in cycle) and not {a for a, _, _, _ in cycle} & strict_nodes:
+            result.add("G1c-ww", explain(cycle), indices(cycle))
+
+
+def _liveness(h: History, result: CheckResult) -> None:
+    timeout_ns = (int(h.config["txn_timeout_ms"]) + int(h.config["margin_ms"])) * 1_000_000
+    for call in h.calls:
+        if call.invoke.f not in ("txn-commit", "txn-abort"):
+            continue
+        end = call.done.time_ns if call.done is not None else h.end_ns
+        if end - call.invoke.time_ns > timeout_ns:
+            state = "never completed" if call.done is None else f"completed {call.done.kind}"
+            result.add(
+                "transaction-hang",
+                f"{call.name()} stayed open {(end - call.invoke.time_ns) / 1e9:.1f} s ({state}), past the "
+                f"transaction timeout + margin of {timeout_ns / 1e9:.1f} s",
+                [call.op.index],
+            )
+    heal = _heal_time(h)
+    if heal is None:
+        return
+    marks: dict[str, list[Op]] = defaultdict(list)
+    for op in h.events:
+        if op.f == "watermarks" and op.time_ns >= heal:
+            marks[op.value["partition"]].append(op)
+    for partition, seen in marks.items():
+        for first in seen:
+            if first.value["lso"] >= first.value["hw"]:
+                continue
+            late = [o for o in seen if o.time_ns - first.time_ns > timeout_ns and o.value["lso"] <= first.value["lso"]]
+            if late:
+                result.add(
+                    "lso-stuck",
+                    f"{partition}: last stable offset {first.value['lso']} below high watermark "
+                    f"{first.value['hw']} at {first.describe()} had not moved by {late[0].describe()}, "
+                    f"{(late[0].time_ns - first.time_ns) / 1e9:.1f} s later and after the faults healed",
+                    [first.index, late[0].index],
+                )
+                break
+    progress_ns = int(h.config["consumer_progress_ms"]) * 1_000_000
+    if h.end_ns - heal <= progress_ns:
+        return
+    consumers: dict[str, list[Call]] = defaultdict(list)
+    for call in h.calls:
+        if call.invoke.f == "read" and not call.value().get("final"):
+            consumers[call.invoke.process].append(call)
+    for process, calls in consumers.items():
+        progressed = [
+            c
+            for c in calls
+            if c.done is not None
+            and c.done.kind == "ok"
+            and heal <= c.done.time_ns <= heal + progress_ns
+            and (any(c.value().get("reads", {}).values()) or c.value().get("caught_up"))
+        ]
+        if not progressed:
+            tried = [c.op.index for c in calls if c.invoke.time_ns >= heal][:5]
+            result.add(
+                "consumer-stuck",
+                f"consumer {process} read nothing and never caught up in the {progress_ns / 1e9:.0f} s after "
+                f"the faults healed",
+                tried,
+            )
+
+
+def _heal_time(h: History) -> int | None:
+    """When the last fault healed; None if a fault is still active at the end or none ever started."""
+    active: dict[str, int] = {}
+    healed: int | None = None
+    for op in h.events:
+        if op.f != "nemesis":
+            continue
+        fault = str(op.value.get("fault"))
+        if op.value.get("action") == "start":
+            active[fault] = active.get(fault, 0) + 1
+        elif op.value.get("action") == "stop" and active.get(fault):
+            active[fault] -= 1
+            healed = op.time_ns
+    if healed is None or any(active.values()):
+        return None
+    return healed
+
+
+def _op_name(h: History, index: int) -> str:
+    return h.ops[index].describe() if 0 <= index < len(h.ops) and h.ops[index].index == index else f"op {index}"
+
+
+def _ranges(offsets: list[int]) -> str:
+    spans: list[str] = []
+    start = prev = offsets[0]
+    for o in [*offsets[1:], None]:  # type: ignore[list-item]
+        if o is not None and o == prev + 1:
+            prev = o
+            continue
+        spans.append(str(start) if start == prev else f"{start}-{prev}")
+        if o is not None:
+            start = prev = o
+    return ", ".join(spans)
+
+
+def render(result: CheckResult) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    table = Table(title=f"torture history: {result.ops_checked} ops checked")
+    table.add_column("class")
+    table.add_column("count", justify="right")
+    table.add_column("fails")
+    table.add_column("first example")
+    for cls in (*SAFETY_CLASSES, *LIVENESS_CLASSES, *ALLOWED_CLASSES):
+        found = result.anomalies.get(cls) or result.allowed.get(cls) or []
+        fails = "allowed" if cls in ALLOWED_CLASSES else ("yes" if found else "")
+        table.add_row(cls, str(len(found)), fails, found[0].explanation if found else "")
+    console.print(table)
+    for cls, found in result.anomalies.items():
+        for anomaly in found:
+            console.print(f"[bold red]{cls}[/]: {anomaly.explanation} (ops {', '.join(map(str, anomaly.ops))})")
+    console.print("[bold green]valid[/]" if result.valid else "[bold red]INVALID[/]")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m oncelog.torture.checker",
+        description=(
+            "Check a torture history (JSON Lines, one op event a line; format in docs/design/torture.md) for "
+            "exactly-once anomalies: lost acknowledged writes, duplicates, aborted reads, torn transactions, "
+            "reads above the high watermark or last stable offset, order violations within a producer, offset "
+            "gaps that are not control records, group offsets committed without their outputs (or the reverse), "
+            "G1c dependency cycles, and liveness (hanging transactions, a stuck LSO, a consumer without progress "
+            "after the faults heal). G0 and ww-dependent G1c cycles are reported but allowed. Prints a table of "
+            "every class with an example and exits 1 when any anomaly is found, 0 otherwise."
+        ),
+    )
+    parser.add_argument("history", help="path of the history file (JSONL)")
+    parser.add_argument("--json", action="store_true", help="print the result as JSON instead of a table")
+    args = parser.parse_args(argv)
+    result = check(read_history(args.history))
+    if args.json:
+        print(json.dumps(result.to_dict(), indent=2))
+    else:
+        render(result)
+    return 0 if result.valid else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

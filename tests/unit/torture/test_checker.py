@@ -1,0 +1,372 @@
+"""The checker on synthetic histories: each anomaly class is found and names its operations; clean twins pass."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from oncelog.torture.checker import CheckResult, check, main
+from oncelog.torture.history import Op, parse_lines, read_history, write_history
+
+from .histories import Builder, model_history
+
+T0, T1, OUT, IN = "t-0", "t-1", "out-0", "in-0"
+
+
+def only(result: CheckResult, cls: str) -> list:
+    """The anomalies of `cls`, asserting no other failing class was found."""
+    assert set(result.anomalies) == {cls}, result.to_dict()
+    return result.anomalies[cls]
+
+
+def test_a_clean_transactional_history_passes() -> None:
+    b = Builder()
+    w1 = b.write("p1", [(T0, 1, 0), (T1, 2, 0)])
+    w2 = b.write("p1", [(T0, 3, 2)], f="produce")
+    b.event("log", {"partition": T0, "start": 0, "records": [[0, "data", 1], [1, "control", "commit"], [2, "data", 3]]})
+    b.read("c1", {T0: [(0, 1), (2, 3)], T1: [(0, 2)]}, final=True, hw={T0: 3, T1: 2}, lso={T0: 3, T1: 2})
+    result = check(b.ops)
+    assert result.valid, result.to_dict()
+    assert result.ops_checked == len(b.ops) and w1.index < w2.index
+
+
+def test_lost_write_names_the_writer_and_the_reader_that_passed_it() -> None:
+    b = Builder()
+    writer = b.write("p1", [(T0, 1, 0)], f="produce")
+    b.write("p1", [(T0, 2, 1)], f="produce")
+    reader = b.read("c1", {T0: [(1, 2)]})
+    (anomaly,) = only(check(b.ops), "lost-write")
+    assert anomaly.ops == (writer.index, reader.index)
+    assert "value 1 acknowledged by op 1" in anomaly.explanation and "op 5 (c1 ok read)" in anomaly.explanation
+
+
+def test_an_unknown_write_never_read_is_not_lost() -> None:
+    b = Builder()
+    b.write("p1", [(T0, 1, 0)], kind="info", f="produce")
+    b.write("p1", [(T0, 2, 0)], f="produce")
+    b.read("c1", {T0: [(0, 2)]}, final=True)
+    assert check(b.ops).valid
+
+
+def test_duplicate_value_at_two_offsets() -> None:
+    b = Builder()
+    writer = b.write("p1", [(T0, 7, 0)], f="produce")
+    reader = b.read("c1", {T0: [(0, 7), (1, 7)]})
+    (anomaly,) = only(check(b.ops), "duplicate")
+    assert set(anomaly.ops) == {writer.index, reader.index}
+    assert "t-0@0" in anomaly.explanation and "t-0@1" in anomaly.explanation
+
+
+def test_two_values_at_one_offset_is_an_inconsistent_offset() -> None:
+    b = Builder()
+    first = b.write("p1", [(T0, 1, 0)], f="produce")
+    second = b.write("p2", [(T0, 2, 0)], f="produce")
+    b.read("c1", {T0: [(0, 1)]}, final=True)
+    result = check(b.ops)
+    assert "inconsistent-offset" in result.anomalies
+    assert result.anomalies["inconsistent-offset"][0].ops == (first.index, second.index)
+
+
+def test_aborted_read_in_read_committed() -> None:
+    b = Builder()
+    aborted = b.write("p1", [(T0, 1, 0)], f="txn-abort")
+    reader = b.read("c1", {T0: [(0, 1)]})
+    (anomaly,) = only(check(b.ops), "aborted-read")
+    assert anomaly.ops == (reader.index, aborted.index)
+    assert "aborted by the client" in anomaly.explanation
+
+
+def test_aborted_data_in_read_uncommitted_is_allowed() -> None:
+    b = Builder()
+    b.write("p1", [(T0, 1, 0)], f="txn-abort")
+    b.read("c1", {T0: [(0, 1)]}, isolation="read_uncommitted")
+    assert check(b.ops).valid
+
+
+def test_a_failed_write_that_becomes_visible_is_an_aborted_read() -> None:
+    b = Builder()
+    failed = b.write("p1", [(T0, 1, 0)], kind="fail", error="INVALID_PRODUCER_EPOCH")
+    b.read("c1", {T0: [(0, 1)]})
+    (anomaly,) = only(check(b.ops), "aborted-read")
+    assert failed.index in anomaly.ops and "INVALID_PRODUCER_EPOCH" in anomaly.explanation
+
+
+def test_torn_transaction_of_unknown_outcome() -> None:
+    b = Builder()
+    txn = b.write("p1", [(T0, 1, 0), (T1, 2, 0)], kind="info")
+    drain = b.read("c1", {T0: [(0, 1)], T1: []}, final=True)
+    (anomaly,) = only(check(b.ops), "torn-transaction")
+    assert anomaly.ops == (txn.index, drain.index)
+    assert "2@t-1" in anomaly.explanation and "final drain" in anomaly.explanation
+
+
+def test_read_above_high_watermark_and_last_stable_offset() -> None:
+    b = Builder()
+    b.write("p1", [(T0, 1, 0), (T0, 2, 1)])
+    above_hw = b.read("c1", {T0: [(0, 1), (1, 2)]}, hw={T0: 1})
+    above_lso = b.read("c2", {T0: [(0, 1), (1, 2)]}, hw={T0: 2}, lso={T0: 1})
+    bad_marks = b.event("watermarks", {"partition": T0, "hw": 2, "lso": 3})
+    found = only(check(b.ops), "read-above-watermark")
+    assert [a.ops for a in found] == [(above_hw.index,), (above_lso.index,), (bad_marks.index,)]
+    assert "high watermark 1" in found[0].explanation and "last stable offset 1" in found[1].explanation
+
+
+def test_order_violation_within_a_producer() -> None:
+    b = Builder()
+    first = b.write("p1", [(T0, 1, 5)], f="produce")
+    second = b.write("p1", [(T0, 2, 4)], f="produce")
+    (anomaly,) = only(check(b.ops), "order-violation")
+    assert anomaly.ops == (first.index, second.index)
+    assert "offsets 5 and 4" in anomaly.explanation
+
+
+def test_order_violation_within_one_read() -> None:
+    b = Builder()
+    b.write("p1", [(T0, 1, 0), (T0, 2, 1)])
+    reader = b.read("c1", {T0: [(1, 2), (0, 1)]})
+    (anomaly,) = only(check(b.ops), "order-violation")
+    assert anomaly.ops == (reader.index,)
+
+
+def test_offset_gap_in_the_log_is_not_a_control_record() -> None:
+    b = Builder()
+    log = b.event("log", {"partition": T0, "start": 0, "records": [[0, "data", 1], [3, "control", "commit"]]})
+    (anomaly,) = only(check(b.ops), "offset-gap")
+    assert anomaly.ops == (log.index,) and "offsets 1-2" in anomaly.explanation
+
+
+def test_a_read_that_skips_committed_data_is_an_offset_gap() -> None:
+    b = Builder()
+    writer = b.write("p1", [(T0, 1, 0), (T0, 2, 1), (T0, 3, 2)], f="produce")
+    reader = b.read("c1", {T0: [(0, 1), (2, 3)]})
+    found = check(b.ops).anomalies
+    assert found["offset-gap"][0].ops == (reader.index, writer.index)
+
+
+def test_a_read_may_skip_a_control_record() -> None:
+    b = Builder()
+    b.write("p1", [(T0, 1, 0)])
+    b.write("p1", [(T0, 2, 2)])
+    b.event(
+        "log",
+        {
+            "partition": T0,
+            "start": 0,
+            "records": [[0, "data", 1], [1, "control", "commit"], [2, "data", 2], [3, "control", "commit"]],
+        },
+    )
+    b.read("c1", {T0: [(0, 1), (2, 2)]}, final=True)
+    assert check(b.ops).valid
+
+
+def _copier(b: Builder, processed: list[tuple[int, int]], committed_to: int) -> int:
+    """Inputs at IN offsets 0..n-1; each processed input gets an output in its own transaction."""
+    b.write("src", [(IN, 100 + o, o) for o in range(3)], f="produce")
+    last = 0
+    for out_offset, (in_offset, out_value) in enumerate(processed):
+        last = b.write(
+            "copier",
+            [(OUT, out_value, out_offset, [IN, in_offset])],
+            reads={IN: [[in_offset, 100 + in_offset]]},
+            offsets={"group": "g", "offsets": {IN: in_offset + 1}},
+        ).index
+    b.fetch_offsets("g", {IN: committed_to})
+    b.read(
+        "drain", {IN: [(o, 100 + o) for o in range(3)], OUT: [(i, v) for i, (_, v) in enumerate(processed)]}, final=True
+    )
+    return last
+
+
+def test_consume_transform_produce_clean() -> None:
+    b = Builder()
+    _copier(b, [(0, 200), (1, 201), (2, 202)], committed_to=3)
+    assert check(b.ops).valid, check(b.ops).to_dict()
+
+
+def test_offsets_committed_without_their_outputs() -> None:
+    b = Builder()
+    _copier(b, [(0, 200), (1, 201)], committed_to=3)
+    (anomaly,) = only(check(b.ops), "offsets-without-outputs")
+    assert "in-0@2 has no visible output" in anomaly.explanation
+
+
+def test_outputs_visible_without_their_offsets() -> None:
+    b = Builder()
+    last = _copier(b, [(0, 200), (1, 201), (2, 202)], committed_to=2)
+    (anomaly,) = only(check(b.ops), "outputs-without-offsets")
+    assert anomaly.ops[0] == last and "only up to 2" in anomaly.explanation
+
+
+def test_double_processing_is_a_duplicate() -> None:
+    b = Builder()
+    _copier(b, [(0, 200), (1, 201), (1, 301), (2, 202)], committed_to=3)
+    (anomaly,) = only(check(b.ops), "duplicate")
+    assert "in-0@1" in anomaly.explanation and "2 times" in anomaly.explanation
+
+
+def test_g1c_cycle_through_reads() -> None:
+    b = Builder()
+    t1 = b.write("p1", [(T0, 1, 0)], reads={T1: [[0, 2]]})
+    t2 = b.write("p2", [(T1, 2, 0)], reads={T0: [[0, 1]]})
+    (anomaly,) = only(check(b.ops), "G1c")
+    assert set(anomaly.ops) == {t1.index, t2.index}
+    assert "[wr]" in anomaly.explanation and "read 1" in anomaly.explanation
+
+
+def test_g0_write_cycle_is_reported_but_allowed() -> None:
+    b = Builder()
+    b.write("p1", [(T0, 1, 0), (T1, 2, 1)])
+    b.write("p2", [(T0, 3, 1), (T1, 4, 0)])
+    result = check(b.ops)
+    assert result.valid, result.to_dict()
+    assert len(result.allowed["G0"]) == 1 and "[ww]" in result.allowed["G0"][0].explanation
+
+
+def test_transaction_open_past_its_timeout() -> None:
+    b = Builder()
+    b.event("config", {"txn_timeout_ms": 1000, "margin_ms": 500})
+    b.op("p1", "invoke", "txn-commit", {"sends": [[T0, 1, None]]})
+    b.advance(2000)
+    b.op("p1", "info", "txn-commit", {"sends": [[T0, 1, None]]})
+    (anomaly,) = only(check(b.ops), "transaction-hang")
+    assert "past the transaction timeout + margin of 1.5 s" in anomaly.explanation
+
+
+def test_lso_stuck_after_the_faults_heal() -> None:
+    b = Builder()
+    b.event("config", {"txn_timeout_ms": 1000, "margin_ms": 0})
+    b.event("nemesis", {"action": "start", "fault": "kill", "targets": ["storage-0"]}, process="nemesis")
+    b.event("nemesis", {"action": "stop", "fault": "kill", "targets": ["storage-0"]}, process="nemesis")
+    first = b.event("watermarks", {"partition": T0, "hw": 5, "lso": 3})
+    b.advance(2000)
+    later = b.event("watermarks", {"partition": T0, "hw": 6, "lso": 3})
+    (anomaly,) = only(check(b.ops), "lso-stuck")
+    assert anomaly.ops == (first.index, later.index)
+
+
+def test_lso_that_moves_is_not_stuck_and_faults_still_active_are_not_judged() -> None:
+    moving = Builder()
+    moving.event("config", {"txn_timeout_ms": 1000, "margin_ms": 0})
+    moving.event("nemesis", {"action": "start", "fault": "kill"}, process="nemesis")
+    moving.event("nemesis", {"action": "stop", "fault": "kill"}, process="nemesis")
+    moving.event("watermarks", {"partition": T0, "hw": 5, "lso": 3})
+    moving.advance(2000)
+    moving.event("watermarks", {"partition": T0, "hw": 6, "lso": 6})
+    assert check(moving.ops).valid
+    active = Builder()
+    active.event("config", {"txn_timeout_ms": 1000, "margin_ms": 0})
+    active.event("nemesis", {"action": "start", "fault": "kill"}, process="nemesis")
+    active.event("watermarks", {"partition": T0, "hw": 5, "lso": 3})
+    active.advance(2000)
+    active.event("watermarks", {"partition": T0, "hw": 6, "lso": 3})
+    assert check(active.ops).valid
+
+
+def test_consumer_without_progress_after_heal() -> None:
+    b = Builder()
+    b.event("config", {"consumer_progress_ms": 1000})
+    b.event("nemesis", {"action": "start", "fault": "pause"}, process="nemesis")
+    b.event("nemesis", {"action": "stop", "fault": "pause"}, process="nemesis")
+    b.read("c1", {T0: []})
+    b.read("c2", {T0: []}, caught_up=True)
+    b.advance(2000)
+    b.read("c1", {T0: []})
+    (anomaly,) = only(check(b.ops), "consumer-stuck")
+    assert "consumer c1" in anomaly.explanation and anomaly.ops
+
+
+def test_history_round_trips_through_jsonl(tmp_path) -> None:
+    ops = model_history([("commit", 1, [0, 1], 1), ("abort", 2, [1], 0), ("produce", 1, [0], 1)])
+    path = tmp_path / "history.jsonl"
+    write_history(path, ops)
+    assert read_history(path) == ops
+    with pytest.raises(ValueError, match="kind"):
+        list(parse_lines(['{"index": 0, "process": "p", "type": "done", "f": "read"}']))
+
+
+def test_command_prints_the_report_and_exits_one_on_anomalies(tmp_path, capsys) -> None:
+    b = Builder()
+    b.write("p1", [(T0, 1, 0)], f="txn-abort")
+    b.read("c1", {T0: [(0, 1)]})
+    bad, good = tmp_path / "bad.jsonl", tmp_path / "good.jsonl"
+    write_history(bad, b.ops)
+    write_history(good, model_history([("commit", 1, [0], 1)]))
+    assert main([str(bad)]) == 1
+    assert "aborted-read" in capsys.readouterr().out
+    assert main([str(good), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["valid"] is True
+
+
+steps = st.lists(
+    st.tuples(
+        st.sampled_from(["produce", "commit", "abort"]),
+        st.integers(0, 3),
+        st.lists(st.integers(0, 1), min_size=1, max_size=4),
+        st.integers(0, 1),
+    ),
+    min_size=1,
+    max_size=12,
+).filter(lambda s: any(kind != "abort" for kind, *_ in s))
+
+
+@settings(max_examples=60, deadline=None)
+@given(steps)
+def test_model_histories_are_valid(model_steps) -> None:
+    result = check(model_history(model_steps))
+    assert result.valid, result.to_dict()
+
+
+def _inject(ops: list[Op], anomaly: str, pick: int) -> list[Op]:
+    """One anomaly in a clean model history; `pick` chooses which committed value it hits."""
+    ops = list(ops)
+    drain_at = len(ops) - 1
+    drain = ops[drain_at]
+    reads = {p: [list(r) for r in rs] for p, rs in drain.value["reads"].items()}
+    visible = [(p, i) for p, rs in reads.items() for i in range(len(rs))]
+    partition, i = visible[pick % len(visible)]
+    offset, value = reads[partition][i]
+    if anomaly == "lost-write":
+        ops = [
+            replace(
+                op,
+                value={
+                    **op.value,
+                    "reads": {p: [r for r in rs if r[1] != value] for p, rs in op.value["reads"].items()},
+                },
+            )
+            if op.f == "read" and op.kind == "ok"
+            else op
+            for op in ops
+        ]
+        return ops
+    if anomaly == "duplicate":
+        top = max(o for rs in reads.values() for o, _ in rs)
+        reads[partition].append([top + 100, value])
+    elif anomaly == "aborted-read":
+        writer = next(
+            op
+            for op in ops
+            if op.kind != "invoke"
+            and op.f in ("produce", "txn-commit")
+            and any(s[1] == value for s in op.value.get("sends", []))
+        )
+        ops[writer.index] = replace(writer, kind="fail")
+        return ops
+    elif anomaly == "read-above-watermark":
+        drain_value = {**drain.value, "hw": {**drain.value["hw"], partition: offset}}
+        ops[drain_at] = replace(drain, value=drain_value)
+        return ops
+    ops[drain_at] = replace(drain, value={**drain.value, "reads": reads})
+    return ops
+
+
+@settings(max_examples=60, deadline=None)
+@given(steps, st.sampled_from(["lost-write", "duplicate", "aborted-read", "read-above-watermark"]), st.integers(0, 50))
+def test_one_injected_anomaly_is_found(model_steps, anomaly, pick) -> None:
+    result = check(_inject(model_history(model_steps), anomaly, pick))
+    assert not result.valid
+    assert anomaly in result.anomalies, result.to_dict()
