@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 
-from oncelog.api.common import v1 as common_pb
-from oncelog.api.storage import v1 as storage_pb
 from oncelog.client import Consumer, ConsumerRecord
-from oncelog.client.fetch_filter import AbortedTransaction, filter_fetch
+from oncelog.client.fetch_filter import filter_fetch
 from oncelog.client.records import TopicPartition
-from oncelog.rpc import sync_channel
+from oncelog.client.services import FetchPosition, PartitionStorageClient
+from oncelog.rpc import aio_channel
 from oncelog.vocabulary import IsolationLevel
 
 
@@ -51,47 +51,35 @@ def read_all(
 def read_partition_values(
     address: str, topic: str, partition: int, leader_epoch: int, isolation: IsolationLevel
 ) -> list[tuple[int, str]]:
-    """(offset, value) of every record a reader at ``isolation`` gets from one partition, read over raw gRPC.
+    """(offset, value) of every record a reader at ``isolation`` gets from one partition, read with single Fetch calls.
 
     It waits until every transaction on the partition is decided (LSO == HW) and filters the batches with the
     client library's fetch filter, so other languages' clients can be checked against the Python codec.
     """
-    stub = storage_pb.PartitionStorageServiceStub(sync_channel(address))
-    tp = TopicPartition(topic, partition)
-    level = (
-        storage_pb.ISOLATION_LEVEL_READ_COMMITTED
-        if isolation is IsolationLevel.READ_COMMITTED
-        else storage_pb.ISOLATION_LEVEL_READ_UNCOMMITTED
-    )
+    return asyncio.run(_read_partition_values(address, TopicPartition(topic, partition), leader_epoch, isolation))
+
+
+async def _read_partition_values(
+    address: str, tp: TopicPartition, leader_epoch: int, isolation: IsolationLevel
+) -> list[tuple[int, str]]:
     position = 0
     out: list[tuple[int, str]] = []
     deadline = time.monotonic() + 30
-    while True:
-        result = stub.Fetch(
-            storage_pb.FetchRequest(
-                partitions=[
-                    storage_pb.FetchPartition(
-                        topic_partition=common_pb.TopicPartition(topic=topic, partition=partition),
-                        fetch_offset=position,
-                        leader_epoch=leader_epoch,
-                    )
-                ],
-                isolation_level=level,
-                max_wait_ms=200,
-            ),
-            timeout=10,
-        ).results[0]
-        assert not result.HasField("error"), result.error
-        records, position = filter_fetch(
-            tp,
-            result.records,
-            fetch_offset=position,
-            isolation_level=isolation,
-            aborted_transactions=[
-                AbortedTransaction(t.producer_id, t.first_offset) for t in result.aborted_transactions
-            ],
-        )
-        out.extend((r.offset, (r.value or b"").decode()) for r in records)
-        if position >= result.last_stable_offset == result.high_watermark:
-            return out
-        assert time.monotonic() < deadline, f"{tp}: transactions still open at {result.last_stable_offset}"
+    async with aio_channel(address) as channel:
+        storage = PartitionStorageClient(lambda _address: channel, timeout_s=10)
+        while True:
+            [result] = await storage.fetch(
+                address, [FetchPosition(tp, position, leader_epoch=leader_epoch)], isolation=isolation, max_wait_ms=200
+            )
+            assert result.error is None, result.error
+            records, position = filter_fetch(
+                tp,
+                result.records,
+                fetch_offset=position,
+                isolation_level=isolation,
+                aborted_transactions=result.aborted_transactions,
+            )
+            out.extend((r.offset, (r.value or b"").decode()) for r in records)
+            if position >= result.last_stable_offset == result.high_watermark:
+                return out
+            assert time.monotonic() < deadline, f"{tp}: transactions still open at {result.last_stable_offset}"
