@@ -538,8 +538,12 @@ def start_transactional_produce(local: LocalCluster, topic: str, tid: str) -> su
         preexec_fn=_sigint_default,
     )
     assert proc.stdin is not None
-    proc.stdin.write(b"one\ntwo\n")
-    proc.stdin.flush()
+    try:
+        proc.stdin.write(b"one\ntwo\n")
+        proc.stdin.flush()
+    except BrokenPipeError:  # it exited before reading: say why instead of the pipe error
+        _, stderr = proc.communicate()
+        raise AssertionError(f"produce exited with {proc.returncode} before reading: {stderr.decode()!r}") from None
     with AdminClient(local.bootstrap) as admin:  # the signal: the coordinator holds the open transaction
         while True:
             assert proc.poll() is None, proc.communicate()

@@ -55,12 +55,16 @@ def root(
 ) -> None:
     """Exactly-once messaging: idempotent producers, transactions and read_committed consumers over gRPC."""
     SETTINGS.timeout_s = timeout
-    library_log = logging.getLogger("oncelog")
     if verbose:
         logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    elif not library_log.handlers:
-        # each failure reaches the command as an exception and is printed once, as one line
-        library_log.addHandler(logging.NullHandler())
+        return
+    # Each failure reaches the command as an exception and is printed once, as one line. The client library's log
+    # and asyncio's (where grpc.aio reports a late completion for a client already closed, such as the admin
+    # client a command used first: "Exception in callback PollerCompletionQueue._handle_events") stay silent.
+    for name in ("oncelog", "asyncio"):
+        quiet = logging.getLogger(name)
+        if not quiet.handlers:
+            quiet.addHandler(logging.NullHandler())
 
 
 @app.command()
