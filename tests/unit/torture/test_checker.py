@@ -6,11 +6,11 @@ import json
 from dataclasses import replace
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from oncelog.torture.checker import CheckResult, check, main
-from oncelog.torture.history import Op, parse_lines, read_history, write_history
+from oncelog.torture.history import HistoryWriter, Op, parse_lines, read_history, write_history
 
 from .histories import Builder, model_history
 
@@ -320,6 +320,17 @@ def test_model_histories_are_valid(model_steps) -> None:
     assert result.valid, result.to_dict()
 
 
+INJECTABLE = (
+    "lost-write",
+    "duplicate",
+    "aborted-read",
+    "read-above-watermark",
+    "order-violation",
+    "offset-gap",
+    "torn-transaction",
+)
+
+
 def _inject(ops: list[Op], anomaly: str, pick: int) -> list[Op]:
     """One anomaly in a clean model history; `pick` chooses which committed value it hits."""
     ops = list(ops)
@@ -356,6 +367,26 @@ def _inject(ops: list[Op], anomaly: str, pick: int) -> list[Op]:
         )
         ops[writer.index] = replace(writer, kind="fail")
         return ops
+    elif anomaly == "order-violation":
+        records = reads[partition]
+        reads[partition] = records[::-1] if len(records) > 1 else [*records, records[0]]
+    elif anomaly == "offset-gap":
+        log_at = next(op.index for op in ops if op.f == "log" and op.value["partition"] == partition)
+        log = ops[log_at]
+        *head, (last, kind, last_value) = log.value["records"]
+        ops[log_at] = replace(log, value={**log.value, "records": [*head, [last + 2, kind, last_value]]})
+        return ops
+    elif anomaly == "torn-transaction":
+        txns = [op for op in ops if op.kind == "ok" and op.f == "txn-commit" and len(op.value["sends"]) > 1]
+        assume(txns)
+        txn = txns[pick % len(txns)]
+        ops[txn.index] = replace(txn, kind="info")
+        hidden = txn.value["sends"][pick % len(txn.value["sends"])][1]
+        for op in ops:
+            if op.f == "read" and op.kind == "ok":
+                kept = {p: [r for r in rs if r[1] != hidden] for p, rs in op.value["reads"].items()}
+                ops[op.index] = replace(op, value={**op.value, "reads": kept})
+        return ops
     elif anomaly == "read-above-watermark":
         drain_value = {**drain.value, "hw": {**drain.value["hw"], partition: offset}}
         ops[drain_at] = replace(drain, value=drain_value)
@@ -364,9 +395,24 @@ def _inject(ops: list[Op], anomaly: str, pick: int) -> list[Op]:
     return ops
 
 
-@settings(max_examples=60, deadline=None)
-@given(steps, st.sampled_from(["lost-write", "duplicate", "aborted-read", "read-above-watermark"]), st.integers(0, 50))
+@settings(max_examples=150, deadline=None)
+@given(steps, st.sampled_from(INJECTABLE), st.integers(0, 50))
 def test_one_injected_anomaly_is_found(model_steps, anomaly, pick) -> None:
     result = check(_inject(model_history(model_steps), anomaly, pick))
     assert not result.valid
     assert anomaly in result.anomalies, result.to_dict()
+
+
+def test_writer_stamps_indices_and_clocks_and_reads_back(tmp_path) -> None:
+    path = tmp_path / "history.jsonl"
+    with HistoryWriter(path) as history:
+        first = history.append("p1", "invoke", "produce", {"sends": [[T0, 1, None]]})
+        second = history.append("p1", "ok", "produce", {"sends": [[T0, 1, 0]]}, producer_id=7, epoch=0)
+        with pytest.raises(ValueError, match="op type"):
+            history.append("p1", "ok", "send")
+    assert [first.index, second.index] == [0, 1]
+    assert second.time_ns >= first.time_ns and second.wall_time > 1_600_000_000
+    assert read_history(path) == [first, second]
+    assert check(read_history(path)).valid
+    with pytest.raises(ValueError, match="without 'process'"):
+        list(parse_lines(['{"index": 0, "type": "ok", "f": "read"}']))
