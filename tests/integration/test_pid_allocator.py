@@ -128,8 +128,7 @@ def test_bad_requests_get_invalid_argument_and_a_fix(cluster: LocalCluster, requ
 
 async def test_producer_id_source_hands_out_unique_ids_from_a_real_allocator(cluster: LocalCluster) -> None:
     channel = aio_channel(cluster.addresses("pid-allocator")[0])
-    stub = pb.PidAllocatorServiceStub(channel)
-    sources = [ProducerIdSource(grpc_block_fetcher(stub, f"src-{i}", 1, block_size=100)) for i in range(3)]
+    sources = [ProducerIdSource(grpc_block_fetcher(channel, f"src-{i}", 1, block_size=100)) for i in range(3)]
 
     async def drain(source: ProducerIdSource) -> list[int]:
         return [await source.next_id() for _ in range(1000)]

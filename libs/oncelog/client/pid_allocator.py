@@ -18,10 +18,10 @@ import logging
 from collections.abc import Awaitable, Callable
 
 import grpc
+from grpc import aio
 
-from oncelog.api.pid import v1 as pb
+from oncelog.client.services import PidAllocatorClient
 from oncelog.errors import CoordinatorLoadInProgress, OncelogError
-from oncelog.rpc.errors import from_rpc_error
 from oncelog.telemetry.metrics import OncelogMetrics, default_metrics
 
 log = logging.getLogger("oncelog.client.pid_allocator")
@@ -143,20 +143,15 @@ class ProducerIdSource:
 
 
 def grpc_block_fetcher(
-    stub: pb.PidAllocatorServiceStub, requester_id: str, requester_epoch: int, block_size: int = 0, timeout_s: float = 5
+    channel: aio.Channel, requester_id: str, requester_epoch: int, block_size: int = 0, timeout_s: float = 5
 ) -> FetchBlock:
-    """A ``fetch`` for :class:`ProducerIdSource` that calls AllocateProducerIdBlock on an aio stub."""
+    """A ``fetch`` for :class:`ProducerIdSource`: AllocateProducerIdBlock through
+    :class:`~oncelog.client.services.PidAllocatorClient` on ``channel`` (a ``grpc.aio`` channel to a pid-allocator).
+    """
+    client = PidAllocatorClient(lambda _address: channel, timeout_s=timeout_s)
 
     async def fetch() -> tuple[int, int]:
-        try:
-            response = await stub.AllocateProducerIdBlock(
-                pb.AllocateProducerIdBlockRequest(
-                    requester_id=requester_id, requester_epoch=requester_epoch, block_size=block_size
-                ),
-                timeout=timeout_s,
-            )
-        except grpc.RpcError as exc:
-            raise from_rpc_error(exc) from exc
-        return response.first_id, response.last_id
+        block = await client.allocate_producer_id_block("", requester_id, requester_epoch, block_size=block_size)
+        return block.first_id, block.last_id
 
     return fetch

@@ -6,7 +6,6 @@ import asyncio
 import functools
 import logging
 
-from oncelog.api.pid import v1 as pid_pb
 from oncelog.api.txn import v1 as pb
 from oncelog.api.txn.v1 import transaction_coordinator_service_pb2
 from oncelog.catalog.membership import NodeMembership
@@ -54,9 +53,7 @@ class CatalogPidBlockFetcher:
             if not nodes:
                 raise CoordinatorNotAvailable("no live pid-allocator is registered in the catalog")
             self._channel = self._channels.aio(nodes[0].address)
-        fetch = grpc_block_fetcher(
-            pid_pb.PidAllocatorServiceStub(self._channel), self._membership.node_id, self._membership.node_epoch
-        )
+        fetch = grpc_block_fetcher(self._channel, self._membership.node_id, self._membership.node_epoch)
         try:
             return await fetch()
         except OncelogError as exc:
