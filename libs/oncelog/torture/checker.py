@@ -29,6 +29,8 @@ SAFETY_CLASSES = (
     "offset-gap",
     "offsets-without-outputs",
     "outputs-without-offsets",
+    "offset-regression",
+    "early-read",
     "G1c",
 )
 LIVENESS_CLASSES = ("transaction-hang", "lso-stuck", "consumer-stuck")
@@ -202,6 +204,8 @@ def check(ops: Sequence[Op]) -> CheckResult:
         _order,
         _gaps,
         _offsets_and_outputs,
+        _offset_regressions,
+        _early_reads,
         _cycles,
         _liveness,
     ):
@@ -447,6 +451,49 @@ def _offsets_and_outputs(h: History, result: CheckResult) -> None:
                         )
 
 
+def _offset_regressions(h: History, result: CheckResult) -> None:
+    fetched = [c.done for c in h.calls if c.invoke.f == "fetch-offsets" and c.done is not None and c.done.kind == "ok"]
+    fetched += [op for op in h.events if op.f == "fetch-offsets" and op.kind == "ok"]
+    highest: dict[tuple[str, str], tuple[int, Op]] = {}
+    for op in sorted(fetched, key=lambda o: (o.time_ns, o.index)):
+        group = op.value["group"]
+        for partition, offset in op.value.get("offsets", {}).items():
+            before = highest.get((group, partition))
+            if before is not None and offset < before[0]:
+                result.add(
+                    "offset-regression",
+                    f"group {group} had committed {partition} up to {before[0]} ({before[1].describe()}), "
+                    f"later only up to {offset} ({op.describe()})",
+                    [before[1].index, op.index],
+                )
+            if before is None or offset > before[0]:
+                highest[(group, partition)] = (offset, op)
+
+
+def _early_reads(h: History, result: CheckResult) -> None:
+    for seen in h.seen:
+        send = h.writer.get(seen.value)
+        if send is None or not seen.committed_isolation or send.call.invoke.f != "txn-commit":
+            continue
+        if seen.call is send.call:
+            result.add(
+                "early-read",
+                f"{seen.call.name()} read its own send {seen.value} at {seen.partition}@{seen.offset} "
+                f"before committing",
+                [seen.call.op.index],
+            )
+            continue
+        commit_invoke_ns = send.call.value().get("commit_invoke_ns")
+        if commit_invoke_ns is not None and seen.call.op.time_ns < commit_invoke_ns:
+            result.add(
+                "early-read",
+                f"{seen.call.name()} returned value {seen.value} at {seen.partition}@{seen.offset} "
+                f"{(commit_invoke_ns - seen.call.op.time_ns) / 1e6:.1f} ms before its writer {send.call.name()} "
+                f"even asked to commit",
+                [seen.call.op.index, send.call.op.index],
+            )
+
+
 def _cycles(h: History, result: CheckResult) -> None:
     import networkx as nx
 
@@ -638,6 +685,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "exactly-once anomalies: lost acknowledged writes, duplicates, aborted reads, torn transactions, "
             "reads above the high watermark or last stable offset, order violations within a producer, offset "
             "gaps that are not control records, group offsets committed without their outputs (or the reverse), "
+            "committed offsets going backwards, reads returned before their writer asked to commit, "
             "G1c dependency cycles, and liveness (hanging transactions, a stuck LSO, a consumer without progress "
             "after the faults heal). G0 and ww-dependent G1c cycles are reported but allowed. Prints a table of "
             "every class with an example and exits 1 when any anomaly is found, 0 otherwise."

@@ -416,3 +416,31 @@ def test_writer_stamps_indices_and_clocks_and_reads_back(tmp_path) -> None:
     assert check(read_history(path)).valid
     with pytest.raises(ValueError, match="without 'process'"):
         list(parse_lines(['{"index": 0, "type": "ok", "f": "read"}']))
+
+
+def test_committed_offsets_going_backwards() -> None:
+    b = Builder()
+    b.fetch_offsets("g", {IN: 3})
+    high = b.fetch_offsets("g", {IN: 5})
+    b.fetch_offsets("g", {IN: 5})
+    low = b.fetch_offsets("g", {IN: 4})
+    (anomaly,) = only(check(b.ops), "offset-regression")
+    assert anomaly.ops == (high.index, low.index) and "up to 5" in anomaly.explanation
+
+
+def test_read_completed_before_its_writer_asked_to_commit() -> None:
+    b = Builder()
+    b.op("p1", "invoke", "txn-commit", {"sends": [[T0, 1, None]]})
+    reader = b.read("c1", {T0: [(0, 1)]})
+    commit_invoke_ns = b.now_ns
+    writer = b.op("p1", "ok", "txn-commit", {"sends": [[T0, 1, 0]], "commit_invoke_ns": commit_invoke_ns})
+    b.read("c2", {T0: [(0, 1)]})
+    (anomaly,) = only(check(b.ops), "early-read")
+    assert anomaly.ops == (reader.index, writer.index) and "before its writer" in anomaly.explanation
+
+
+def test_a_transaction_reading_its_own_send_reads_early() -> None:
+    b = Builder()
+    txn = b.write("p1", [(T0, 1, 0)], reads={T0: [[0, 1]]})
+    (anomaly,) = only(check(b.ops), "early-read")
+    assert anomaly.ops == (txn.index,) and "its own send" in anomaly.explanation
