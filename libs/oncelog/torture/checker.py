@@ -385,13 +385,13 @@ def _gaps(h: History, result: CheckResult) -> None:
             offsets = [o for o, _ in records]
             for a, b in itertools.pairwise(offsets):
                 for missing in range(a + 1, b):
-                    send = committed_at.get((partition, missing))
-                    if send is not None and log_kind.get(partition, {}).get(missing) != "control":
+                    skipped = committed_at.get((partition, missing))
+                    if skipped is not None and log_kind.get(partition, {}).get(missing) != "control":
                         result.add(
                             "offset-gap",
-                            f"{call.name()} skipped {partition}@{missing}, which holds value {send.value} "
-                            f"committed by {send.call.name()}; only control records may be skipped there",
-                            [call.op.index, send.call.op.index],
+                            f"{call.name()} skipped {partition}@{missing}, which holds value {skipped.value} "
+                            f"committed by {skipped.call.name()}; only control records may be skipped there",
+                            [call.op.index, skipped.call.op.index],
                         )
 
 
@@ -511,11 +511,11 @@ def _cycles(h: History, result: CheckResult) -> None:
         if send.offset is not None and send.call.invoke.index in node_ids:
             order[send.partition][send.offset] = send.call.invoke.index
     for seen in h.seen:
-        send = h.writer.get(seen.value)
-        if send is not None and send.call.invoke.index in node_ids:
-            order[seen.partition].setdefault(seen.offset, send.call.invoke.index)
-            if send.call.invoke.index != seen.call.invoke.index:
-                graph.add_edge(send.call.invoke.index, seen.call.invoke.index, kind="wr", why=f"read {seen.value}")
+        source = h.writer.get(seen.value)
+        if source is not None and source.call.invoke.index in node_ids:
+            order[seen.partition].setdefault(seen.offset, source.call.invoke.index)
+            if source.call.invoke.index != seen.call.invoke.index:
+                graph.add_edge(source.call.invoke.index, seen.call.invoke.index, kind="wr", why=f"read {seen.value}")
     for partition, by_offset in order.items():
         writers = [by_offset[o] for o in sorted(by_offset)]
         for a, b in itertools.pairwise(writers):

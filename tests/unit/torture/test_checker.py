@@ -299,6 +299,10 @@ def test_command_prints_the_report_and_exits_one_on_anomalies(tmp_path, capsys) 
     assert "aborted-read" in capsys.readouterr().out
     assert main([str(good), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["valid"] is True
+    with pytest.raises(SystemExit) as exited:
+        main(["--help"])
+    assert exited.value.code == 0
+    assert "exits 1 when any anomaly is found" in " ".join(capsys.readouterr().out.split())
 
 
 steps = st.lists(
