@@ -6,6 +6,7 @@ Run `python -m oncelog.torture.checker history.jsonl` for a report; it exits 1 w
 from __future__ import annotations
 
 import argparse
+import bisect
 import itertools
 import json
 import sys
@@ -31,6 +32,7 @@ SAFETY_CLASSES = (
     "outputs-without-offsets",
     "offset-regression",
     "early-read",
+    "realtime-order",
     "G1c",
 )
 LIVENESS_CLASSES = ("transaction-hang", "lso-stuck", "consumer-stuck")
@@ -206,6 +208,7 @@ def check(ops: Sequence[Op]) -> CheckResult:
         _offsets_and_outputs,
         _offset_regressions,
         _early_reads,
+        _realtime_order,
         _cycles,
         _liveness,
     ):
@@ -494,6 +497,38 @@ def _early_reads(h: History, result: CheckResult) -> None:
             )
 
 
+def _realtime_order(h: History, result: CheckResult) -> None:
+    """A send invoked after offset O of its partition was known (acknowledged or read) lands above O."""
+    known: dict[str, list[tuple[int, int, Call]]] = defaultdict(list)  # time known, offset, by which call
+    for send in h.sends:
+        if send.offset is not None and send.call.done is not None and send.call.done.kind == "ok":
+            known[send.partition].append((send.call.done.time_ns, send.offset, send.call))
+    for seen in h.seen:
+        known[seen.partition].append((seen.call.op.time_ns, seen.offset, seen.call))
+    highest: dict[str, tuple[list[int], list[tuple[int, Call]]]] = {}
+    for partition, entries in known.items():
+        times: list[int] = []
+        running: list[tuple[int, Call]] = []
+        for time_ns, offset, call in sorted(entries, key=lambda e: e[0]):
+            best = running[-1] if running and running[-1][0] >= offset else (offset, call)
+            times.append(time_ns)
+            running.append(best)
+        highest[partition] = (times, running)
+    for send in h.sends:
+        if send.offset is None or send.call.done is None or send.call.done.kind != "ok":
+            continue
+        times, running = highest.get(send.partition, ([], []))
+        before = bisect.bisect_left(times, send.call.invoke.time_ns)
+        if before and running[before - 1][0] >= send.offset:
+            offset, witness = running[before - 1]
+            result.add(
+                "realtime-order",
+                f"{send.call.name()} was invoked after {witness.name()} knew {send.partition}@{offset}, "
+                f"yet its value {send.value} landed at offset {send.offset}",
+                [witness.op.index, send.call.op.index],
+            )
+
+
 def _cycles(h: History, result: CheckResult) -> None:
     import networkx as nx
 
@@ -685,7 +720,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             "exactly-once anomalies: lost acknowledged writes, duplicates, aborted reads, torn transactions, "
             "reads above the high watermark or last stable offset, order violations within a producer, offset "
             "gaps that are not control records, group offsets committed without their outputs (or the reverse), "
-            "committed offsets going backwards, reads returned before their writer asked to commit, "
+            "committed offsets going backwards, reads returned before their writer asked to commit, sends landing "
+            "below an offset known before they were invoked, "
             "G1c dependency cycles, and liveness (hanging transactions, a stuck LSO, a consumer without progress "
             "after the faults heal). G0 and ww-dependent G1c cycles are reported but allowed. Prints a table of "
             "every class with an example and exits 1 when any anomaly is found, 0 otherwise."

@@ -117,11 +117,15 @@ def test_read_above_high_watermark_and_last_stable_offset() -> None:
 
 def test_order_violation_within_a_producer() -> None:
     b = Builder()
-    first = b.write("p1", [(T0, 1, 5)], f="produce")
-    second = b.write("p1", [(T0, 2, 4)], f="produce")
+    batch = b.write("p1", [(T0, 1, 5), (T0, 2, 4)], f="produce")
     (anomaly,) = only(check(b.ops), "order-violation")
-    assert anomaly.ops == (first.index, second.index)
+    assert anomaly.ops == (batch.index,)
     assert "offsets 5 and 4" in anomaly.explanation
+    sequential = Builder()
+    first = sequential.write("p1", [(T0, 1, 5)], f="produce")
+    second = sequential.write("p1", [(T0, 2, 4)], f="produce")
+    found = check(sequential.ops).anomalies["order-violation"]
+    assert [a.ops for a in found] == [(first.index, second.index)]
 
 
 def test_order_violation_within_one_read() -> None:
@@ -210,8 +214,10 @@ def test_double_processing_is_a_duplicate() -> None:
 
 def test_g1c_cycle_through_reads() -> None:
     b = Builder()
-    t1 = b.write("p1", [(T0, 1, 0)], reads={T1: [[0, 2]]})
-    t2 = b.write("p2", [(T1, 2, 0)], reads={T0: [[0, 1]]})
+    b.op("p1", "invoke", "txn-commit", {"sends": [[T0, 1, None]]})
+    b.op("p2", "invoke", "txn-commit", {"sends": [[T1, 2, None]]})
+    t1 = b.op("p1", "ok", "txn-commit", {"sends": [[T0, 1, 0]], "reads": {T1: [[0, 2]]}})
+    t2 = b.op("p2", "ok", "txn-commit", {"sends": [[T1, 2, 0]], "reads": {T0: [[0, 1]]}})
     (anomaly,) = only(check(b.ops), "G1c")
     assert set(anomaly.ops) == {t1.index, t2.index}
     assert "[wr]" in anomaly.explanation and "read 1" in anomaly.explanation
@@ -219,8 +225,10 @@ def test_g1c_cycle_through_reads() -> None:
 
 def test_g0_write_cycle_is_reported_but_allowed() -> None:
     b = Builder()
-    b.write("p1", [(T0, 1, 0), (T1, 2, 1)])
-    b.write("p2", [(T0, 3, 1), (T1, 4, 0)])
+    b.op("p1", "invoke", "txn-commit", {"sends": [[T0, 1, None], [T1, 2, None]]})
+    b.op("p2", "invoke", "txn-commit", {"sends": [[T0, 3, None], [T1, 4, None]]})
+    b.op("p1", "ok", "txn-commit", {"sends": [[T0, 1, 0], [T1, 2, 1]]})
+    b.op("p2", "ok", "txn-commit", {"sends": [[T0, 3, 1], [T1, 4, 0]]})
     result = check(b.ops)
     assert result.valid, result.to_dict()
     assert len(result.allowed["G0"]) == 1 and "[ww]" in result.allowed["G0"][0].explanation
@@ -448,3 +456,16 @@ def test_a_transaction_reading_its_own_send_reads_early() -> None:
     txn = b.write("p1", [(T0, 1, 0)], reads={T0: [[0, 1]]})
     (anomaly,) = only(check(b.ops), "early-read")
     assert anomaly.ops == (txn.index,) and "its own send" in anomaly.explanation
+
+
+def test_send_landing_below_an_offset_known_before_it_was_invoked() -> None:
+    b = Builder()
+    known = b.write("p1", [(T0, 1, 5)], f="produce")
+    late = b.write("p2", [(T0, 2, 3)], f="produce")
+    concurrent = Builder()
+    concurrent.op("p2", "invoke", "produce", {"sends": [[T0, 2, None]]})
+    concurrent.write("p1", [(T0, 1, 5)], f="produce")
+    concurrent.op("p2", "ok", "produce", {"sends": [[T0, 2, 3]]})
+    (anomaly,) = only(check(b.ops), "realtime-order")
+    assert anomaly.ops == (known.index, late.index) and "landed at offset 3" in anomaly.explanation
+    assert check(concurrent.ops).valid
