@@ -33,6 +33,7 @@ SAFETY_CLASSES = (
     "offset-regression",
     "early-read",
     "realtime-order",
+    "zombie-write",
     "G1c",
 )
 LIVENESS_CLASSES = ("transaction-hang", "lso-stuck", "consumer-stuck")
@@ -209,6 +210,7 @@ def check(ops: Sequence[Op]) -> CheckResult:
         _offset_regressions,
         _early_reads,
         _realtime_order,
+        _zombies,
         _cycles,
         _liveness,
     ):
@@ -529,6 +531,40 @@ def _realtime_order(h: History, result: CheckResult) -> None:
             )
 
 
+def _zombies(h: History, result: CheckResult) -> None:
+    """A write of an epoch that a finished InitProducerId fenced must not commit, nor become visible."""
+    fences: dict[int, list[Op]] = defaultdict(list)
+    for call in h.calls:
+        if call.invoke.f == "init-producer" and call.done is not None and call.done.kind == "ok":
+            fences[int(call.done.value["producer_id"])].append(call.done)
+    for call in h.calls:
+        writer = call.done
+        if call.invoke.f not in ("produce", "txn-commit") or writer is None or writer.producer_id is None:
+            continue
+        started = int(call.value().get("commit_invoke_ns", call.invoke.time_ns))
+        fence = next(
+            (
+                f
+                for f in fences.get(writer.producer_id, [])
+                if int(f.value["epoch"]) > (writer.epoch or 0) and f.time_ns < started
+            ),
+            None,
+        )
+        if fence is None:
+            continue
+        readers = sorted(
+            {r.call.op.index for s in call.value().get("sends", []) for r in h.readers.get(s[1], [])} - {writer.index}
+        )
+        if writer.kind == "ok" or readers:
+            what = "committed" if writer.kind == "ok" else f"was read by ops {', '.join(map(str, readers))}"
+            result.add(
+                "zombie-write",
+                f"{call.name()} of producer {writer.producer_id} epoch {writer.epoch} {what}, though "
+                f"{fence.describe()} had fenced that epoch with epoch {fence.value['epoch']} before it began",
+                [fence.index, writer.index, *readers],
+            )
+
+
 def _cycles(h: History, result: CheckResult) -> None:
     import networkx as nx
 
@@ -721,7 +757,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "reads above the high watermark or last stable offset, order violations within a producer, offset "
             "gaps that are not control records, group offsets committed without their outputs (or the reverse), "
             "committed offsets going backwards, reads returned before their writer asked to commit, sends landing "
-            "below an offset known before they were invoked, "
+            "below an offset known before they were invoked, writes of a fenced producer epoch, "
             "G1c dependency cycles, and liveness (hanging transactions, a stuck LSO, a consumer without progress "
             "after the faults heal). G0 and ww-dependent G1c cycles are reported but allowed. Prints a table of "
             "every class with an example and exits 1 when any anomaly is found, 0 otherwise."

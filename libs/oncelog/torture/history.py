@@ -21,6 +21,7 @@ OP_TYPES = (
     "txn-commit",  # a transaction that ends in a commit request (sends, reads, offsets)
     "txn-abort",  # a transaction the client aborted: none of its sends may become visible
     "read",  # one poll, or a final drain of whole partitions
+    "init-producer",  # InitProducerId: the producer id and the epoch it returned (fences older epochs)
     "commit-offsets",  # a plain (non-transactional) offset commit
     "fetch-offsets",  # the committed offsets of a group, as read back
     "watermarks",  # a partition's high watermark and last stable offset, as observed

@@ -469,3 +469,22 @@ def test_send_landing_below_an_offset_known_before_it_was_invoked() -> None:
     (anomaly,) = only(check(b.ops), "realtime-order")
     assert anomaly.ops == (known.index, late.index) and "landed at offset 3" in anomaly.explanation
     assert check(concurrent.ops).valid
+
+
+def test_a_fenced_epoch_must_not_commit_nor_become_visible() -> None:
+    b = Builder()
+    b.op("z", "invoke", "init-producer", {}, txn_id="tx-1")
+    fence = b.op("z", "ok", "init-producer", {"producer_id": 9, "epoch": 4}, txn_id="tx-1")
+    b.op("p1", "invoke", "txn-commit", {"sends": [[T0, 1, None]]})
+    zombie = b.op("p1", "ok", "txn-commit", {"sends": [[T0, 1, 0]]}, producer_id=9, epoch=3)
+    b.op("p1", "invoke", "txn-commit", {"sends": [[T0, 2, None]]})
+    leaked = b.op("p1", "info", "txn-commit", {"sends": [[T0, 2, None]]}, producer_id=9, epoch=3)
+    reader = b.read("c1", {T0: [(0, 1), (1, 2)]})
+    b.op("p2", "invoke", "txn-commit", {"sends": [[T0, 3, None]]})
+    b.op("p2", "ok", "txn-commit", {"sends": [[T0, 3, 2]]}, producer_id=9, epoch=4)
+    found = only(check(b.ops), "zombie-write")
+    assert [a.ops for a in found] == [
+        (fence.index, zombie.index, reader.index),
+        (fence.index, leaked.index, reader.index),
+    ]
+    assert "epoch 3 committed" in found[0].explanation and "fenced that epoch with epoch 4" in found[0].explanation
