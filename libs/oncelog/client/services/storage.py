@@ -1,0 +1,220 @@
+"""PartitionStorageService client."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from oncelog.api.storage import v1 as storage_pb
+from oncelog.client.fetch_filter import AbortedTransaction
+from oncelog.client.records import (
+    ProducerStateDescription,
+)
+from oncelog.client.services.retry import call
+from oncelog.client.services.transactions import TxnMarker, TxnMarkerResult, _marker_results, _markers_pb
+from oncelog.client.services.wire import (
+    _ISOLATION_PB,
+    _Client,
+    _error,
+    _tp,
+    _tp_pb,
+)
+from oncelog.errors import OncelogError
+from oncelog.vocabulary import IsolationLevel, TopicPartition
+
+# --------------------------------------------------------------------------------------- PartitionStorageService
+
+
+class FetchPosition(NamedTuple):
+    """Where to read one partition from."""
+
+    topic_partition: TopicPartition
+    offset: int
+    leader_epoch: int = -1
+    max_bytes: int = 1 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class FetchedPartition:
+    """One partition's answer to Fetch: bytes of whole RecordBatch v2 batches, or ``error``."""
+
+    topic_partition: TopicPartition
+    error: OncelogError | None = None
+    high_watermark: int = -1
+    last_stable_offset: int = -1
+    log_start_offset: int = -1
+    records: bytes = b""
+    aborted_transactions: tuple[AbortedTransaction, ...] = ()
+
+
+class OffsetQuery(NamedTuple):
+    """Which offset ListOffsets resolves: ``earliest``, ``latest``, or the first at or after a timestamp."""
+
+    spec: str
+    timestamp_ms: int = -1
+
+    @classmethod
+    def of(cls, spec: str | int) -> OffsetQuery:
+        """``"earliest"``, ``"latest"`` or a Unix-millisecond timestamp.
+
+        Raises:
+            ValueError: anything else.
+        """
+        if spec in ("earliest", "latest"):
+            return cls(str(spec))
+        if isinstance(spec, int) and not isinstance(spec, bool):
+            return cls("timestamp", spec)
+        raise ValueError(f"offset spec {spec!r}: use 'earliest', 'latest' or a timestamp in ms")
+
+
+_OFFSET_SPEC_PB = {
+    "earliest": storage_pb.OFFSET_SPEC_EARLIEST,
+    "latest": storage_pb.OFFSET_SPEC_LATEST,
+    "timestamp": storage_pb.OFFSET_SPEC_TIMESTAMP,
+}
+
+
+class ListedOffset(NamedTuple):
+    """A resolved offset, with the timestamp of its record (-1 for earliest and latest, and when none matched)."""
+
+    offset: int
+    timestamp_ms: int
+
+
+class PartitionStorageClient(_Client):
+    """PartitionStorageService on a partition's leader: fetch, offsets, producer state, transaction markers."""
+
+    def _stub(self, address: str) -> storage_pb.PartitionStorageServiceStub:
+        return storage_pb.PartitionStorageServiceStub(self._channel_for(address))
+
+    async def produce(
+        self,
+        address: str,
+        batches: Mapping[TopicPartition, bytes],
+        *,
+        transactional_id: str = "",
+        acks_all: bool = True,
+        timeout_s: float | None = None,
+    ) -> dict[TopicPartition, int | OncelogError]:
+        """Append one encoded RecordBatch v2 per partition (unary Produce); each partition's base offset or error.
+
+        The producer streams instead (ProduceStream, ``client/producer_rpc.py``); this is for tools and tests.
+        """
+        request = storage_pb.ProduceRequest(
+            transactional_id=transactional_id,
+            acks=storage_pb.ACKS_ALL if acks_all else storage_pb.ACKS_LEADER,
+            partitions=[
+                storage_pb.PartitionBatches(topic_partition=_tp_pb(tp), leader_epoch=-1, records=records)
+                for tp, records in batches.items()
+            ],
+        )
+        response = await call(self._stub(address).Produce, request, timeout_s=self._timeout(timeout_s))
+        return {_tp(r.topic_partition): _error(r) or r.base_offset for r in response.results}
+
+    async def fetch(
+        self,
+        address: str,
+        positions: Iterable[FetchPosition],
+        *,
+        isolation: IsolationLevel,
+        max_wait_ms: int = 0,
+        min_bytes: int = 1,
+        max_bytes: int = 50 << 20,
+        timeout_s: float | None = None,
+    ) -> list[FetchedPartition]:
+        """Read from each position; waits up to ``max_wait_ms`` for ``min_bytes``.
+
+        The call's deadline is ``timeout_s`` plus the wait. A partition's failure is in its result.
+        """
+        request = storage_pb.FetchRequest(
+            partitions=[
+                storage_pb.FetchPartition(
+                    topic_partition=_tp_pb(p.topic_partition),
+                    fetch_offset=p.offset,
+                    max_bytes=p.max_bytes,
+                    leader_epoch=p.leader_epoch,
+                )
+                for p in positions
+            ],
+            isolation_level=_ISOLATION_PB[isolation],
+            max_wait_ms=max_wait_ms,
+            min_bytes=min_bytes,
+            max_bytes=max_bytes,
+        )
+        response = await call(
+            self._stub(address).Fetch, request, timeout_s=self._timeout(timeout_s) + max_wait_ms / 1000
+        )
+        return [
+            FetchedPartition(
+                topic_partition=_tp(r.topic_partition),
+                error=_error(r),
+                high_watermark=r.high_watermark,
+                last_stable_offset=r.last_stable_offset,
+                log_start_offset=r.log_start_offset,
+                records=r.records,
+                aborted_transactions=tuple(
+                    AbortedTransaction(a.producer_id, a.first_offset) for a in r.aborted_transactions
+                ),
+            )
+            for r in response.results
+        ]
+
+    async def list_offsets(
+        self,
+        address: str,
+        queries: Mapping[TopicPartition, OffsetQuery],
+        *,
+        isolation: IsolationLevel,
+        timeout_s: float | None = None,
+    ) -> dict[TopicPartition, ListedOffset | OncelogError]:
+        """Resolve an offset per partition (``latest`` is the last stable offset at READ_COMMITTED)."""
+        request = storage_pb.ListOffsetsRequest(
+            partitions=[
+                storage_pb.ListOffsetsPartition(
+                    topic_partition=_tp_pb(tp), spec=_OFFSET_SPEC_PB[q.spec], timestamp_ms=max(q.timestamp_ms, 0)
+                )
+                for tp, q in queries.items()
+            ],
+            isolation_level=_ISOLATION_PB[isolation],
+        )
+        response = await call(self._stub(address).ListOffsets, request, timeout_s=self._timeout(timeout_s))
+        return {_tp(r.topic_partition): _error(r) or ListedOffset(r.offset, r.timestamp_ms) for r in response.results}
+
+    async def describe_producers(
+        self, address: str, partitions: Iterable[TopicPartition], *, timeout_s: float | None = None
+    ) -> dict[TopicPartition, list[ProducerStateDescription] | OncelogError]:
+        """The producer state of each partition (KIP-664)."""
+        response = await call(
+            self._stub(address).DescribeProducers,
+            storage_pb.DescribeProducersRequest(partitions=[_tp_pb(tp) for tp in partitions]),
+            timeout_s=self._timeout(timeout_s),
+        )
+        return {
+            _tp(item.topic_partition): _error(item)
+            or [
+                ProducerStateDescription(
+                    producer_id=p.producer.producer_id,
+                    producer_epoch=p.producer.producer_epoch,
+                    last_sequence=p.last_sequence,
+                    last_timestamp_ms=p.last_timestamp_ms,
+                    coordinator_epoch=p.coordinator_epoch,
+                    current_transaction_start_offset=(
+                        None if p.current_txn_start_offset < 0 else p.current_txn_start_offset
+                    ),
+                )
+                for p in item.producers
+            ]
+            for item in response.partitions
+        }
+
+    async def write_txn_markers(
+        self, address: str, markers: Iterable[TxnMarker], *, timeout_s: float | None = None
+    ) -> list[TxnMarkerResult]:
+        """Write COMMIT/ABORT markers to the partitions this node leads; one result per marker."""
+        response = await call(
+            self._stub(address).WriteTxnMarkers,
+            storage_pb.WriteTxnMarkersRequest(markers=_markers_pb(markers)),
+            timeout_s=self._timeout(timeout_s),
+        )
+        return _marker_results(response.results)
