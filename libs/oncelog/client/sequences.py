@@ -133,6 +133,8 @@ class _InFlight:
     """Sent under its current stamp and not answered yet."""
     doubtful: bool = False
     """A send under its current stamp got no definite answer: the partition may have written it."""
+    stamped_after: int = 0
+    """Batches of the partition stamped after this one under the same identity."""
 
     @property
     def may_be_written(self) -> bool:
@@ -170,10 +172,11 @@ class _Partition:
     def start_at_beginning(self, identity: ProducerIdAndEpoch) -> None:
         """Re-stamp every in-flight batch from sequence 0 under ``identity`` (``startSequencesAtBeginning``)."""
         sequence = 0
-        for entry in self.in_flight:
+        for index, entry in enumerate(self.in_flight):
             entry.batch.stamp(identity, sequence)
             entry.reset = True
             entry.doubtful = entry.on_wire = False  # the new stamp was never sent
+            entry.stamped_after = len(self.in_flight) - 1 - index
             sequence = increment_sequence(sequence, entry.batch.record_count)
         self.identity = identity
         self.next_sequence = sequence
@@ -300,9 +303,13 @@ class ProducerSequences:
         """Whether ``batch`` may be sent now.
 
         A new batch (no sequence yet) needs a valid identity, a free in-flight slot, no
-        pending epoch bump or unresolved outcome on its partition, and no batches still in
-        flight there under an older identity. A retried batch goes out only when it is the
-        oldest unacknowledged batch of its partition, which keeps order during retries.
+        pending epoch bump or unresolved outcome on its partition, no batches still in
+        flight there under an older identity, and must not push a batch that may have been
+        written but was not answered out of the partition's last ``MAX_IN_FLIGHT`` batches:
+        the partition recognises a retry as a duplicate only there, and answers an older one
+        OUT_OF_ORDER_SEQUENCE, which would have it re-stamped and written twice. A retried
+        batch goes out only when it is the oldest unacknowledged batch of its partition, which
+        keeps order during retries.
         """
         if not self._identity.is_valid:
             return False
@@ -324,7 +331,11 @@ class ProducerSequences:
             return True
         if entry.in_flight and entry.identity != self._identity:
             return False
-        return entry.unresolved_next is None and len(entry.in_flight) < self._max_in_flight
+        return (
+            entry.unresolved_next is None
+            and len(entry.in_flight) < self._max_in_flight
+            and all(e.stamped_after < MAX_IN_FLIGHT - 1 for e in entry.in_flight if e.doubtful)
+        )
 
     def assign(self, batch: SequencedBatch) -> None:
         """Stamp a new batch with the identity and the partition's next sequence, and track it.
@@ -345,6 +356,8 @@ class ProducerSequences:
             entry.start_at_beginning(self._identity)
         batch.stamp(self._identity, entry.next_sequence)
         entry.next_sequence = increment_sequence(entry.next_sequence, batch.record_count)
+        for earlier in entry.in_flight:
+            earlier.stamped_after += 1
         entry.in_flight.append(_InFlight(batch))
 
     def resending(self, batch: SequencedBatch) -> None:

@@ -313,6 +313,32 @@ def test_batch_that_may_have_been_written_keeps_its_stamp_through_an_epoch_bump(
     assert send(sequences, count=1).stamped == (1000, 1, 0)
 
 
+def test_no_new_batch_while_a_batch_that_may_have_been_written_awaits_its_answer() -> None:
+    """The partition recognises only its last 5 batches as duplicates. A batch answered with a timeout (maybe
+    written) while 4 later ones were written is the 5th from the end; a new batch written before its retry would
+    push it out, its retry would be refused as out of order, and the producer would write it a second time."""
+    sequences = book()
+    maybe_written, *later = [send(sequences, count=1) for _ in range(5)]
+    assert sequences.can_retry(maybe_written, RequestTimedOut("not durable in time", definite=False))
+    for offset, batch in enumerate(later, start=1):
+        sequences.complete(batch, offset)
+    assert not sequences.may_send(FakeBatch(TP, 1))
+    assert sequences.may_send(maybe_written)  # its retry goes first, with its first stamp
+    sequences.resending(maybe_written)
+    assert not sequences.may_send(FakeBatch(TP, 1))  # on the wire again: still maybe written
+    sequences.complete(maybe_written, 0)  # the partition answered (a duplicate of what it had)
+    assert send(sequences, count=1).stamped == (1000, 0, 5)
+
+
+def test_batches_may_follow_one_that_may_have_been_written_while_it_stays_in_the_dedup_window() -> None:
+    sequences = book()
+    maybe_written = send(sequences, count=1)
+    assert sequences.can_retry(maybe_written, RequestTimedOut("not durable in time", definite=False))
+    for offset in range(1, 5):  # the 2nd to 5th batch: with it, the partition's last five
+        sequences.complete(send(sequences, count=1), offset)
+    assert not sequences.may_send(FakeBatch(TP, 1))  # a 6th would push it out
+
+
 def test_batch_known_unwritten_is_restamped_once_the_partition_answered() -> None:
     sequences = book()
     maybe_written, later = send(sequences, count=2), send(sequences, count=2)
