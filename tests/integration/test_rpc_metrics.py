@@ -12,6 +12,7 @@ from opentelemetry.sdk.metrics.export import HistogramDataPoint, InMemoryMetricR
 
 from oncelog.errors import InvalidRequest
 from oncelog.rpc import GrpcServer, ServiceSpec, aio_channel
+from oncelog.testing.servers import free_port
 from oncelog.telemetry.metrics import LATENCY_BUCKETS_S, RPC_SERVER_DURATION
 
 SERVICE = "oncelog.test.v1.EchoService"
@@ -90,3 +91,14 @@ async def test_served_calls_record_duration_by_method_and_status() -> None:
     assert 0 < echo_point.sum < 10, "seconds, not milliseconds"
     assert tuple(echo_point.explicit_bounds) == LATENCY_BUCKETS_S
     assert points[("Refuse", refused_code)].count == 1
+
+
+@pytest.mark.timeout(30)
+async def test_a_server_with_an_advertised_address_still_listens_on_its_listen_address() -> None:
+    """ONCELOG_<SERVICE>_ADVERTISE (a proxy, a pod DNS name) names the address others use; the server must
+    still bind its listen address, or nothing reaches it behind that name."""
+    port = free_port()
+    server = GrpcServer(_spec(), f"127.0.0.1:{port}", advertise="proxy.example:7100", drain_delay_s=0)
+    async with server, aio_channel(f"127.0.0.1:{port}") as channel:
+        assert server.address == "proxy.example:7100"
+        assert await channel.unary_unary(f"/{SERVICE}/Echo")(b"reached", timeout=10) == b"reached"

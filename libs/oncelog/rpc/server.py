@@ -147,7 +147,8 @@ class GrpcServer:
         """Bind, run start hooks, report SERVING; returns the advertised host:port."""
         for register in self.spec.registrations:
             register(self._server)
-        self.address = self._advertise or _reachable(self._listen, self._bind_services(self._server, self._listen))
+        port = self._bind_services(self._server, self._listen)  # bound whatever is advertised
+        self.address = self._advertise or _reachable(self._listen, port)
         if self._external_listen:
             self._external_server = aio.server(interceptors=self._interceptors, options=self._options)
             for name, register in zip(self.spec.service_names, self.spec.registrations, strict=True):
