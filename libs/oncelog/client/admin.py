@@ -645,7 +645,7 @@ class AdminClient:
             self._io.submit(self._channels.close()).result(timeout=5)
         except Exception:
             pass
-        self._io.close()
+        self._io.close(release=self._channels.close)
 
     def __enter__(self) -> AdminClient:
         return self

@@ -967,7 +967,7 @@ class Consumer:
                 self._io.submit(shutdown()).result(timeout=5)
             except Exception:
                 pass
-            self._io.close()
+            self._io.close(release=self._channels.close)
 
     def __enter__(self) -> Consumer:
         return self

@@ -189,8 +189,10 @@ class IoThread:
             except RuntimeError:
                 pass  # the loop stopped between the check and the call
 
-    def close(self, timeout_s: float = 5.0) -> None:
-        """Stop the loop and join the thread; pending tasks are cancelled. Idempotent."""
+    def close(self, timeout_s: float = 5.0, *, release: Callable[[], Coroutine[Any, Any, None]] | None = None) -> None:
+        """Stop the loop and join the thread; pending tasks are cancelled, then ``release()`` (closing the client's
+        channels) runs on the loop: a task cancelled only now may have opened a channel after the client closed its
+        own, and a channel left open past the loop reports "Event loop is closed" when its poller fires. Idempotent."""
         if self._closed:
             return
         if self.on_loop_thread:
@@ -202,6 +204,8 @@ class IoThread:
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+            if release is not None:
+                await release()
             # grpc.aio feeds intercepted streaming calls through async generators. One left suspended is
             # finalized whenever it is garbage collected, by scheduling aclose() on its loop: after the
             # loop closed, that prints "Event loop is closed". Close them while the loop still runs; the
