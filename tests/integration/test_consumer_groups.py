@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -444,10 +445,25 @@ def test_exactly_once_with_scaling_copiers_killed_at_random_and_one_joining(
 
     source, sink = new_topic(cluster.bootstrap, 6), new_topic(cluster.bootstrap, 3)
     group = f"scale-{uuid.uuid4().hex[:6]}"
-    inputs = [f"in-{i:05d}".encode() for i in range(4000)]
+    inputs = [f"in-{i:06d}".encode() for i in range(4000)]
     with Producer(cluster.bootstrap) as producer:
         for i, value in enumerate(inputs):
             producer.send(source, value, partition=i % 6)
+    # Inputs keep arriving while the kill plan runs (about 300 a second), so a restarted copier always has
+    # something to commit: with a fixed input the others could copy all of it before the plan's last step.
+    plan_done = threading.Event()
+
+    def feed() -> None:
+        with Producer(cluster.bootstrap) as producer:
+            while not plan_done.is_set():
+                value = f"in-{len(inputs):06d}".encode()
+                producer.send(source, value, partition=len(inputs) % 6)
+                inputs.append(value)
+                if len(inputs) % 30 == 0:
+                    plan_done.wait(0.1)  # the feed's pace, not a wait for an event
+
+    feeder = threading.Thread(target=feed, name="feeder")
+    feeder.start()
     rng = random.Random(18)
     logs = {slot: tmp_path / f"copier-{slot}.log" for slot in range(4)}
     copiers = {slot: _copier(cluster, source, sink, group, slot, logs[slot]) for slot in range(3)}
@@ -465,6 +481,8 @@ def test_exactly_once_with_scaling_copiers_killed_at_random_and_one_joining(
             copiers[slot] = _copier(cluster, source, sink, group, slot, logs[slot])
             if step == 2:
                 copiers[3] = _copier(cluster, source, sink, group, 3, logs[3])  # one joins mid-run
+        plan_done.set()
+        feeder.join()
         with AdminClient(cluster.bootstrap) as admin:
 
             def done() -> bool:
@@ -476,6 +494,8 @@ def test_exactly_once_with_scaling_copiers_killed_at_random_and_one_joining(
         # every kill cost a removal (session timeout) and a rejoin: the group rebalanced at least that often
         assert describe(cluster, group).group_epoch >= 3 + 1 + 2 * len(plan)
     finally:
+        plan_done.set()
+        feeder.join()
         for process in copiers.values():
             process.send_signal(signal.SIGTERM)
         for process in copiers.values():
