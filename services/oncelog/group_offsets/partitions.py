@@ -45,8 +45,10 @@ class CatalogPartitions:
 class CatalogTopics:
     """Every topic's partition count for consumer group assignment (a ``TopicDirectory``), read from the catalog
     at most once per ``refresh_ms`` (design/consumer-groups.md §3): a new partition reaches the assignor within
-    that time. A subscribed topic name the last read did not know is looked for again after ``miss_refresh_ms``,
-    so a member that subscribes to a topic created a moment ago gets its partitions at once."""
+    that time. A subscribed topic name the cache does not know is looked for at once, unless that same name was
+    looked for and missed within ``miss_refresh_ms``: a member that subscribes to a topic created a moment ago gets
+    its partitions at once even when a read for another name happened just before, while members subscribed to a
+    name that does not exist cost at most one read per ``miss_refresh_ms``."""
 
     def __init__(
         self, catalog: CatalogStore, clock: Callable[[], int], refresh_ms: int = 1000, miss_refresh_ms: int = 50
@@ -57,16 +59,25 @@ class CatalogTopics:
         self._miss_refresh_ms = miss_refresh_ms
         self._counts: Mapping[str, int] = {}
         self._read_at: int | None = None
+        self._missed_at: dict[str, int] = {}
+        """When a wanted name was last read and not found."""
         self._lock = threading.Lock()
 
     def partition_counts(self, wanted: Collection[str] = ()) -> Mapping[str, int]:
-        """Topic → partition count, as of at most ``refresh_ms`` ago (``miss_refresh_ms`` if a wanted topic is
-        missing)."""
+        """Topic → partition count, as of at most ``refresh_ms`` ago, and read again for a wanted name not
+        looked for within ``miss_refresh_ms``."""
         with self._lock:
             now = self._clock()
             age = None if self._read_at is None else now - self._read_at
-            missing = any(t not in self._counts for t in wanted)
-            if age is None or age >= self._refresh_ms or (missing and age >= self._miss_refresh_ms):
+            missing = [t for t in wanted if t not in self._counts]
+            look_again = any(
+                now - self._missed_at.get(t, now - self._miss_refresh_ms) >= self._miss_refresh_ms for t in missing
+            )
+            if age is None or age >= self._refresh_ms or look_again:
                 self._counts = {t.name: len(t.partitions) for t in self.catalog.describe_topics(None)}
                 self._read_at = now
+                self._missed_at = {
+                    t: at for t, at in self._missed_at.items() if t not in self._counts and now - at < self._refresh_ms
+                }
+                self._missed_at.update((t, now) for t in missing if t not in self._counts)
             return self._counts

@@ -40,7 +40,14 @@ def test_reads_once_per_interval_and_soon_again_for_an_unknown_subscribed_name()
     assert topics.partition_counts(["payments"]) == {"orders": 3, "payments": 2}, "a missing name is read again"
     assert catalog.reads == 2
     now[0] = 540
-    catalog.topics["refunds"] = 1
-    assert "refunds" not in topics.partition_counts(["refunds"]), "no more than one miss read per 50 ms"
-    now[0] = 1520
-    assert topics.partition_counts() == {"orders": 3, "payments": 2, "refunds": 1}
+    catalog.topics["refunds"] = 1  # created after the read for another name 20 ms ago
+    assert topics.partition_counts(["refunds"])["refunds"] == 1, "a name not looked for yet is read at once"
+    assert catalog.reads == 3
+    now[0] = 560
+    assert "nope" not in topics.partition_counts(["nope"]) and catalog.reads == 4
+    now[0] = 580
+    assert "nope" not in topics.partition_counts(["nope"]), "the same missing name: no more than one read per 50 ms"
+    assert catalog.reads == 4
+    now[0] = 610
+    topics.partition_counts(["nope"])
+    assert catalog.reads == 5, "looked for again once 50 ms have passed"
