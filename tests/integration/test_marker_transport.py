@@ -38,7 +38,7 @@ async def test_an_unreachable_destination_is_a_transport_error_and_its_channel_i
             await transport.write_markers(nowhere, [marker(("orders", 0))])
         assert failure.value.reason in (Reason.NETWORK_EXCEPTION, Reason.REQUEST_TIMED_OUT)
         assert failure.value.retriable
-        assert transport._channels == {}, "the channel to the dead address was closed"
+        assert len(transport._channels) == 0, "the channel to the dead address was closed"
     finally:
         await transport.close()
 

@@ -159,3 +159,39 @@ class ChannelFactory:
             server_name=self.server_name,
             tracer_provider=self.tracer_provider,
         )
+
+
+class ChannelPool:
+    """One grpc.aio channel per address, opened by ``factory`` on first use (a service dialling other nodes:
+    marker delivery, replica fetching).
+
+    ``forget(address)`` closes and drops an address's channel after a transport failure: a node that restarted
+    listens elsewhere, and channels to dead addresses are not kept around.
+    """
+
+    def __init__(self, factory: ChannelFactory | None = None) -> None:
+        self._factory = factory or ChannelFactory()
+        self._channels: dict[str, aio.Channel] = {}
+
+    def __len__(self) -> int:
+        """How many channels are open."""
+        return len(self._channels)
+
+    def get(self, address: str) -> aio.Channel:
+        """The channel to ``address`` (call on the loop that uses it)."""
+        channel = self._channels.get(address)
+        if channel is None:
+            channel = self._channels[address] = self._factory.aio(address)
+        return channel
+
+    async def forget(self, address: str) -> None:
+        """Close and drop the channel to ``address``, if any."""
+        channel = self._channels.pop(address, None)
+        if channel is not None:
+            await channel.close()
+
+    async def close(self) -> None:
+        """Close every channel."""
+        channels, self._channels = list(self._channels.values()), {}
+        for channel in channels:
+            await channel.close()

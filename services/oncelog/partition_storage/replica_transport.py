@@ -10,7 +10,7 @@ from oncelog.api.common import v1 as common_pb
 from oncelog.api.storage import v1 as pb
 from oncelog.errors import NetworkException, OncelogError
 from oncelog.partition_storage.replica_fetcher import CopyPosition, CopyResult
-from oncelog.rpc import ChannelFactory, from_rpc_error
+from oncelog.rpc import ChannelFactory, ChannelPool, from_rpc_error
 from oncelog.rpc.errors import from_error_info
 
 __all__ = ["GrpcReplicaTransport"]
@@ -25,9 +25,8 @@ class GrpcReplicaTransport:
     """
 
     def __init__(self, channels: ChannelFactory | None = None, *, slack_ms: int = 5_000) -> None:
-        self._factory = channels or ChannelFactory()
         self._slack_ms = slack_ms
-        self._channels: dict[str, grpc.aio.Channel] = {}
+        self._channels = ChannelPool(channels)
 
     async def replica_fetch(
         self,
@@ -57,30 +56,21 @@ class GrpcReplicaTransport:
             ],
         )
         channel = self._channels.get(address)
-        if channel is None:
-            channel = self._channels[address] = self._factory.aio(address)
         try:
             response = await pb.PartitionStorageServiceStub(channel).ReplicaFetch(
                 request, timeout=(max_wait_ms + self._slack_ms) / 1000
             )
         except grpc.RpcError as exc:
-            await self._forget(address)
+            await self._channels.forget(address)
             raise from_rpc_error(exc) from exc
         except OSError as exc:
-            await self._forget(address)
+            await self._channels.forget(address)
             raise NetworkException(f"cannot reach {address}: {exc}") from exc
         return [_result(r) for r in response.results]
 
-    async def _forget(self, address: str) -> None:
-        channel = self._channels.pop(address, None)
-        if channel is not None:
-            await channel.close()
-
     async def close(self) -> None:
         """Close every channel."""
-        channels, self._channels = list(self._channels.values()), {}
-        for channel in channels:
-            await channel.close()
+        await self._channels.close()
 
 
 def _result(r: pb.ReplicaFetchPartitionResult) -> CopyResult | OncelogError:

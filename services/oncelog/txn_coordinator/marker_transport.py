@@ -13,11 +13,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import grpc
-
 from oncelog.client.services import GroupOffsetsClient, PartitionStorageClient, TxnMarker, TxnMarkerResult
 from oncelog.errors import NetworkException, OncelogError
-from oncelog.rpc import ChannelFactory
+from oncelog.rpc import ChannelFactory, ChannelPool
 from oncelog.vocabulary import ControlType, ProducerIdAndEpoch, TopicPartition
 
 from .marker_channel import TRANSPORT_REASONS, DestinationService, MarkerDestination, TxnMarkerEntry, TxnMarkerOutcome
@@ -35,10 +33,9 @@ class GrpcMarkerTransport:
     """
 
     def __init__(self, *, timeout_s: float = 30.0, channels: ChannelFactory | None = None) -> None:
-        self._factory = channels or ChannelFactory()
-        self._channels: dict[str, grpc.aio.Channel] = {}
-        self._storage = PartitionStorageClient(self._channel, timeout_s=timeout_s)
-        self._offsets = GroupOffsetsClient(self._channel, timeout_s=timeout_s)
+        self._channels = ChannelPool(channels)
+        self._storage = PartitionStorageClient(self._channels.get, timeout_s=timeout_s)
+        self._offsets = GroupOffsetsClient(self._channels.get, timeout_s=timeout_s)
 
     async def write_markers(
         self, destination: MarkerDestination, markers: Sequence[TxnMarkerEntry]
@@ -49,31 +46,16 @@ class GrpcMarkerTransport:
             results = await client.write_txn_markers(destination.address, [_marker(m) for m in markers])
         except OncelogError as error:
             if error.reason in TRANSPORT_REASONS:
-                await self._forget(destination.address)
+                await self._channels.forget(destination.address)
             raise
         except OSError as exc:
-            await self._forget(destination.address)
+            await self._channels.forget(destination.address)
             raise NetworkException(f"cannot reach {destination.address}: {exc}") from exc
         return [_outcome(result) for result in results]
 
-    def _channel(self, address: str) -> grpc.aio.Channel:
-        channel = self._channels.get(address)
-        if channel is None:
-            channel = self._factory.aio(address)
-            self._channels[address] = channel
-        return channel
-
-    async def _forget(self, address: str) -> None:
-        # A node that restarted listens elsewhere; do not keep channels to dead addresses around.
-        channel = self._channels.pop(address, None)
-        if channel is not None:
-            await channel.close()
-
     async def close(self) -> None:
         """Close every channel."""
-        channels, self._channels = list(self._channels.values()), {}
-        for channel in channels:
-            await channel.close()
+        await self._channels.close()
 
 
 def _marker(m: TxnMarkerEntry) -> TxnMarker:
