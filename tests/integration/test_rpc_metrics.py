@@ -12,8 +12,8 @@ from opentelemetry.sdk.metrics.export import HistogramDataPoint, InMemoryMetricR
 
 from oncelog.errors import InvalidRequest
 from oncelog.rpc import GrpcServer, ServiceSpec, aio_channel
-from oncelog.testing.servers import free_port
 from oncelog.telemetry.metrics import LATENCY_BUCKETS_S, RPC_SERVER_DURATION
+from oncelog.testing.servers import free_port
 
 SERVICE = "oncelog.test.v1.EchoService"
 
