@@ -27,163 +27,54 @@ it with origin ``REPLICATION``, which never rejects: the log is the truth.
 
 from __future__ import annotations
 
-import enum
-import struct
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from types import MappingProxyType
 
-import google_crc32c
-
 from oncelog.errors import (
-    CorruptMessage,
     InvalidProducerEpoch,
     InvalidRecord,
     InvalidTxnState,
     OutOfOrderSequence,
     TransactionCoordinatorFenced,
 )
+from oncelog.partition_storage.producer_entries import (
+    DEFAULT_MAX_BATCHES_PER_PRODUCER,
+    LATE_TRANSACTION_BUFFER_MS,
+    MAX_SEQUENCE,
+    NO_PRODUCER_EPOCH,
+    NO_SEQUENCE,
+    NO_TIMESTAMP,
+    AppendOrigin,
+    BatchMetadata,
+    CompletedTxn,
+    OngoingTxn,
+    ProducerDescription,
+    ProducerStateEntry,
+    next_sequence,
+)
+from oncelog.partition_storage.producer_snapshot import SNAPSHOT_VERSION, decode_snapshot, encode_snapshot
 from oncelog.partition_storage.txn_index import AbortedTxn
 from oncelog.vocabulary import ControlType
 
-NO_PRODUCER_EPOCH = -1
-"""Epoch of a producer the partition knows nothing about (Kafka's ``RecordBatch.NO_PRODUCER_EPOCH``)."""
-
-NO_SEQUENCE = -1
-"""Sequence reported when no data batch is cached (Kafka's ``RecordBatch.NO_SEQUENCE``)."""
-
-NO_TIMESTAMP = -1
-"""Timestamp of an entry that has seen neither data nor a marker."""
-
-MAX_SEQUENCE = 2**31 - 1
-"""Highest int32 sequence; the next one is 0 (design/kafka-semantics.md §1)."""
-
-DEFAULT_MAX_BATCHES_PER_PRODUCER = 5
-"""Batches remembered per producer for dedup: the client's limit of 5 in-flight requests
-(design/kafka-semantics.md §4.1)."""
-
-LATE_TRANSACTION_BUFFER_MS = 5 * 60 * 1000
-"""Grace beyond the maximum transaction timeout before an open transaction counts as late (KIP-664)."""
-
-
-def next_sequence(sequence: int) -> int:
-    """The sequence that follows ``sequence``, wrapping ``2**31 - 1`` to 0."""
-    return 0 if sequence == MAX_SEQUENCE else sequence + 1
-
-
-class AppendOrigin(enum.Enum):
-    """Who is appending, which decides how much is validated (design/kafka-semantics.md §4.2).
-
-    * ``CLIENT``: produce requests; epoch, sequence and transaction checks.
-    * ``COORDINATOR``: transaction markers and the group-offsets service's transactional offset writes;
-      epoch and coordinator-epoch checks, no sequence checks (those writes carry no sequence).
-    * ``REPLICATION``: replay of the local log during recovery (and, later, follower fetches); never rejects,
-      because the data was validated when it was first written.
-    """
-
-    CLIENT = "client"
-    COORDINATOR = "coordinator"
-    REPLICATION = "replication"
-
-
-@dataclass(frozen=True, slots=True)
-class BatchMetadata:
-    """What is remembered of one data batch, enough to answer a retry of it.
-
-    Kafka stores (last_seq, last_offset, offset_delta); storing both ends explicitly avoids re-deriving the
-    first sequence across the int32 wrap.
-    """
-
-    first_seq: int
-    last_seq: int
-    first_offset: int
-    last_offset: int
-    timestamp: int
-
-
-@dataclass(frozen=True, slots=True)
-class ProducerStateEntry:
-    """Immutable state of one producer id on this partition (Kafka's ``ProducerStateEntry``,
-    design/kafka-semantics.md §4.1).
-
-    Every change builds a new entry, so a staged append can never leak into committed state.
-
-    Attributes:
-        producer_id: the producer id.
-        producer_epoch: newest epoch seen in data or a marker; ``NO_PRODUCER_EPOCH`` if unknown.
-        coordinator_epoch: coordinator epoch of the newest marker, -1 before any marker.
-        last_timestamp: max timestamp of the newest data batch, or the newest marker's timestamp.
-        current_txn_first_offset: first offset of the open transaction on this partition, if any.
-        batches: up to the last 5 data batches of ``producer_epoch``, oldest first; cleared on an epoch change.
-        last_update_ms: server clock at the last append that touched the entry; drives expiry (see
-            :meth:`ProducerStateManager.remove_expired_producers`).
-    """
-
-    producer_id: int
-    producer_epoch: int = NO_PRODUCER_EPOCH
-    coordinator_epoch: int = -1
-    last_timestamp: int = NO_TIMESTAMP
-    current_txn_first_offset: int | None = None
-    batches: tuple[BatchMetadata, ...] = ()
-    last_update_ms: int = -1
-
-    @property
-    def first_seq(self) -> int:
-        """First sequence of the oldest cached batch, or ``NO_SEQUENCE``."""
-        return self.batches[0].first_seq if self.batches else NO_SEQUENCE
-
-    @property
-    def last_seq(self) -> int:
-        """Last sequence of the newest cached batch, or ``NO_SEQUENCE``."""
-        return self.batches[-1].last_seq if self.batches else NO_SEQUENCE
-
-    @property
-    def first_data_offset(self) -> int:
-        """First offset of the oldest cached batch, or -1."""
-        return self.batches[0].first_offset if self.batches else -1
-
-    @property
-    def last_data_offset(self) -> int:
-        """Last offset of the newest cached batch, or -1."""
-        return self.batches[-1].last_offset if self.batches else -1
-
-    def find_batch(self, first_seq: int, last_seq: int) -> BatchMetadata | None:
-        """The cached batch with exactly this sequence range, if any."""
-        for batch in self.batches:
-            if batch.first_seq == first_seq and batch.last_seq == last_seq:
-                return batch
-        return None
-
-
-@dataclass(frozen=True, slots=True)
-class CompletedTxn:
-    """A transaction with data on this partition that a marker has just ended (Kafka's ``CompletedTxn``)."""
-
-    producer_id: int
-    first_offset: int
-    last_offset: int
-    """Offset of the marker."""
-    is_aborted: bool
-
-
-@dataclass(frozen=True, slots=True)
-class OngoingTxn:
-    """An open transaction on this partition: undecided data from ``first_offset`` on."""
-
-    producer_id: int
-    first_offset: int
-
-
-@dataclass(frozen=True, slots=True)
-class ProducerDescription:
-    """One row of DescribeProducers (KIP-664, design/kafka-semantics.md §5.4)."""
-
-    producer_id: int
-    producer_epoch: int
-    last_sequence: int
-    last_timestamp: int
-    coordinator_epoch: int
-    current_txn_start_offset: int | None
+__all__ = [
+    "DEFAULT_MAX_BATCHES_PER_PRODUCER",
+    "LATE_TRANSACTION_BUFFER_MS",
+    "MAX_SEQUENCE",
+    "NO_PRODUCER_EPOCH",
+    "NO_SEQUENCE",
+    "NO_TIMESTAMP",
+    "SNAPSHOT_VERSION",
+    "AppendOrigin",
+    "BatchMetadata",
+    "CompletedTxn",
+    "OngoingTxn",
+    "ProducerAppendInfo",
+    "ProducerDescription",
+    "ProducerStateEntry",
+    "ProducerStateManager",
+    "next_sequence",
+]
 
 
 class ProducerAppendInfo:
@@ -646,39 +537,13 @@ class ProducerStateManager:
     def snapshot(self) -> bytes:
         """Serialise the producer table at :attr:`map_end_offset` (design/kafka-semantics.md §4.6, with changes).
 
-        Layout (big-endian)::
-
-            version int16 (1) | crc32c uint32 | map_end_offset int64 | producer_count int32 | producers...
-            producer: producer_id int64 | epoch int16 | coordinator_epoch int32 | last_timestamp int64 |
-                      last_update_ms int64 | current_txn_first_offset int64 (-1: none) | batch_count uint8 |
-                      batches...
-            batch:    first_seq int32 | last_seq int32 | first_offset int64 | last_offset int64 | timestamp int64
-
-        The CRC32C covers everything after the CRC field, as in Kafka. Unlike Kafka, which keeps only the
+        The layout is in :mod:`oncelog.partition_storage.producer_snapshot`. Unlike Kafka, which keeps only the
         newest batch per producer, every cached batch is stored, so a retry of any of the last 5 batches is
         still recognised as a duplicate after a restart. Completed transactions waiting for the high watermark
         are not stored: everything up to the snapshot offset is durable when it is taken.
         """
-        parts = [_SNAPSHOT_BODY_HEADER.pack(self._map_end_offset, len(self._producers))]
-        for pid, entry in sorted(self._producers.items()):
-            txn_first = -1 if entry.current_txn_first_offset is None else entry.current_txn_first_offset
-            parts.append(
-                _SNAPSHOT_PRODUCER.pack(
-                    pid,
-                    entry.producer_epoch,
-                    entry.coordinator_epoch,
-                    entry.last_timestamp,
-                    entry.last_update_ms,
-                    txn_first,
-                    len(entry.batches),
-                )
-            )
-            parts.extend(
-                _SNAPSHOT_BATCH.pack(b.first_seq, b.last_seq, b.first_offset, b.last_offset, b.timestamp)
-                for b in entry.batches
-            )
-        body = b"".join(parts)
-        return _SNAPSHOT_PREFIX.pack(SNAPSHOT_VERSION, google_crc32c.value(body)) + body
+        entries = (entry for _, entry in sorted(self._producers.items()))
+        return encode_snapshot(self._map_end_offset, entries, len(self._producers))
 
     @classmethod
     def from_snapshot(
@@ -703,21 +568,7 @@ class ProducerStateManager:
             clock=clock,
             max_batches_per_producer=max_batches_per_producer,
         )
-        view = memoryview(data)
-        if len(view) < _SNAPSHOT_PREFIX.size + _SNAPSHOT_BODY_HEADER.size:
-            raise CorruptMessage(f"producer snapshot of {len(view)} bytes is too short")
-        version, stored_crc = _SNAPSHOT_PREFIX.unpack_from(view, 0)
-        if version != SNAPSHOT_VERSION:
-            raise CorruptMessage(f"producer snapshot has unknown version {version}")
-        computed_crc = google_crc32c.value(bytes(view[_SNAPSHOT_PREFIX.size :]))
-        if computed_crc != stored_crc:
-            raise CorruptMessage(
-                f"producer snapshot CRC mismatch: stored {stored_crc:#010x}, computed {computed_crc:#010x}"
-            )
-        try:
-            entries, map_end_offset = _decode_snapshot_body(view, max_batches_per_producer)
-        except struct.error as exc:
-            raise CorruptMessage(f"producer snapshot is truncated: {exc}") from exc
+        entries, map_end_offset = decode_snapshot(data, max_batches_per_producer)
 
         now = clock()
         for entry in entries:
@@ -728,52 +579,3 @@ class ProducerStateManager:
                 manager._add_ongoing(OngoingTxn(entry.producer_id, entry.current_txn_first_offset))
         manager._map_end_offset = map_end_offset
         return manager
-
-
-SNAPSHOT_VERSION = 1
-"""Version of the producer snapshot layout written by :meth:`ProducerStateManager.snapshot`."""
-
-_SNAPSHOT_PREFIX = struct.Struct(">hI")
-_SNAPSHOT_BODY_HEADER = struct.Struct(">qi")
-_SNAPSHOT_PRODUCER = struct.Struct(">qhiqqqB")
-_SNAPSHOT_BATCH = struct.Struct(">iiqqq")
-
-
-def _decode_snapshot_body(view: memoryview, max_batches: int) -> tuple[list[ProducerStateEntry], int]:
-    position = _SNAPSHOT_PREFIX.size
-    map_end_offset, count = _SNAPSHOT_BODY_HEADER.unpack_from(view, position)
-    position += _SNAPSHOT_BODY_HEADER.size
-    if map_end_offset < 0 or count < 0:
-        raise CorruptMessage(f"producer snapshot header is invalid: offset {map_end_offset}, {count} producers")
-    entries: list[ProducerStateEntry] = []
-    seen: set[int] = set()
-    for _ in range(count):
-        pid, epoch, coordinator_epoch, last_timestamp, last_update_ms, txn_first, batch_count = (
-            _SNAPSHOT_PRODUCER.unpack_from(view, position)
-        )
-        position += _SNAPSHOT_PRODUCER.size
-        batches = []
-        for _ in range(batch_count):
-            batch = BatchMetadata(*_SNAPSHOT_BATCH.unpack_from(view, position))
-            position += _SNAPSHOT_BATCH.size
-            if batch.first_offset < 0 or batch.last_offset < batch.first_offset:
-                raise CorruptMessage(f"producer snapshot has an invalid batch {batch} for producer {pid}")
-            batches.append(batch)
-        if pid in seen or txn_first < -1:
-            raise CorruptMessage(f"producer snapshot has an invalid entry for producer {pid}")
-        seen.add(pid)
-        entries.append(
-            ProducerStateEntry(
-                producer_id=pid,
-                producer_epoch=epoch,
-                coordinator_epoch=coordinator_epoch,
-                last_timestamp=last_timestamp,
-                current_txn_first_offset=None if txn_first == -1 else txn_first,
-                # A smaller configured cache keeps the newest batches.
-                batches=tuple(batches[-max_batches:]),
-                last_update_ms=last_update_ms,
-            )
-        )
-    if position != len(view):
-        raise CorruptMessage(f"producer snapshot has {len(view) - position} trailing bytes")
-    return entries, map_end_offset
