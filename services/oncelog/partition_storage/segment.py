@@ -30,17 +30,36 @@ every method from one thread, except the ``fsync_*`` methods, which its flusher 
 
 from __future__ import annotations
 
-import bisect
-import itertools
 import logging
 import os
-import struct
-from array import array
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from oncelog.errors import CorruptMessage
+from oncelog.partition_storage.segment_files import (
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    OFFSET_DIGITS,
+    OPEN_APPEND,
+    OPEN_LOG,
+    TIME_INDEX_SUFFIX,
+    TXN_INDEX_SUFFIX,
+    file_name,
+    fsync_directory,
+    fsync_path,
+    parse_file_name,
+    pread,
+    write_all,
+    write_file_atomically,
+)
+from oncelog.partition_storage.segment_index import (
+    NO_TIMESTAMP,
+    CorruptIndexError,
+    OffsetIndex,
+    TimeIndex,
+    TimestampOffset,
+)
 from oncelog.records import BATCH_OVERHEAD, BatchHeader, decode_records, read_header, split_batches
 
 __all__ = [
@@ -57,6 +76,7 @@ __all__ = [
     "OffsetIndex",
     "SegmentRecovery",
     "TimeIndex",
+    "TimestampOffset",
     "file_name",
     "fsync_directory",
     "parse_file_name",
@@ -64,313 +84,15 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-OFFSET_DIGITS = 20
-"""Digits of the zero-padded offset in segment and snapshot file names (Kafka's ``LogFileUtils``)."""
-
-LOG_SUFFIX = ".log"
-INDEX_SUFFIX = ".index"
-TIME_INDEX_SUFFIX = ".timeindex"
-TXN_INDEX_SUFFIX = ".txnindex"
-
 MAX_RELATIVE_OFFSET = 2**31 - 1
 """Largest ``offset - base_offset`` a segment accepts (Kafka's ``canConvertToRelativeOffset``: Int.MaxValue)."""
 
 MAX_SEGMENT_BYTES = 2**31 - 1
 """Largest segment size: index positions are Kafka's int32 file positions stored as uint32."""
-
-NO_TIMESTAMP = -1
-"""``max_timestamp`` of a segment that holds no timestamped batch (Kafka's ``RecordBatch.NO_TIMESTAMP``)."""
-
-_OFFSET_ENTRY = struct.Struct(">II")
-_TIME_ENTRY = struct.Struct(">qI")
 # A lookup scans at most one index interval plus one batch; 16 KiB covers the default interval in one pread.
 _SCAN_CHUNK = 16 * 1024
 # Recovery and replay read large chunks: one pread per MiB instead of one per batch.
 _BULK_CHUNK = 1 << 20
-
-try:
-    _IOV_MAX = os.sysconf("SC_IOV_MAX")
-except (AttributeError, OSError, ValueError):
-    _IOV_MAX = 1024
-
-_OPEN_APPEND = os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_CLOEXEC", 0)
-_OPEN_LOG = os.O_RDWR | os.O_APPEND | getattr(os, "O_CLOEXEC", 0)
-
-
-class CorruptIndexError(Exception):
-    """An index file fails its sanity check; the caller rebuilds it from the log (never a client error)."""
-
-
-def file_name(base_offset: int, suffix: str) -> str:
-    """File name of a segment or snapshot file: the offset zero-padded to 20 digits, then ``suffix``."""
-    return f"{base_offset:0{OFFSET_DIGITS}d}{suffix}"
-
-
-def parse_file_name(name: str, suffix: str) -> int | None:
-    """Offset encoded in ``name`` if it is ``<20 digits><suffix>``, else ``None``."""
-    if not name.endswith(suffix):
-        return None
-    stem = name[: -len(suffix)]
-    if len(stem) != OFFSET_DIGITS or not (stem.isascii() and stem.isdigit()):
-        return None
-    return int(stem)
-
-
-def fsync_directory(path: Path) -> None:
-    """Make file creations, renames and deletions in ``path`` durable."""
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def write_file_atomically(path: Path, data: bytes) -> None:
-    """Replace ``path`` with ``data`` so that a crash leaves either the old or the new content.
-
-    Writes ``<name>.tmp``, fsyncs it, renames it over ``path`` and fsyncs the directory.
-    """
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0), 0o644)
-    try:
-        _write_all(fd, (data,), len(data))
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    fsync_directory(path.parent)
-
-
-def _fsync_path(path: Path) -> None:
-    # A descriptor of its own: fsync flushes the inode whichever descriptor wrote the pages, and the
-    # writer's descriptor may be closed by the owning thread meanwhile.
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-    except FileNotFoundError:
-        return
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _write_all(fd: int, parts: Sequence[bytes | memoryview], total: int) -> None:
-    """Write ``parts`` with one ``writev`` in the normal case; finish a short write with plain writes."""
-    written = os.writev(fd, parts) if 0 < len(parts) <= _IOV_MAX else 0
-    if written == total:
-        return
-    rest = memoryview(b"".join(parts))[written:]
-    while rest:
-        rest = rest[os.write(fd, rest) :]
-
-
-def _pread(fd: int, length: int, position: int) -> bytes:
-    data = os.pread(fd, length, position)
-    if len(data) == length or not data:
-        return data
-    chunks = [data]
-    got = len(data)
-    while got < length:
-        more = os.pread(fd, length - got, position + got)
-        if not more:
-            break
-        chunks.append(more)
-        got += len(more)
-    return b"".join(chunks)
-
-
-def _increasing(values: array, *, strict: bool) -> bool:
-    if strict:
-        return all(a < b for a, b in itertools.pairwise(values))
-    return all(a <= b for a, b in itertools.pairwise(values))
-
-
-class _SparseIndex:
-    """Append-only sorted index file mirrored in two typed arrays; the file is written, never rewritten."""
-
-    _ENTRY: struct.Struct
-    _KEY_TYPE: str
-    _VALUE_TYPE: str
-
-    def __init__(self, path: Path, base_offset: int) -> None:
-        self.path = path
-        self.base_offset = base_offset
-        self._keys = array(self._KEY_TYPE)
-        self._values = array(self._VALUE_TYPE)
-        self._loaded = False
-        self._persisted = 0  # entries present in the file
-        self._fd = -1
-
-    def __len__(self) -> int:
-        return len(self._keys)
-
-    @property
-    def loaded(self) -> bool:
-        """True once the entries are in memory (always for the active segment)."""
-        return self._loaded
-
-    def load(self) -> None:
-        """Read and check every entry (Kafka's ``sanityCheck``, applied to all of them).
-
-        Raises:
-            FileNotFoundError: the file does not exist.
-            CorruptIndexError: a partial entry, or keys out of order.
-        """
-        data = self.path.read_bytes()
-        if len(data) % self._ENTRY.size:
-            raise CorruptIndexError(f"{self.path.name}: size {len(data)} is not a multiple of {self._ENTRY.size}")
-        keys = array(self._KEY_TYPE)
-        values = array(self._VALUE_TYPE)
-        for key, value in self._ENTRY.iter_unpack(data):
-            keys.append(key)
-            values.append(value)
-        self._check(keys, values)
-        self._keys, self._values = keys, values
-        self._persisted = len(keys)
-        self._loaded = True
-
-    def _check(self, keys: array, values: array) -> None:
-        raise NotImplementedError
-
-    def read_last_entry(self) -> tuple[int, int] | None:
-        """The file's last entry without loading the rest, or ``None`` when empty.
-
-        Raises:
-            FileNotFoundError: the file does not exist.
-            CorruptIndexError: the size is not a whole number of entries.
-        """
-        with open(self.path, "rb") as file:
-            size = os.fstat(file.fileno()).st_size
-            if size % self._ENTRY.size:
-                raise CorruptIndexError(f"{self.path.name}: size {size} is not a multiple of {self._ENTRY.size}")
-            if not size:
-                return None
-            file.seek(size - self._ENTRY.size)
-            return self._ENTRY.unpack(file.read(self._ENTRY.size))
-
-    def reset(self) -> None:
-        """Drop every entry, in memory and in the file (which is created if missing)."""
-        self._keys = array(self._KEY_TYPE)
-        self._values = array(self._VALUE_TYPE)
-        self._loaded = True
-        self._truncate_file(0)
-
-    def truncate(self, count: int) -> None:
-        """Keep the first ``count`` entries, in memory and in the file."""
-        del self._keys[count:]
-        del self._values[count:]
-        if self._persisted > count:
-            self._truncate_file(count)
-
-    def _truncate_file(self, count: int) -> None:
-        self._open()
-        os.ftruncate(self._fd, count * self._ENTRY.size)
-        self._persisted = count
-
-    def _append(self, key: int, value: int) -> None:
-        self._keys.append(key)
-        self._values.append(value)
-
-    def persist(self) -> None:
-        """Write the entries appended since the last call with one ``write``."""
-        if self._persisted == len(self._keys):
-            return
-        pack = self._ENTRY.pack
-        data = b"".join(pack(self._keys[i], self._values[i]) for i in range(self._persisted, len(self._keys)))
-        self._open()
-        _write_all(self._fd, (data,), len(data))
-        self._persisted = len(self._keys)
-
-    def _open(self) -> None:
-        if self._fd < 0:
-            self._fd = os.open(self.path, _OPEN_APPEND, 0o644)
-
-    def fsync(self) -> None:
-        """Make the file durable (through a descriptor of its own)."""
-        _fsync_path(self.path)
-
-    def close(self) -> None:
-        """Close the write descriptor; the entries stay in memory."""
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
-
-
-class OffsetIndex(_SparseIndex):
-    """Sparse map from a batch's last offset to its file position (Kafka's ``OffsetIndex``)."""
-
-    _ENTRY = _OFFSET_ENTRY
-    _KEY_TYPE = "I"  # relative offset
-    _VALUE_TYPE = "I"  # position
-
-    def _check(self, keys: array, values: array) -> None:
-        if not (_increasing(keys, strict=True) and _increasing(values, strict=True)):
-            raise CorruptIndexError(f"{self.path.name}: offsets or positions are not strictly increasing")
-
-    def append(self, last_offset: int, position: int) -> None:
-        """Add an entry in memory; :meth:`persist` writes it."""
-        self._append(last_offset - self.base_offset, position)
-
-    def lookup(self, offset: int) -> int:
-        """Position of the indexed batch with the largest last offset ``<= offset``, or 0 (segment start)."""
-        i = bisect.bisect_right(self._keys, offset - self.base_offset) - 1
-        return self._values[i] if i >= 0 else 0
-
-    def floor_position(self, position: int) -> int:
-        """Largest indexed position ``<= position``, or 0: a batch boundary to walk forward from."""
-        i = bisect.bisect_right(self._values, position) - 1
-        return self._values[i] if i >= 0 else 0
-
-    def count_before_position(self, position: int) -> int:
-        """Number of entries whose position is ``< position``."""
-        return bisect.bisect_left(self._values, position)
-
-    def count_below(self, offset: int) -> int:
-        """Number of entries whose offset is ``< offset``."""
-        return bisect.bisect_left(self._keys, offset - self.base_offset)
-
-    def entry(self, i: int) -> tuple[int, int]:
-        """Entry ``i`` as ``(absolute last offset, position)``."""
-        return self._keys[i] + self.base_offset, self._values[i]
-
-
-class TimeIndex(_SparseIndex):
-    """Largest timestamp so far -> last offset of the batch carrying it (Kafka's ``TimeIndex``)."""
-
-    _ENTRY = _TIME_ENTRY
-    _KEY_TYPE = "q"  # timestamp
-    _VALUE_TYPE = "I"  # relative offset
-
-    def _check(self, keys: array, values: array) -> None:
-        if not (_increasing(keys, strict=True) and _increasing(values, strict=False)):
-            raise CorruptIndexError(f"{self.path.name}: timestamps or offsets are out of order")
-
-    @property
-    def last(self) -> tuple[int, int] | None:
-        """Last entry in memory as ``(timestamp, absolute offset)``."""
-        if not self._keys:
-            return None
-        return self._keys[-1], self._values[-1] + self.base_offset
-
-    def maybe_append(self, timestamp: int, offset: int) -> None:
-        """Add ``(timestamp, offset)`` if ``timestamp`` is above the last entry's (``TimeIndex.maybeAppend``)."""
-        if timestamp > (self._keys[-1] if self._keys else NO_TIMESTAMP):
-            self._append(timestamp, offset - self.base_offset)
-
-    def lookup_below(self, timestamp: int) -> int | None:
-        """Offset of the entry with the largest timestamp ``< timestamp``, or ``None``.
-
-        Every batch up to that offset has ``max_timestamp < timestamp``, so a search for the first batch
-        reaching ``timestamp`` may start right after it. (Kafka looks up ``<=``, which can skip an earlier
-        batch carrying the same timestamp.)
-        """
-        i = bisect.bisect_left(self._keys, timestamp) - 1
-        return self._values[i] + self.base_offset if i >= 0 else None
-
-    def truncate_after(self, offset: int) -> None:
-        """Drop entries whose offset is above ``offset``."""
-        self.truncate(bisect.bisect_right(self._values, offset - self.base_offset))
 
 
 @dataclass(frozen=True, slots=True)
@@ -423,7 +145,7 @@ class LogSegment:
     def create(cls, directory: Path, base_offset: int, *, index_interval_bytes: int, now_ms: int) -> LogSegment:
         """Create the files of a new, empty segment; fails if its ``.log`` already exists."""
         path = directory / file_name(base_offset, LOG_SUFFIX)
-        fd = os.open(path, _OPEN_LOG | os.O_CREAT | os.O_EXCL, 0o644)
+        fd = os.open(path, OPEN_LOG | os.O_CREAT | os.O_EXCL, 0o644)
         segment = cls(directory, base_offset, fd, index_interval_bytes=index_interval_bytes, created_ms=now_ms)
         segment.offset_index.reset()
         segment.time_index.reset()
@@ -432,7 +154,7 @@ class LogSegment:
     @classmethod
     def open(cls, directory: Path, base_offset: int, *, index_interval_bytes: int, now_ms: int) -> LogSegment:
         """Open an existing segment without reading it."""
-        fd = os.open(directory / file_name(base_offset, LOG_SUFFIX), _OPEN_LOG)
+        fd = os.open(directory / file_name(base_offset, LOG_SUFFIX), OPEN_LOG)
         return cls(directory, base_offset, fd, index_interval_bytes=index_interval_bytes, created_ms=now_ms)
 
     def __repr__(self) -> str:
@@ -460,7 +182,7 @@ class LogSegment:
                 reached the file.
         """
         position = self.size
-        _write_all(self._fd, parts, total)
+        write_all(self._fd, parts, total)
         self.size = position + total
         for last_offset, max_timestamp, size in metas:
             self._index_batch(position, last_offset, max_timestamp, size)
@@ -520,7 +242,7 @@ class LogSegment:
         while position < limit:
             relative = position - buffer_start
             if relative + BATCH_OVERHEAD > len(buffer):
-                buffer = _pread(self._fd, min(_SCAN_CHUNK, limit - position), position)
+                buffer = pread(self._fd, min(_SCAN_CHUNK, limit - position), position)
                 buffer_start, relative = position, 0
             header = read_header(buffer, relative)
             yield position, header
@@ -567,7 +289,7 @@ class LogSegment:
         budget = max(max_bytes, first.size_in_bytes)
         if end - position > budget:
             end, end_offset = self._last_boundary(position + budget, position, first, end)
-        return _pread(self._fd, end - position, position), end_offset
+        return pread(self._fd, end - position, position), end_offset
 
     def _last_boundary(self, at_most: int, position: int, first: BatchHeader, limit: int) -> tuple[int, int]:
         """The last batch boundary ``<= at_most`` after the first batch, and the offset starting there.
@@ -592,7 +314,7 @@ class LogSegment:
         """
         want = _BULK_CHUNK
         while position < limit:
-            chunk = _pread(self._fd, min(want, limit - position), position)
+            chunk = pread(self._fd, min(want, limit - position), position)
             want = _BULK_CHUNK
             view = memoryview(chunk)
             cursor = 0
@@ -629,7 +351,7 @@ class LogSegment:
         for position, header in self.iter_headers(found[0], limit):
             if header.max_timestamp < timestamp or header.last_offset < start_offset:
                 continue
-            for record in decode_records(_pread(self._fd, header.size_in_bytes, position)):
+            for record in decode_records(pread(self._fd, header.size_in_bytes, position)):
                 # decoded records always carry both; the checks narrow the Optional fields
                 record_timestamp, record_offset = record.timestamp, record.offset
                 if record_timestamp is None or record_offset is None:
@@ -718,7 +440,7 @@ class LogSegment:
         reason = None
         want = _BULK_CHUNK
         while position < self.size and reason is None:
-            chunk = _pread(self._fd, min(want, self.size - position), position)
+            chunk = pread(self._fd, min(want, self.size - position), position)
             want = _BULK_CHUNK
             batches, _ = split_batches(chunk)
             accepted = 0
@@ -793,7 +515,7 @@ class LogSegment:
 
     def _header_at(self, position: int) -> BatchHeader | None:
         try:
-            return read_header(_pread(self._fd, BATCH_OVERHEAD, position))
+            return read_header(pread(self._fd, BATCH_OVERHEAD, position))
         except CorruptMessage:
             return None
 
@@ -813,8 +535,8 @@ class LogSegment:
         created = False
         if self._txn_fd < 0:
             created = not self.txn_index_path.exists()
-            self._txn_fd = os.open(self.txn_index_path, _OPEN_APPEND, 0o644)
-        _write_all(self._txn_fd, (data,), len(data))
+            self._txn_fd = os.open(self.txn_index_path, OPEN_APPEND, 0o644)
+        write_all(self._txn_fd, (data,), len(data))
         return created
 
     def read_txn_index(self) -> bytes:
@@ -847,7 +569,7 @@ class LogSegment:
 
     def fsync_txn_index(self) -> None:
         """Make the ``.txnindex`` file durable."""
-        _fsync_path(self.txn_index_path)
+        fsync_path(self.txn_index_path)
 
     # ------------------------------------------------------------------------------------------------ ending
 
