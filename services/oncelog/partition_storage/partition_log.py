@@ -22,50 +22,37 @@ rolled segment together with its indexes) and, after a roll, the directory, then
 point. The recovery point is checkpointed after the flush that follows a roll, on :meth:`close`, and on
 :meth:`PartitionLog.checkpoint_recovery_point`.
 
-Recovery on open (Kafka's ``LogLoader``). Segments entirely below the checkpointed recovery point are
-trusted after a cheap index check. From the segment holding the recovery point on, every batch is read and
-CRC-checked (``split_batches``) and must continue the offsets of the previous one; the scan of that first
-segment starts at its last offset index entry below the recovery point (after a clean shutdown that is the
-last index entry, so reopening reads about one index interval). The log is truncated before the first bad
-batch, later segments that no longer follow are deleted, the indexes are rebuilt for the rescanned part,
-snapshots above the new log end are deleted, and the result is fsynced and checkpointed.
+Recovery on open is Kafka's ``LogLoader``: :mod:`oncelog.partition_storage.log_loader`.
 """
 
 from __future__ import annotations
 
-import asyncio
 import bisect
-import contextlib
-import fcntl
-import functools
 import logging
 import os
 import struct
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Executor
-from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
-from oncelog.errors import (
-    CorruptMessage,
-    InvalidConfig,
-    InvalidRecord,
-    MessageTooLarge,
-    OffsetOutOfRange,
-    StorageUnavailable,
+from oncelog.errors import CorruptMessage, InvalidRecord, MessageTooLarge, OffsetOutOfRange, StorageUnavailable
+from oncelog.partition_storage.flush_coordinator import FlushCoordinator
+from oncelog.partition_storage.log_loader import (
+    CHECKPOINT_FILE,
+    RecoveryResult,
+    load_segments,
+    lock_directory,
+    read_recovery_checkpoint,
+    write_recovery_checkpoint,
 )
+from oncelog.partition_storage.log_retention import check_log_config, retention_breaches
 from oncelog.partition_storage.segment import (
-    INDEX_SUFFIX,
-    LOG_SUFFIX,
     MAX_RELATIVE_OFFSET,
     MAX_SEGMENT_BYTES,
-    TIME_INDEX_SUFFIX,
-    TXN_INDEX_SUFFIX,
     LogSegment,
-    SegmentRecovery,
+    TimestampOffset,
     file_name,
     fsync_directory,
     parse_file_name,
@@ -89,11 +76,6 @@ SNAPSHOT_SUFFIX = ".snapshot"
 SNAPSHOTS_KEPT = 2
 """Producer-state snapshots kept: the newest, and one to fall back on if the newest is unreadable."""
 
-CHECKPOINT_FILE = "recovery-point-offset-checkpoint"
-_CHECKPOINT_VERSION = 0
-_LOCK_FILE = ".lock"
-_TMP_SUFFIX = ".tmp"
-
 _DEFAULT_SEGMENT_BYTES = 1 << 30
 _DEFAULT_SEGMENT_MS = 7 * 24 * 3600 * 1000
 _DEFAULT_RETENTION_MS = 7 * 24 * 3600 * 1000
@@ -114,47 +96,6 @@ _SYNC_TXN = 4
 
 def _wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
-
-
-@dataclass(frozen=True, slots=True)
-class TimestampOffset:
-    """A record found by timestamp (Kafka's ``TimestampAndOffset``)."""
-
-    timestamp: int
-    offset: int
-
-
-@dataclass(frozen=True, slots=True)
-class RecoveryResult:
-    """What opening the log found and repaired.
-
-    The storage engine uses it to rebuild what depends on the rescanned range: the aborted-transaction
-    index of every segment in ``segments`` may hold entries for markers that were cut, or miss entries, so
-    the engine replays from its snapshot and rewrites them with :meth:`PartitionLog.replace_txn_index`.
-
-    Attributes:
-        recovery_point: the checkpointed offset read at open (the log start if there was none).
-        log_end_offset: the log end offset after recovery.
-        segments: per rescanned segment, where the scan started and what it cut.
-        deleted_segments: base offsets of segments deleted because an earlier one ended short.
-        deleted_snapshots: offsets of snapshots deleted because they lay above the log end.
-    """
-
-    recovery_point: int
-    log_end_offset: int
-    segments: tuple[SegmentRecovery, ...]
-    deleted_segments: tuple[int, ...]
-    deleted_snapshots: tuple[int, ...]
-
-    @property
-    def truncated_bytes(self) -> int:
-        """Bytes cut from segment tails (deleted segments not counted)."""
-        return sum(s.truncated_bytes for s in self.segments)
-
-    @property
-    def scanned_bytes(self) -> int:
-        """Bytes read and CRC-checked while opening."""
-        return sum(s.scanned_bytes for s in self.segments)
 
 
 class PartitionLog:
@@ -193,7 +134,7 @@ class PartitionLog:
         index_interval_bytes: int = _DEFAULT_INDEX_INTERVAL_BYTES,
         clock: Callable[[], int] = _wall_clock_ms,
     ) -> None:
-        _check_config(segment_bytes, segment_ms, retention_bytes, retention_ms, index_interval_bytes)
+        check_log_config(segment_bytes, segment_ms, retention_bytes, retention_ms, index_interval_bytes)
         self._dir = Path(directory)
         self._segment_bytes = segment_bytes
         self._segment_ms = segment_ms
@@ -215,7 +156,7 @@ class PartitionLog:
         self._failure: BaseException | None = None
         self._closed = False
         self._dir.mkdir(parents=True, exist_ok=True)
-        self._lock_fd = _lock_directory(self._dir)
+        self._lock_fd = lock_directory(self._dir)
         try:
             self.recovery = self._load()
         except BaseException:
@@ -412,7 +353,7 @@ class PartitionLog:
             if sync_dir:
                 fsync_directory(self._dir)
             if checkpoint:
-                self._write_checkpoint(target)
+                write_recovery_checkpoint(self._dir, target)
         except OSError as err:
             with self._lock:
                 self._failure = err
@@ -427,24 +368,7 @@ class PartitionLog:
         """Persist the current recovery point, bounding the rescan after a crash (Kafka does it every 60 s)."""
         with self._flush_lock:
             self._check_writable()
-            self._write_checkpoint(self._recovery_point)
-
-    def _write_checkpoint(self, offset: int) -> None:
-        write_file_atomically(self._dir / CHECKPOINT_FILE, f"{_CHECKPOINT_VERSION}\n{offset}\n".encode())
-
-    def _read_checkpoint(self) -> int | None:
-        path = self._dir / CHECKPOINT_FILE
-        try:
-            lines = path.read_text("ascii").split()
-        except FileNotFoundError:
-            return None
-        except (OSError, UnicodeDecodeError) as err:
-            log.warning("cannot read %s (%s); recovering every segment", path, err)
-            return None
-        if len(lines) != 2 or lines[0] != str(_CHECKPOINT_VERSION) or not lines[1].isdigit():
-            log.warning("malformed %s %r; recovering every segment", path, lines)
-            return None
-        return int(lines[1])
+            write_recovery_checkpoint(self._dir, self._recovery_point)
 
     # ----------------------------------------------------------------------------------------------- read
 
@@ -532,7 +456,7 @@ class PartitionLog:
         Raises:
             InvalidConfig: a setting is out of range (nothing changes).
         """
-        _check_config(segment_bytes, segment_ms, retention_bytes, retention_ms, self._index_interval)
+        check_log_config(segment_bytes, segment_ms, retention_bytes, retention_ms, self._index_interval)
         with self._lock:
             self._segment_bytes = segment_bytes
             self._segment_ms = segment_ms
@@ -565,18 +489,10 @@ class PartitionLog:
             if up_to is not None:
                 # a segment ends where the next one starts
                 candidates = [seg for seg, nxt in zip(candidates, self._bases[1:], strict=True) if nxt <= up_to]
-            by_time = 0
-            if self._retention_ms >= 0:
-                while by_time < len(candidates) and now - candidates[by_time].largest_timestamp > self._retention_ms:
-                    by_time += 1
-            by_size = 0
-            if self._retention_bytes >= 0:
-                excess = sum(segment.size for segment in self._segments) - self._retention_bytes
-                while by_size < len(candidates) and candidates[by_size].size <= excess:
-                    excess -= candidates[by_size].size
-                    by_size += 1
+            total = sum(segment.size for segment in self._segments)
+            count = retention_breaches(candidates, total, now, self._retention_ms, self._retention_bytes)
             doomed = []
-            for segment in candidates[: max(by_time, by_size)]:
+            for segment in candidates[:count]:
                 if segment in self._flushing:
                     break
                 doomed.append(segment)
@@ -660,12 +576,8 @@ class PartitionLog:
 
     def snapshot_offsets(self) -> list[int]:
         """Offsets of the stored snapshots, oldest first."""
-        offsets = []
-        for entry in os.scandir(self._dir):
-            offset = parse_file_name(entry.name, SNAPSHOT_SUFFIX)
-            if offset is not None:
-                offsets.append(offset)
-        return sorted(offsets)
+        names = (entry.name for entry in os.scandir(self._dir))
+        return sorted(offset for name in names if (offset := parse_file_name(name, SNAPSHOT_SUFFIX)) is not None)
 
     def read_snapshot(self, offset: int) -> bytes:
         """Bytes of the snapshot taken at ``offset``.
@@ -692,49 +604,15 @@ class PartitionLog:
     # ---------------------------------------------------------------------------------------- open, close
 
     def _load(self) -> RecoveryResult:
-        now = self._clock()
-        bases = self._scan_directory()
-        checkpoint = self._read_checkpoint()
+        checkpoint = read_recovery_checkpoint(self._dir)
         segments = self._segments
-        recovered: list[SegmentRecovery] = []
-        deleted: list[int] = []
-        if not bases:
-            segments.append(LogSegment.create(self._dir, 0, index_interval_bytes=self._index_interval, now_ms=now))
-            recovery_point = 0
-            self._dir_dirty = True
-        else:
-            recovery_point = bases[0] if checkpoint is None else max(checkpoint, bases[0])
-            first_rescanned = bisect.bisect_right(bases, recovery_point) - 1
-            for base in bases:
-                segments.append(LogSegment.open(self._dir, base, index_interval_bytes=self._index_interval, now_ms=now))
-            i = 0
-            while i < len(segments):
-                segment = segments[i]
-                following = segments[i + 1].base_offset if i + 1 < len(segments) else None
-                if i < first_rescanned and following is not None and segment.check_sealed(following):
-                    i += 1
-                    continue
-                recovered.append(segment.recover(recovery_point if i == first_rescanned else None))
-                self._unsynced[segment] = _SYNC_LOG | _SYNC_INDEXES
-                if following is not None and segment.next_offset != following:
-                    # the log must stay contiguous: nothing after a segment that ends short can be kept
-                    log.error(
-                        "segment %s ends at offset %d but the next one starts at %d; deleting %d later segment(s)",
-                        segment.log_path,
-                        segment.next_offset,
-                        following,
-                        len(segments) - i - 1,
-                    )
-                    for later in segments[i + 1 :]:
-                        deleted.append(later.base_offset)
-                        later.delete()
-                    del segments[i + 1 :]
-                    self._dir_dirty = True
-                    following = None
-                if following is not None:
-                    segment.seal()
-                i += 1
-
+        loaded = load_segments(
+            self._dir, segments, checkpoint, index_interval_bytes=self._index_interval, now_ms=self._clock()
+        )
+        recovery_point, deleted = loaded.recovery_point, loaded.deleted
+        for segment in loaded.rescanned:
+            self._unsynced[segment] = _SYNC_LOG | _SYNC_INDEXES
+        self._dir_dirty = self._dir_dirty or loaded.dir_dirty
         self._bases = [segment.base_offset for segment in segments]
         active = segments[-1]
         self._log_end_offset = active.next_offset
@@ -746,7 +624,7 @@ class PartitionLog:
         result = RecoveryResult(
             recovery_point=recovery_point,
             log_end_offset=self._log_end_offset,
-            segments=tuple(recovered),
+            segments=tuple(loaded.recovered),
             deleted_segments=tuple(deleted),
             deleted_snapshots=tuple(deleted_snapshots),
         )
@@ -763,23 +641,6 @@ class PartitionLog:
         self._checkpoint_due = checkpoint != self._log_end_offset or bool(deleted_snapshots)
         self._flush_locked()
         return result
-
-    def _scan_directory(self) -> list[int]:
-        """Base offsets of the ``.log`` files; removes leftovers of interrupted writes and orphan indexes."""
-        names = os.listdir(self._dir)
-        bases = sorted(base for name in names if (base := parse_file_name(name, LOG_SUFFIX)) is not None)
-        present = set(bases)
-        for name in names:
-            if name.endswith(_TMP_SUFFIX):
-                log.info("removing leftover %s from %s", name, self._dir)
-                (self._dir / name).unlink(missing_ok=True)
-                continue
-            for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX):
-                base = parse_file_name(name, suffix)
-                if base is not None and base not in present:
-                    log.info("removing %s from %s: no segment %d", name, self._dir, base)
-                    (self._dir / name).unlink(missing_ok=True)
-        return bases
 
     def _check_writable(self, *, definite: bool = True) -> None:
         # An append refused here wrote nothing (definite); a flush refused here leaves earlier writes in
@@ -831,103 +692,3 @@ class PartitionLog:
             f"PartitionLog({str(self._dir)!r}, start={self._bases[0] if self._bases else None}, "
             f"end={self._log_end_offset}, segments={len(self._segments)})"
         )
-
-
-def _check_config(
-    segment_bytes: int, segment_ms: int, retention_bytes: int, retention_ms: int, index_interval_bytes: int
-) -> None:
-    problems = []
-    if not 1 <= segment_bytes <= MAX_SEGMENT_BYTES:
-        problems.append(f"segment_bytes must be in [1, {MAX_SEGMENT_BYTES}], got {segment_bytes}")
-    if segment_ms < 1:
-        problems.append(f"segment_ms must be >= 1, got {segment_ms}")
-    if retention_bytes < -1:
-        problems.append(f"retention_bytes must be -1 (no limit) or >= 0, got {retention_bytes}")
-    if retention_ms < -1:
-        problems.append(f"retention_ms must be -1 (no limit) or >= 0, got {retention_ms}")
-    if index_interval_bytes < 0:
-        problems.append(f"index_interval_bytes must be >= 0, got {index_interval_bytes}")
-    if problems:
-        raise InvalidConfig("; ".join(problems))
-
-
-def _lock_directory(directory: Path) -> int:
-    fd = os.open(directory / _LOCK_FILE, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError as err:
-        os.close(fd)
-        raise StorageUnavailable(f"{directory} is already open in another partition log: {err}", definite=True) from err
-    return fd
-
-
-class FlushCoordinator:
-    """Group commit: concurrent appenders of one partition share fsyncs (design/architecture.md §4).
-
-    Each appender writes (``PartitionLog.append``, synchronous) and then awaits :meth:`sync`. The rule that
-    makes an acknowledgement safe: :meth:`sync` returns only after an fsync that *started after* the call
-    completed. If no fsync is running, the caller starts one in a worker thread; if one is already running,
-    it began before this write may have reached the page cache, so the caller waits for it to finish and
-    then for the next one, which is shared with everybody who arrived meanwhile. At most one fsync runs at a
-    time, so under load each fsync covers every write made during the previous one.
-
-    After a failed fsync every current and future :meth:`sync` raises (see :meth:`PartitionLog.flush`).
-
-    Args:
-        flush: blocking function that makes all completed writes durable (``PartitionLog.flush``).
-        executor: where ``flush`` runs; the event loop's default executor if ``None``.
-    """
-
-    def __init__(self, flush: Callable[[], object], *, executor: Executor | None = None) -> None:
-        self._flush = flush
-        self._executor = executor
-        self._started = 0  # generations handed to the executor
-        self._completed = 0  # newest generation that finished successfully
-        self._inflight: asyncio.Future[object] | None = None
-        self._failure: BaseException | None = None
-
-    @property
-    def flush_count(self) -> int:
-        """Flushes started so far (for metrics: appends per fsync)."""
-        return self._started
-
-    async def sync(self) -> None:
-        """Return once everything written before this call is durable.
-
-        Cancelling the caller does not cancel a running fsync; other waiters still get it.
-
-        Raises:
-            StorageUnavailable: the fsync failed (``definite=False``: the write may or may not survive).
-        """
-        target = self._started + 1  # generations from here on start after this call
-        while self._completed < target:
-            if self._failure is not None:
-                raise StorageUnavailable(f"flush failed earlier: {self._failure}", definite=False)
-            if self._inflight is None:
-                self._start()
-            assert self._inflight is not None
-            if self._inflight.done():
-                # finished, but its _finished callback has not run yet: awaiting a done future does not
-                # yield, so without this the loop would spin forever and the callback would never run
-                await asyncio.sleep(0)
-                continue
-            with contextlib.suppress(Exception):
-                # the outcome is read from _completed/_failure, set by _finished before waiters resume
-                await asyncio.shield(self._inflight)
-
-    def _start(self) -> None:
-        self._started += 1
-        future = asyncio.get_running_loop().run_in_executor(self._executor, self._flush)
-        self._inflight = future
-        # registered before any waiter's callback, so it runs first when the flush completes
-        future.add_done_callback(functools.partial(self._finished, self._started))
-
-    def _finished(self, generation: int, future: asyncio.Future[object]) -> None:
-        self._inflight = None
-        if future.cancelled():
-            self._failure = asyncio.CancelledError("flush cancelled")
-        elif (error := future.exception()) is not None:
-            self._failure = error
-            log.error("group flush %d failed: %s", generation, error)
-        else:
-            self._completed = generation
