@@ -46,27 +46,31 @@ rebuilds every entry at or above S by replaying the log from S through the produ
 from __future__ import annotations
 
 import asyncio
-import enum
-import heapq
-import itertools
 import logging
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
-from dataclasses import dataclass
 from pathlib import Path
 
 from oncelog.errors import (
-    CorruptMessage,
-    InvalidRecord,
     InvalidRequest,
-    MessageTooLarge,
     OffsetOutOfRange,
     OncelogError,
     StorageUnavailable,
 )
+from oncelog.partition_storage.engine_reads import find_offset, read_fetch
+from oncelog.partition_storage.engine_recovery import apply_logged_batch, load_epochs, recover
+from oncelog.partition_storage.engine_types import (
+    AppendResult,
+    EngineConfig,
+    FetchResult,
+    OffsetSpec,
+    PendingAppend,
+    TxnMarkerSpec,
+)
+from oncelog.partition_storage.flush_coordinator import FlushCoordinator, GroupCommit
 from oncelog.partition_storage.high_watermark_checkpoint import read_high_watermark, write_high_watermark
 from oncelog.partition_storage.leader_epoch_cache import LeaderEpochCache
-from oncelog.partition_storage.partition_log import FlushCoordinator, PartitionLog
+from oncelog.partition_storage.partition_log import PartitionLog
 from oncelog.partition_storage.producer_state import (
     AppendOrigin,
     BatchMetadata,
@@ -74,9 +78,9 @@ from oncelog.partition_storage.producer_state import (
     ProducerDescription,
     ProducerStateManager,
 )
-from oncelog.partition_storage.txn_index import AbortedTxn, TransactionIndex, collect_aborted_txns
-from oncelog.records import BatchHeader, ControlType, build_control_batch, iter_batches, read_control_record
-from oncelog.records import validate_batch as _validate_batch
+from oncelog.partition_storage.txn_index import AbortedTxn, TransactionIndex
+from oncelog.partition_storage.write_validation import ClientBatch, parse_client_batches, stage_markers
+from oncelog.records import iter_batches
 from oncelog.vocabulary import IsolationLevel
 
 __all__ = [
@@ -90,134 +94,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-
-class OffsetSpec(enum.Enum):
-    """Which offset :meth:`PartitionEngine.list_offset` resolves."""
-
-    EARLIEST = "earliest"
-    LATEST = "latest"
-    TIMESTAMP = "timestamp"
-
-
-@dataclass(frozen=True, slots=True)
-class EngineConfig:
-    """Settings of one partition: the topic's configs plus the node's storage settings.
-
-    Attributes:
-        segment_bytes, segment_ms: roll the active segment past this size or age.
-        retention_bytes, retention_ms: delete old segments beyond these (-1: no limit).
-        max_message_bytes: largest batch accepted (Kafka's ``max.message.bytes``, checked per batch).
-        flush_sync: fsync before acknowledging (the topic's ``flush=sync``); ``False`` acknowledges after the
-            write and lets the periodic flush make it durable.
-        index_interval_bytes: bytes between sparse offset index entries.
-        producer_id_expiration_ms: idle time after which a producer without an open transaction is forgotten.
-        validate_records: also decompress and parse every record of a client batch (Kafka's
-            ``LogValidator``); off, only the header and the CRC32C are checked, which proves the producer's
-            bytes arrived intact but leaves record framing to the reader.
-        strict_marker_epoch: the coordinator bumps the producer epoch when it ends a transaction (KIP-890,
-            design/architecture.md §5), so a marker must carry an epoch above its data's
-            (design/kafka-semantics.md §3.3, TV2 rule).
-    """
-
-    segment_bytes: int = 128 * 1024 * 1024
-    segment_ms: int = 7 * 24 * 3600 * 1000
-    retention_bytes: int = -1
-    retention_ms: int = 7 * 24 * 3600 * 1000
-    max_message_bytes: int = 1_048_588
-    flush_sync: bool = True
-    index_interval_bytes: int = 4096
-    producer_id_expiration_ms: int = 24 * 3600 * 1000
-    validate_records: bool = False
-    strict_marker_epoch: bool = True
-
-
-@dataclass(frozen=True, slots=True)
-class AppendResult:
-    """Outcome of a data append.
-
-    Attributes:
-        base_offset: offset of the first record of the request (of the original write for a duplicate).
-        last_offset: offset of the last record of the request.
-        log_start_offset: the partition's log start offset after the append.
-        duplicate: every batch had been written before; nothing was appended (design/kafka-semantics.md §4.2 rule 1).
-        appended_records, appended_bytes: records and batch bytes this request added to the log (leading
-            duplicates excluded), what produce throughput counts.
-    """
-
-    base_offset: int
-    last_offset: int
-    log_start_offset: int
-    duplicate: bool
-    appended_records: int = 0
-    appended_bytes: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class TxnMarkerSpec:
-    """One COMMIT/ABORT marker for this partition (one entry of WriteTxnMarkers, design/kafka-semantics.md §3.1)."""
-
-    producer_id: int
-    producer_epoch: int
-    coordinator_epoch: int
-    result: ControlType
-
-
-@dataclass(frozen=True, slots=True)
-class FetchResult:
-    """What one partition returns to a fetch.
-
-    Attributes:
-        records: whole batches as stored, control batches included; empty when nothing is readable.
-        next_offset: offset right after the returned batches (the fetch offset if none).
-        high_watermark, last_stable_offset, log_start_offset: the partition's offsets at the read.
-        aborted_transactions: read_committed only: aborted transactions overlapping the returned range.
-    """
-
-    records: bytes
-    next_offset: int
-    high_watermark: int
-    last_stable_offset: int
-    log_start_offset: int
-    aborted_transactions: tuple[AbortedTxn, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class _ClientBatch:
-    header: BatchHeader
-    data: memoryview
-
-
-class PendingAppend:
-    """A write that is in the log and in the producer state but maybe not yet durable.
-
-    Returned by :meth:`PartitionEngine.write` so a caller can start the next write to the partition (keeping
-    request order) while this one waits for its fsync; :meth:`wait` returns once the write is acknowledged.
-    """
-
-    __slots__ = ("_durable_offset", "_engine", "result")
-
-    def __init__(self, engine: PartitionEngine, result: AppendResult, durable_offset: int) -> None:
-        self._engine = engine
-        self._durable_offset = durable_offset
-        self.result = result
-
-    @property
-    def acknowledged(self) -> bool:
-        """True once the batches are below the high watermark (at once for ``flush=async`` topics)."""
-        return self._engine.high_watermark >= self._durable_offset
-
-    async def wait(self) -> AppendResult:
-        """Wait until the written (or, for a duplicate, the original) batches are below the high watermark.
-
-        Raises:
-            StorageUnavailable: the fsync failed or the partition went offline or closed meanwhile; always
-                ``definite=False``, since the batches are in the log and may survive.
-        """
-        await self._engine._await_high_watermark(self._durable_offset)
-        if self._engine.acknowledge_check is not None:
-            self._engine.acknowledge_check()
-        return self.result
 
 
 class PartitionEngine:
@@ -250,10 +126,13 @@ class PartitionEngine:
         self._clock = clock
         self.leader_epoch = leader_epoch
         self._lock = asyncio.Lock()
-        self._flusher = FlushCoordinator(log_.flush, executor=flush_executor)
-        self._durability_waiters: list[tuple[int, int, asyncio.Future[None]]] = []
-        self._waiter_ids = itertools.count()
-        self._pump: asyncio.Task[None] | None = None
+        self._group_commit = GroupCommit(
+            FlushCoordinator(log_.flush, executor=flush_executor),
+            lambda: log_.recovery_point,
+            log_.directory.name,
+            on_durable=self._on_durable,
+            on_failure=self._on_fsync_failure,
+        )
         # recovery flushed everything it kept, so the whole log is durable; a replicated partition starts at its
         # checkpointed HW instead (docs/design/replication.md §4): what is above it was never confirmed by followers
         self.replicated = replicated
@@ -299,8 +178,8 @@ class PartitionEngine:
             StorageUnavailable: the directory is held by another engine or cannot be read.
             InvalidConfig: a setting is out of range.
         """
-        log_, producers, indexes = await asyncio.to_thread(_recover, Path(directory), config, clock)
-        epochs = await asyncio.to_thread(_load_epochs, log_)
+        log_, producers, indexes = await asyncio.to_thread(recover, Path(directory), config, clock)
+        epochs = await asyncio.to_thread(load_epochs, log_)
         return cls(
             log_,
             producers,
@@ -346,7 +225,7 @@ class PartitionEngine:
     @property
     def flush_count(self) -> int:
         """fsyncs started by group commit so far (appends per fsync = appends / this)."""
-        return self._flusher.flush_count
+        return self._group_commit.flush_count
 
     @property
     def online(self) -> bool:
@@ -406,29 +285,12 @@ class PartitionEngine:
             StorageUnavailable: the partition is offline or closed, or the write failed.
         """
         self._check_online()
-        batches = self._parse_client_batches(records)
+        batches = parse_client_batches(records, self.config.max_message_bytes, self.config.validate_records)
         async with self._lock:
             self._check_online()
             return self._write_locked(batches)
 
-    def _parse_client_batches(self, records: bytes | memoryview) -> list[_ClientBatch]:
-        config = self.config
-        batches: list[_ClientBatch] = []
-        for header, view in iter_batches(records):
-            if header.size_in_bytes > config.max_message_bytes:
-                raise MessageTooLarge(
-                    f"batch at offset delta {len(batches)} is {header.size_in_bytes} bytes; the topic's "
-                    f"max_message_bytes is {config.max_message_bytes}"
-                )
-            header = _validate_batch(view, check_records=config.validate_records)
-            if header.is_control:
-                raise InvalidRecord("control batches are written by the transaction coordinator, not by producers")
-            batches.append(_ClientBatch(header, view))
-        if not batches:
-            raise InvalidRecord("the request carries no record batch for this partition")
-        return batches
-
-    def _write_locked(self, batches: list[_ClientBatch]) -> PendingAppend:
+    def _write_locked(self, batches: list[ClientBatch]) -> PendingAppend:
         producers = self._producers
         duplicates: list[BatchMetadata] = []
         for batch in batches:
@@ -534,8 +396,8 @@ class PartitionEngine:
 
         The follower half of replication (docs/design/replication.md §3): offsets and leader epochs stay the
         leader's, and the producer state, transaction index and snapshots are rebuilt from the bytes by the same
-        apply step recovery uses (:func:`_apply_logged_batch`), so this replica answers duplicate checks and
-        read_committed fetches as the leader does. Nothing is acknowledged here: the caller reports progress to
+        apply step recovery uses (``engine_recovery.apply_logged_batch``), so this replica answers duplicate checks
+        and read_committed fetches as the leader does. Nothing is acknowledged here: the caller reports progress to
         the leader, and the high watermark follows :attr:`high_watermark_limit`.
 
         Raises:
@@ -559,7 +421,7 @@ class PartitionEngine:
                 expected = header.last_offset + 1
             info = self._producers.prepare_append(AppendOrigin.REPLICATION)
             for header, batch in batches:
-                _apply_logged_batch(info, header, batch, self._log)
+                apply_logged_batch(info, header, batch, self._log)
             self._append_to_log([batch for _, batch in batches], info, copied=True)
             return self._log.log_end_offset
 
@@ -602,44 +464,12 @@ class PartitionEngine:
                 known for any marker.
         """
         self._check_online()
-        outcomes: list[OncelogError | None] = [None] * len(markers)
         async with self._lock:
             self._check_online()
-            producers = self._producers
-            info = producers.prepare_append(AppendOrigin.COORDINATOR)
-            now = self._clock()
+            info = self._producers.prepare_append(AppendOrigin.COORDINATOR)
             offset = self._log.log_end_offset
-            batches: list[bytes] = []
-            for i, marker in enumerate(markers):
-                if self._marker_is_repeat(info, marker):
-                    continue
-                try:
-                    batch = build_control_batch(
-                        ControlType(marker.result),
-                        producer_id=marker.producer_id,
-                        producer_epoch=marker.producer_epoch,
-                        coordinator_epoch=marker.coordinator_epoch,
-                        base_offset=offset,
-                        timestamp=now,
-                    )
-                except ValueError as err:
-                    outcomes[i] = InvalidRequest(f"marker of producer {marker.producer_id} is malformed: {err}")
-                    continue
-                try:
-                    info.append_marker(
-                        marker.producer_id,
-                        marker.producer_epoch,
-                        int(marker.result),  # type: ignore[arg-type]
-                        marker.coordinator_epoch,
-                        offset,
-                        now,
-                        strict_epoch=self.config.strict_marker_epoch,
-                    )
-                except OncelogError as err:
-                    outcomes[i] = err
-                    continue
-                batches.append(batch)
-                offset += 1
+            strict = self.config.strict_marker_epoch
+            batches, outcomes = stage_markers(self._producers, info, markers, offset, self._clock(), strict)
             if batches:
                 self._append_to_log(batches, info)
             # a repeated marker is acknowledged once whatever applied it first is durable
@@ -650,15 +480,6 @@ class PartitionEngine:
         await self._await_durable(durable_offset)
         await self._await_high_watermark(durable_offset)
         return outcomes
-
-    def _marker_is_repeat(self, info: ProducerAppendInfo, marker: TxnMarkerSpec) -> bool:
-        entry = info.staged_entry(marker.producer_id) or self._producers.last_entry(marker.producer_id)
-        return (
-            entry is not None
-            and entry.current_txn_first_offset is None
-            and entry.producer_epoch == marker.producer_epoch
-            and entry.coordinator_epoch == marker.coordinator_epoch
-        )
 
     # ----------------------------------------------------------------------------------------- durability
 
@@ -680,41 +501,15 @@ class PartitionEngine:
         if self._log.recovery_point >= offset:
             return
         self._check_waiting_write()
-        waiter = asyncio.get_running_loop().create_future()
-        heapq.heappush(self._durability_waiters, (offset, next(self._waiter_ids), waiter))
-        if self._pump is None:
-            self._pump = asyncio.get_running_loop().create_task(self._pump_fsyncs())
-        await waiter
+        await self._group_commit.wait(offset)
 
-    async def _pump_fsyncs(self) -> None:
-        """Group commit: one fsync at a time, each covering every write made before it started.
+    def _on_durable(self, durable: int) -> None:
+        if self.config.flush_sync:
+            self._advance_high_watermark(durable)
 
-        The only caller of ``FlushCoordinator.sync``: while an fsync runs, new writes queue up as waiters and
-        the next fsync covers them all; waiters are released in offset order as the durable offset passes
-        them. (A single caller also keeps ``sync`` from ever being entered while a finished flush's
-        bookkeeping is still pending.)
-        """
-        waiters = self._durability_waiters
-        try:
-            while waiters:
-                await self._flusher.sync()
-                durable = self._log.recovery_point
-                if self.config.flush_sync:
-                    self._advance_high_watermark(durable)
-                while waiters and waiters[0][0] <= durable:
-                    waiter = heapq.heappop(waiters)[2]
-                    if not waiter.done():
-                        waiter.set_result(None)
-        except Exception as err:
-            if not self._closed:
-                self._fail(err)
-            failure = StorageUnavailable(f"{self._log.directory.name}: fsync failed: {err}", definite=False)
-            while waiters:
-                waiter = heapq.heappop(waiters)[2]
-                if not waiter.done():
-                    waiter.set_exception(failure)
-        finally:
-            self._pump = None
+    def _on_fsync_failure(self, err: BaseException) -> None:
+        if not self._closed:
+            self._fail(err)
 
     def _advance_high_watermark(self, offset: int) -> None:
         if self.high_watermark_limit is not None:
@@ -785,24 +580,9 @@ class PartitionEngine:
             StorageUnavailable: the partition is offline or closed.
         """
         self._check_online()
-        if max_bytes < 0:
-            raise InvalidRequest(f"max_bytes must be >= 0, got {max_bytes}")
-        start, end = self._log.log_start_offset, self._log.log_end_offset
-        if not start <= offset <= end:
-            raise OffsetOutOfRange(f"fetch offset {offset} is outside [{start}, {end}] of {self._log.directory.name}")
-        high_watermark, lso = self._high_watermark, self.last_stable_offset
         committed = isolation is IsolationLevel.READ_COMMITTED
-        data, next_offset = self._log.read(offset, max_bytes, lso if committed else high_watermark)
-        aborted: tuple[AbortedTxn, ...] = ()
-        if committed and data:
-            aborted = tuple(collect_aborted_txns(self._indexes_from(offset), offset, next_offset))
-        return FetchResult(data, next_offset, high_watermark, lso, start, aborted)
-
-    def _indexes_from(self, offset: int) -> Iterator[TransactionIndex]:
-        first = self._log.segment_base_for(offset)
-        for base in self._log.segment_bases:
-            if base >= first and (index := self._txn_indexes.get(base)) is not None:
-                yield index
+        hw, lso = self._high_watermark, self.last_stable_offset
+        return read_fetch(self._log, self._txn_indexes, offset, max_bytes, hw, lso, committed=committed)
 
     def list_offset(self, spec: OffsetSpec, isolation: IsolationLevel, timestamp_ms: int = -1) -> tuple[int, int]:
         """``(offset, timestamp)`` for ListOffsets; ``(-1, -1)`` when no readable record has that timestamp.
@@ -817,16 +597,7 @@ class PartitionEngine:
         """
         self._check_online()
         bound = self.last_stable_offset if isolation is IsolationLevel.READ_COMMITTED else self._high_watermark
-        if spec is OffsetSpec.EARLIEST:
-            return self._log.log_start_offset, -1
-        if spec is OffsetSpec.LATEST:
-            return bound, -1
-        if timestamp_ms < 0:
-            raise InvalidRequest(f"timestamp_ms must be >= 0 for a timestamp lookup, got {timestamp_ms}")
-        found = self._log.offset_for_timestamp(timestamp_ms)
-        if found is None or found.offset >= bound:
-            return -1, -1
-        return found.offset, found.timestamp
+        return find_offset(self._log, spec, bound, timestamp_ms)
 
     def describe_producers(self) -> list[ProducerDescription]:
         """Every producer with state on the partition (DescribeProducers, KIP-664)."""
@@ -918,179 +689,4 @@ class PartitionEngine:
         return (
             f"PartitionEngine({self._log.directory.name}, start={self.log_start_offset}, hw={self._high_watermark}, "
             f"lso={self.last_stable_offset}, end={self.log_end_offset})"
-        )
-
-
-# ---------------------------------------------------------------------------------------------------- recovery
-
-
-def _recover(
-    directory: Path, config: EngineConfig, clock: Callable[[], int]
-) -> tuple[PartitionLog, ProducerStateManager, dict[int, TransactionIndex]]:
-    """Open the log and rebuild producer state and aborted-transaction indexes (design/kafka-semantics.md §4.6);
-    blocking.
-
-    1. :class:`PartitionLog` truncates a torn or CRC-failing tail and flushes what it keeps.
-    2. Snapshots below the log start are deleted (Kafka's ``truncateAndReload``); the newest readable one left
-       gives the producer state at its offset S (an unreadable one is deleted and the previous one tried; with
-       none, S is the log start).
-    3. Index entries of markers below S are trusted (the snapshot invariant); entries at or above S are cut.
-    4. The log is replayed from S with origin REPLICATION (never rejects); every ABORT marker of a
-       transaction with data yields its index entry again, with the LSO of that moment.
-    5. Index files that changed are replaced atomically.
-    6. If anything was replayed, a snapshot is written at the log end.
-    """
-    log_ = PartitionLog(
-        directory,
-        segment_bytes=config.segment_bytes,
-        segment_ms=config.segment_ms,
-        retention_bytes=config.retention_bytes,
-        retention_ms=config.retention_ms,
-        index_interval_bytes=config.index_interval_bytes,
-        clock=clock,
-    )
-    try:
-        # Kafka's truncateAndReload: a snapshot below the log start describes a prefix whose tail is gone (the
-        # retention that deleted it may have taken markers the snapshot has not seen), so it is never loaded.
-        # One exactly at the log start holds the state of everything below it and stays valid.
-        for offset in log_.snapshot_offsets():
-            if offset < log_.log_start_offset:
-                log.info("deleting producer snapshot %d of %s: below the log start", offset, directory)
-                log_.delete_snapshot(offset)
-        producers = _load_snapshot(log_, config, clock)
-        start = max(producers.map_end_offset, log_.log_start_offset)
-        files = {base: log_.read_txn_index(base) for base in log_.segment_bases}
-        indexes = _trusted_indexes(files, start)
-        if indexes is None:
-            # an index below the replay start is unreadable: only a replay from the log start rebuilds it
-            producers = _empty_state(config, clock)
-            start = log_.log_start_offset
-            indexes = {}
-        _replay(log_, producers, indexes, start)
-        producers.update_map_end_offset(log_.log_end_offset)
-        for base, content in files.items():
-            index = indexes.get(base)
-            rebuilt = index.to_bytes() if index is not None else b""
-            if rebuilt != content:
-                log_.replace_txn_index(base, rebuilt)
-        if start < log_.log_end_offset:
-            # What was just replayed is stored, so the next recovery starts here rather than from an older
-            # snapshot that a later retention pass may leave below the log start. Everything below the log end
-            # is durable (the log flushed what it kept, the index files were replaced), as the invariant asks.
-            log_.write_snapshot(log_.log_end_offset, producers.snapshot())
-        if log_.recovery.truncated_bytes or start < log_.log_end_offset:
-            log.info(
-                "recovered %s: replayed [%d, %d), %d open transaction(s), %d producer(s)",
-                directory,
-                start,
-                log_.log_end_offset,
-                len(producers.ongoing_txns()),
-                len(producers.active_producers),
-            )
-        return log_, producers, indexes
-    except BaseException:
-        log_.close()
-        raise
-
-
-def _load_epochs(log_: PartitionLog) -> LeaderEpochCache:
-    """The leader-epoch checkpoint, cut to the recovered log end (a crash may have cut the log below it)."""
-    epochs = LeaderEpochCache.load(log_.directory)
-    epochs.truncate_from_end(log_.log_end_offset)
-    return epochs
-
-
-def _empty_state(config: EngineConfig, clock: Callable[[], int]) -> ProducerStateManager:
-    return ProducerStateManager(producer_id_expiration_ms=config.producer_id_expiration_ms, clock=clock)
-
-
-def _load_snapshot(log_: PartitionLog, config: EngineConfig, clock: Callable[[], int]) -> ProducerStateManager:
-    while (latest := log_.latest_snapshot()) is not None:
-        offset, data = latest
-        try:
-            producers = ProducerStateManager.from_snapshot(
-                data, producer_id_expiration_ms=config.producer_id_expiration_ms, clock=clock
-            )
-            if producers.map_end_offset != offset:
-                raise CorruptMessage(f"snapshot file {offset} holds state at offset {producers.map_end_offset}")
-            return producers
-        except CorruptMessage as err:
-            log.warning("deleting unreadable producer snapshot %d of %s: %s", offset, log_.directory, err)
-            log_.delete_snapshot(offset)
-    return _empty_state(config, clock)
-
-
-def _trusted_indexes(files: dict[int, bytes], start: int) -> dict[int, TransactionIndex] | None:
-    """Decode every segment's index file, cut to the entries whose marker lies below ``start``.
-
-    Returns ``None`` if a file that holds trusted entries is unreadable.
-    """
-    indexes = {}
-    for base, data in files.items():
-        try:
-            index = TransactionIndex.from_bytes(base, data)
-        except CorruptMessage as err:
-            log.warning("transaction index of segment %d is unreadable: %s", base, err)
-            if base < start:
-                return None
-            index = TransactionIndex(base)
-        index.truncate_to(start)
-        if len(index):
-            indexes[base] = index
-    return indexes
-
-
-def _replay(
-    log_: PartitionLog, producers: ProducerStateManager, indexes: dict[int, TransactionIndex], start: int
-) -> None:
-    """Feed every batch from ``start`` to the log end through the producer state, re-indexing aborts."""
-    if start >= log_.log_end_offset:
-        return
-    for header, batch in log_.batches_from(start):
-        if header.base_offset < start or not header.has_producer_id:
-            continue
-        info = producers.prepare_append(AppendOrigin.REPLICATION)
-        _apply_logged_batch(info, header, batch, log_)
-        for txn in info.aborted_txns:
-            base = log_.segment_base_for(txn.last_offset)
-            index = indexes.get(base)
-            if index is None:
-                index = indexes[base] = TransactionIndex(base)
-            index.append(txn)
-        producers.commit(info)
-
-
-def _apply_logged_batch(
-    info: ProducerAppendInfo, header: BatchHeader, batch: bytes | memoryview, where: object
-) -> None:
-    """Feed one batch already in a log (recovery replay, or a copy from the leader) through the producer state.
-
-    Never rejects: the log is the truth. An unreadable marker is skipped with a warning, as recovery always did.
-    """
-    if not header.has_producer_id:
-        return
-    if header.is_control:
-        try:
-            control_type, coordinator_epoch = read_control_record(batch)
-        except (CorruptMessage, InvalidRecord) as err:
-            log.warning("skipping unreadable marker at offset %d of %s: %s", header.base_offset, where, err)
-            return
-        info.append_marker(
-            header.producer_id,
-            header.producer_epoch,
-            int(control_type),  # type: ignore[arg-type]
-            coordinator_epoch,
-            header.base_offset,
-            header.max_timestamp,
-        )
-    else:
-        info.append_data_batch(
-            header.producer_id,
-            header.producer_epoch,
-            header.base_sequence,
-            header.last_sequence,
-            header.base_offset,
-            header.last_offset,
-            header.max_timestamp,
-            header.is_transactional,
         )

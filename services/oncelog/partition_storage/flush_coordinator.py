@@ -1,17 +1,20 @@
-"""Group commit for one partition: concurrent appenders share fsyncs (:class:`FlushCoordinator`)."""
+"""Group commit for one partition: concurrent appenders share fsyncs (:class:`FlushCoordinator`), and writes wait
+for the fsync that covers them (:class:`GroupCommit`)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import functools
+import heapq
+import itertools
 import logging
 from collections.abc import Callable
 from concurrent.futures import Executor
 
 from oncelog.errors import StorageUnavailable
 
-__all__ = ["FlushCoordinator"]
+__all__ = ["FlushCoordinator", "GroupCommit"]
 
 log = logging.getLogger(__name__)
 
@@ -87,3 +90,76 @@ class FlushCoordinator:
         else:
             self._completed = generation
 
+
+class GroupCommit:
+    """Waits for durability on top of a :class:`FlushCoordinator`: one pump task runs one fsync at a time, and
+    each waiter is released, in offset order, once the durable offset passes the offset it asked for.
+
+    The pump is the coordinator's only caller (which also keeps ``sync`` from ever being entered while a
+    finished flush's bookkeeping is still pending).
+
+    Args:
+        flusher: the partition's flush coordinator.
+        durable_offset: the offset below which everything is fsynced (the log's recovery point).
+        name: names the partition in the error a failed fsync gives its waiters.
+        on_durable: called with the durable offset after each fsync, before waiters are released.
+        on_failure: called with the error of a failed fsync, before every waiter fails with ``StorageUnavailable``.
+    """
+
+    def __init__(
+        self,
+        flusher: FlushCoordinator,
+        durable_offset: Callable[[], int],
+        name: str,
+        *,
+        on_durable: Callable[[int], None],
+        on_failure: Callable[[BaseException], None],
+    ) -> None:
+        self._flusher = flusher
+        self._durable_offset = durable_offset
+        self._name = name
+        self._on_durable = on_durable
+        self._on_failure = on_failure
+        self._waiters: list[tuple[int, int, asyncio.Future[None]]] = []
+        self._waiter_ids = itertools.count()
+        self._pump: asyncio.Task[None] | None = None
+
+    @property
+    def flush_count(self) -> int:
+        """fsyncs started so far."""
+        return self._flusher.flush_count
+
+    async def wait(self, offset: int) -> None:
+        """Return once everything below ``offset`` is fsynced.
+
+        Raises:
+            StorageUnavailable: the fsync failed (``definite=False``).
+        """
+        waiter = asyncio.get_running_loop().create_future()
+        heapq.heappush(self._waiters, (offset, next(self._waiter_ids), waiter))
+        if self._pump is None:
+            self._pump = asyncio.get_running_loop().create_task(self._pump_fsyncs())
+        await waiter
+
+    async def _pump_fsyncs(self) -> None:
+        """Group commit: one fsync at a time, each covering every write made before it started; while an fsync
+        runs, new writes queue up as waiters and the next fsync covers them all."""
+        waiters = self._waiters
+        try:
+            while waiters:
+                await self._flusher.sync()
+                durable = self._durable_offset()
+                self._on_durable(durable)
+                while waiters and waiters[0][0] <= durable:
+                    waiter = heapq.heappop(waiters)[2]
+                    if not waiter.done():
+                        waiter.set_result(None)
+        except Exception as err:
+            self._on_failure(err)
+            failure = StorageUnavailable(f"{self._name}: fsync failed: {err}", definite=False)
+            while waiters:
+                waiter = heapq.heappop(waiters)[2]
+                if not waiter.done():
+                    waiter.set_exception(failure)
+        finally:
+            self._pump = None
