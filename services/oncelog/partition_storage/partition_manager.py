@@ -27,17 +27,11 @@ are single-flight, so a burst of such requests shares one catalog read.
 * :meth:`PartitionManager.fetch` reads many partitions under one response budget and long-polls on the
   engines' change events (Kafka's ``fetchMessages`` + ``DelayedFetch``); :meth:`PartitionManager.write_markers`
   fans one WriteTxnMarkers request out to the partitions, one append per partition.
-* **Replicated partitions** (more than one replica, docs/design/replication.md): the leader keeps a
-  :class:`LeaderReplicaState` per partition, serves followers' :meth:`PartitionManager.replica_fetch` (recording
-  their positions, which moves the HW = min LEO over the ISR) and every ``replica_lag_time_max_ms / 4`` shrinks the
-  ISR by followers out of sync and expands it by caught-up ones with a conditional catalog update; losing that
-  update makes it hold the HW and re-read the catalog. **Lease-bounded leadership** (design/replication.md §9):
-  the leader acknowledges (moves the HW, answers a produce or a follower's fetch) only while this node's lease,
-  as last renewed, holds beyond a safety margin (a fifth of the lease) on its own monotonic clock and the
-  catalog was read since the lease last started an unbroken stretch. Otherwise it holds the HW, re-reads the
-  catalog and, when the leader epoch moved (a paused leader replaced by the controller), answers
-  ``NOT_LEADER``; a request it parked meanwhile never completes an acknowledgement. A follower opens the
-  partition's engine and copies it through a :class:`ReplicaFetcherManager` (one long-polling fetcher per leader node).
+* **Replicated partitions** (more than one replica, docs/design/replication.md): the leader's side (follower
+  fetches moving the HW, ISR upkeep, lease-bounded acknowledgements, controlled shutdown) is
+  :class:`~oncelog.partition_storage.leader_replication.LeaderReplication`, a base of this class; a follower
+  opens the partition's engine and copies it through a :class:`ReplicaFetcherManager` (one long-polling fetcher
+  per leader node).
 * Background loops run producer-id expiry, retention, the periodic flush of ``flush=async`` topics and the
   recovery-point checkpoint over every open engine.
 * Metrics (design/architecture.md §9): records and bytes appended by produce (retried duplicates excluded) and returned
@@ -53,22 +47,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
-import functools
 import logging
 import shutil
 from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import Executor
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
 
-from oncelog.catalog.store import CatalogStore, PartitionRecord, TopicRecord
-from oncelog.catalog.topics import TopicConfig
+from oncelog.catalog.store import CatalogStore, TopicRecord
 from oncelog.errors import (
     FencedLeaderEpoch,
     InvalidRequest,
-    NotEnoughReplicas,
     NotLeader,
     OncelogError,
     StorageUnavailable,
@@ -77,13 +65,21 @@ from oncelog.errors import (
     UnknownTopicOrPartition,
 )
 from oncelog.partition_storage.engine import (
-    EngineConfig,
     FetchResult,
     PartitionEngine,
     PendingAppend,
     TxnMarkerSpec,
 )
+from oncelog.partition_storage.leader_replication import LeaderReplication, wait_any
 from oncelog.partition_storage.log_truncation import truncate_partition_files
+from oncelog.partition_storage.manager_types import (
+    NO_EPOCH_CHECK,
+    FetchSpec,
+    NodeLease,
+    PartitionAssignment,
+    PartitionKey,
+    StorageNodeConfig,
+)
 from oncelog.partition_storage.partition_dirs import (
     META_PROPERTIES,
     PARTITION_METADATA,
@@ -92,8 +88,6 @@ from oncelog.partition_storage.partition_dirs import (
     stray_directories,
 )
 from oncelog.partition_storage.replica_fetcher import (
-    CopyPosition,
-    CopyResult,
     FetcherSettings,
     FollowedPartition,
     ReplicaFetcherManager,
@@ -115,105 +109,8 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-_NO_EPOCH_CHECK = -1
 
-
-@dataclass(frozen=True, slots=True)
-class StorageNodeConfig:
-    """Node-wide storage settings (the topic's own settings come from the catalog).
-
-    Attributes:
-        data_dir: root of the partition directories.
-        index_interval_bytes, producer_id_expiration_ms, validate_records, strict_marker_epoch: passed to
-            every :class:`EngineConfig`.
-        metadata_refresh_interval_ms: period of the catalog refresh.
-        producer_id_expiration_check_interval_ms, retention_check_interval_ms, flush_interval_ms,
-            checkpoint_interval_ms: periods of the maintenance loops.
-        partition_fetch_bytes: a partition's fetch budget when the request leaves it 0 (Kafka's
-            ``max.partition.fetch.bytes``).
-        fetch_max_bytes: the largest fetch response; also the default when the request leaves it 0.
-        fetch_max_wait_ms: the longest a fetch long-polls, whatever the request asks.
-    """
-
-    data_dir: Path
-    index_interval_bytes: int = 4096
-    producer_id_expiration_ms: int = 24 * 3600 * 1000
-    validate_records: bool = False
-    strict_marker_epoch: bool = True
-    metadata_refresh_interval_ms: int = 2_000
-    producer_id_expiration_check_interval_ms: int = 600_000
-    retention_check_interval_ms: int = 300_000
-    flush_interval_ms: int = 1_000
-    checkpoint_interval_ms: int = 60_000
-    partition_fetch_bytes: int = 1024 * 1024
-    fetch_max_bytes: int = 50 * 1024 * 1024
-    fetch_max_wait_ms: int = 30_000
-    replica_lag_time_max_ms: int = 10_000
-    replica_fetch_wait_ms: int = 500
-
-    def engine_config(self, topic: TopicConfig) -> EngineConfig:
-        """The engine settings of a partition of a topic with ``topic`` configs."""
-        return EngineConfig(
-            segment_bytes=topic.segment_bytes,
-            segment_ms=topic.segment_ms,
-            retention_bytes=topic.retention_bytes,
-            retention_ms=topic.retention_ms,
-            max_message_bytes=topic.max_message_bytes,
-            flush_sync=topic.flush != "async",
-            index_interval_bytes=self.index_interval_bytes,
-            producer_id_expiration_ms=self.producer_id_expiration_ms,
-            validate_records=self.validate_records,
-            strict_marker_epoch=self.strict_marker_epoch,
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class PartitionAssignment:
-    """One partition as the catalog describes it."""
-
-    topic: str
-    partition: int
-    topic_id: str
-    leader_node_id: str
-    leader_epoch: int
-    config: TopicConfig
-    replicas: tuple[str, ...] = ()
-    isr: tuple[str, ...] = ()
-    partition_epoch: int = 0
-
-    @property
-    def replicated(self) -> bool:
-        """True when the partition has more than one replica (docs/design/replication.md)."""
-        return len(self.replicas) > 1
-
-
-@dataclass(frozen=True, slots=True)
-class FetchSpec:
-    """One partition of a fetch: where to read from and how much (0 bytes: the node's default)."""
-
-    topic: str
-    partition: int
-    offset: int
-    max_bytes: int = 0
-    leader_epoch: int = _NO_EPOCH_CHECK
-
-
-_Key = tuple[str, int]
-
-
-class NodeLease(Protocol):
-    """This node's catalog lease as its own process last renewed it (``NodeMembership`` implements it)."""
-
-    lease_ms: int
-
-    def monotonic_ms(self) -> int: ...
-
-    def lease_valid_since(self) -> int: ...
-
-    def lease_valid_until(self) -> int: ...
-
-
-class PartitionManager:
+class PartitionManager(LeaderReplication):
     """The engines of the partitions this node leads; see the module docstring.
 
     Args:
@@ -244,16 +141,16 @@ class PartitionManager:
         self._config = config
         self._clock = clock
         self._flush_executor = flush_executor
-        self._assignments: dict[_Key, PartitionAssignment] = {}
+        self._assignments: dict[PartitionKey, PartitionAssignment] = {}
         self._topic_ids: dict[str, str] = {}
         self._addresses: dict[str, str] = {}
         # loop.time() at which the newest successful refresh started; -inf before the first one
         self._fresh_since = float("-inf")
         self._refreshing: asyncio.Task[None] | None = None
-        self._engines: dict[_Key, PartitionEngine] = {}
-        self._engine_topic_ids: dict[_Key, str] = {}
-        self._opening: dict[_Key, asyncio.Task[PartitionEngine]] = {}
-        self._lag_reporters: dict[_Key, tuple[PartitionEngine, asyncio.Task[None]]] = {}
+        self._engines: dict[PartitionKey, PartitionEngine] = {}
+        self._engine_topic_ids: dict[PartitionKey, str] = {}
+        self._opening: dict[PartitionKey, asyncio.Task[PartitionEngine]] = {}
+        self._lag_reporters: dict[PartitionKey, tuple[PartitionEngine, asyncio.Task[None]]] = {}
         self._loops: list[asyncio.Task[None]] = []
         self._stopping = False
         # lease-bounded leadership: None leads without a lease (single-node tests); the monotonic time at
@@ -262,7 +159,7 @@ class PartitionManager:
         self._catalog_read_at = -1
         # replication: the leader-side state of replicated partitions led here, and the fetchers of those
         # followed here (docs/design/replication.md §3, §4, §7)
-        self._leaders: dict[_Key, LeaderReplicaState] = {}
+        self._leaders: dict[PartitionKey, LeaderReplicaState] = {}
         self._handing_over = False  # controlled shutdown: lead nothing, copy nothing
         self._background: set[asyncio.Task[None]] = set()
         self._fetchers = (
@@ -285,7 +182,7 @@ class PartitionManager:
         """This node's id."""
         return self._node_id
 
-    def engines(self) -> dict[_Key, PartitionEngine]:
+    def engines(self) -> dict[PartitionKey, PartitionEngine]:
         """The open engines by (topic, partition)."""
         return dict(self._engines)
 
@@ -312,50 +209,6 @@ class PartitionManager:
             self._every(config.checkpoint_interval_ms, "recovery checkpoint", self._checkpoint),
             self._every(max(config.replica_lag_time_max_ms // 4, 1), "ISR update", self._maintain_isr),
         ]
-
-    async def hand_over_leadership(self) -> None:
-        """Controlled shutdown (design/replication.md §6): before this node drains, move the leadership of every
-        replicated partition it leads to the first other live in-sync replica and leave those ISRs, with the
-        conditional catalog update a leader makes (leader, leader epoch and partition epoch as seen). Clients
-        then get ``NOT_LEADER`` naming the new leader while this node still answers, writes waiting here for
-        their HW fail ``NOT_LEADER`` (retriable; an idempotent retry is deduplicated by the new leader, which
-        has everything this node acknowledged), and no acks=all write waits for this node to leave an ISR after
-        it exits. A partition with no other live in-sync replica stays here until the lease lapses."""
-        if self._fetchers is None:
-            return
-        self._handing_over = True  # from here on this node copies nothing, so no leader re-adds it to an ISR
-        with contextlib.suppress(OncelogError):
-            await self._refresh_since(asyncio.get_running_loop().time())
-        moved = []
-        for key in list(self._leaders):
-            assignment = self._assignments.get(key)
-            if assignment is None or assignment.leader_node_id != self._node_id:
-                continue
-            others = [r for r in assignment.replicas if r != self._node_id and r in assignment.isr]
-            live = [r for r in others if r in self._addresses]
-            if not live:
-                log.warning("%s-%d: no other live in-sync replica; it stays here until this lease lapses", *key)
-                continue
-            seen = PartitionRecord(
-                assignment.partition,
-                self._node_id,
-                assignment.leader_epoch,
-                assignment.replicas,
-                assignment.isr,
-                assignment.partition_epoch,
-            )
-            try:
-                updated = await asyncio.to_thread(
-                    self._catalog.alter_partition, assignment.topic, seen, leader_node_id=live[0], isr=others
-                )
-            except OncelogError as err:
-                log.warning("%s-%d: leadership hand-over failed (%s); the controller elects after the lease", *key, err)
-                continue
-            if updated is not None:
-                moved.append(f"{key[0]}-{key[1]} -> {live[0]} (epoch {updated.leader_epoch})")
-        log.info("controlled shutdown: leadership handed over: %s", ", ".join(moved) or "none")
-        with contextlib.suppress(OncelogError):
-            await self.refresh()  # step down: parked writes fail NOT_LEADER, requests are redirected
 
     async def stop(self) -> None:
         """Stop the loops and close every engine (each flushes and writes a producer-state snapshot)."""
@@ -393,7 +246,7 @@ class PartitionManager:
 
     # ------------------------------------------------------------------------------------------- leadership
 
-    async def leader_engine(self, topic: str, partition: int, leader_epoch: int = _NO_EPOCH_CHECK) -> PartitionEngine:
+    async def leader_engine(self, topic: str, partition: int, leader_epoch: int = NO_EPOCH_CHECK) -> PartitionEngine:
         """The engine of a partition this node leads, checking the client's leader epoch (-1: no check).
 
         Raises:
@@ -401,11 +254,11 @@ class PartitionManager:
             UnknownTopicOrPartition, NotLeader, FencedLeaderEpoch, UnknownLeaderEpoch: see the module docstring.
             StorageUnavailable: the catalog cannot be read, or the partition cannot be opened.
         """
-        if leader_epoch < _NO_EPOCH_CHECK:
+        if leader_epoch < NO_EPOCH_CHECK:
             raise InvalidRequest(f"leader_epoch must be -1 (no check) or >= 0, got {leader_epoch}")
         arrived = asyncio.get_running_loop().time()
         assignment = await self._leader_assignment(topic, partition, arrived)
-        if leader_epoch != _NO_EPOCH_CHECK and leader_epoch != assignment.leader_epoch:
+        if leader_epoch != NO_EPOCH_CHECK and leader_epoch != assignment.leader_epoch:
             if leader_epoch > assignment.leader_epoch:
                 await self._refresh_since(arrived)
                 assignment = await self._leader_assignment(topic, partition, arrived)
@@ -545,13 +398,13 @@ class PartitionManager:
         Returns:
             Per marker, per partition (in the order given): ``None`` for success, else the error.
         """
-        by_partition: dict[_Key, list[tuple[int, int]]] = {}
+        by_partition: dict[PartitionKey, list[tuple[int, int]]] = {}
         for m, (_, partitions) in enumerate(markers):
             for p, key in enumerate(partitions):
                 by_partition.setdefault(key, []).append((m, p))
         outcomes: list[list[OncelogError | None]] = [[None] * len(partitions) for _, partitions in markers]
 
-        async def apply(key: _Key, slots: list[tuple[int, int]]) -> None:
+        async def apply(key: PartitionKey, slots: list[tuple[int, int]]) -> None:
             try:
                 engine = await self.leader_engine(*key)
                 results: Sequence[OncelogError | None] = await engine.write_markers([markers[m][0] for m, _ in slots])
@@ -603,7 +456,7 @@ class PartitionManager:
             if failed or readable >= min_bytes or remaining <= 0 or not events:
                 self._record_fetch(specs, results, isolation)
                 return results
-            await _wait_any(events, remaining)
+            await wait_any(events, remaining)
 
     def _record_fetch(
         self, specs: Sequence[FetchSpec], results: Sequence[FetchResult | OncelogError], isolation: IsolationLevel
@@ -735,7 +588,7 @@ class PartitionManager:
             log.info("removing %s: its topic no longer exists", directory)
             await asyncio.to_thread(shutil.rmtree, directory, True)
 
-    async def _retire(self, key: _Key, engine: PartitionEngine, *, delete: bool) -> None:
+    async def _retire(self, key: PartitionKey, engine: PartitionEngine, *, delete: bool) -> None:
         self._engine_topic_ids.pop(key, None)
         self._stop_leading(key)
         if self._fetchers is not None:
@@ -745,61 +598,7 @@ class PartitionManager:
         if delete:
             await asyncio.to_thread(shutil.rmtree, engine.directory, True)
 
-    # ------------------------------------------------------------------------------------------- replication
-
-    def _attach_replication(self, key: _Key, assignment: PartitionAssignment, engine: PartitionEngine) -> None:
-        """Give an open engine of a replicated partition its role: leader state, or a fetcher copying it."""
-        if not assignment.replicated or self._fetchers is None:
-            return
-        if assignment.leader_node_id == self._node_id:
-            self._fetchers.unfollow(*key)
-            state = self._leaders.get(key)
-            if state is None or state.leader_epoch != assignment.leader_epoch:
-                state = LeaderReplicaState(
-                    self._node_id,
-                    assignment.replicas,
-                    assignment.isr,
-                    epoch_start_offset=engine.log_end_offset,
-                    high_watermark=engine.high_watermark,
-                    lag_time_max_ms=self._config.replica_lag_time_max_ms,
-                    clock=self._clock,
-                    leader_epoch=assignment.leader_epoch,
-                )
-                self._leaders[key] = state
-                engine.high_watermark_limit = functools.partial(self._lease_bounded_high_watermark, state)
-                engine.acknowledge_check = functools.partial(self._check_acknowledge, key)
-                engine.leadership_check = functools.partial(self._check_leading, key)
-                log.info("%s-%d: leading at epoch %d with ISR %s", *key, assignment.leader_epoch, list(assignment.isr))
-            else:
-                state.set_isr(assignment.isr)
-            self._metrics.set_under_replicated(*key, len(state.isr) < len(assignment.replicas))
-            engine.refresh_high_watermark()
-            return
-        if self._stop_leading(key):
-            engine.wake_waiters()  # writes waiting for the HW here fail NOT_LEADER now, not at their timeout
-        address = self._addresses.get(assignment.leader_node_id)
-        if not assignment.leader_node_id or not address or self._handing_over:
-            self._fetchers.unfollow(*key)
-            if engine.high_watermark_limit is not None:
-                engine.high_watermark_limit = _hold_high_watermark  # no leader to learn it from
-            return
-        followed = self._fetchers.following(*key)
-        if followed is None or followed.leader_epoch != assignment.leader_epoch or followed.engine is not engine:
-            self._fetchers.follow(
-                assignment.leader_node_id,
-                address,
-                FollowedPartition(assignment.topic, assignment.partition, engine, assignment.leader_epoch),
-            )
-
-    def _stop_leading(self, key: _Key) -> bool:
-        """Drop the leader state of a partition (if any); its replication gauges are the new leader's to report."""
-        state = self._leaders.pop(key, None)
-        if state is None:
-            return False
-        self._metrics.set_under_replicated(*key, False)
-        for follower in state.followers():
-            self._metrics.set_replica_lag(*key, follower.node_id, 0)
-        return True
+    # ---------------------------------------------------------------------------------------------- follower
 
     def _truncate_diverged(self, followed: FollowedPartition, offset: int) -> None:
         """A follower's log diverges from its leader's: close it, cut it to ``offset``, reopen and copy again."""
@@ -818,45 +617,6 @@ class PartitionManager:
                 await self._engine(assignment)  # reopening recovers the cut log and follows the leader again
 
         self._spawn(truncate(), f"truncation of {followed.topic}-{followed.partition}")
-
-    def _lease_bounded_high_watermark(self, state: LeaderReplicaState, candidate: int) -> int:
-        """The replica state's HW limit while the lease holds; held once the lease may have lapsed
-        (design/replication.md §9)."""
-        if not self.lease_holds():
-            return -1  # the periodic refresh or the next request re-reads the catalog
-        return state.update_high_watermark(candidate)
-
-    def _check_acknowledge(self, key: _Key) -> None:
-        """After the HW passed a write: refuse the acknowledgement if this node no longer leads the partition
-        (it stepped down meanwhile), or if the ISR is below min_insync_replicas."""
-        self._check_leading(key)
-        self._check_min_insync(key, definite=False)
-
-    def _check_leading(self, key: _Key) -> None:
-        """Raise NOT_LEADER for a write this node can no longer acknowledge: it stepped down meanwhile."""
-        if key not in self._leaders:
-            assignment = self._assignments.get(key)
-            raise NotLeader(
-                f"{key[0]}-{key[1]}: {self._node_id} stepped down before the batch was acknowledged (the batch "
-                "may or may not survive); refresh metadata and retry on the new leader",
-                metadata={} if assignment is None else {"leader_epoch": str(assignment.leader_epoch)},
-            )
-
-    def _check_min_insync(self, key: _Key, *, definite: bool) -> None:
-        """Refuse (before writing) or fail to acknowledge (after) while the ISR is below min_insync_replicas
-        (design/kafka-semantics.md §8)."""
-        state = self._leaders.get(key)
-        assignment = self._assignments.get(key)
-        if state is None or assignment is None:
-            return
-        required = assignment.config.min_insync_replicas
-        if len(state.isr) < required:
-            what = "nothing was written" if definite else "the batch was written but is not acknowledged"
-            raise NotEnoughReplicas(
-                f"{key[0]}-{key[1]} has {len(state.isr)} in-sync replica(s) ({', '.join(sorted(state.isr))}), "
-                f"min_insync_replicas is {required}: {what}; retry once replicas are back",
-                definite=definite,
-            )
 
     def request_refresh(self) -> None:
         """Re-read the catalog soon, without waiting for it (a fetcher met a leadership error, the controller
@@ -877,117 +637,9 @@ class PartitionManager:
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
-    async def replica_fetch(
-        self,
-        follower_id: str,
-        follower_epoch: int,
-        positions: Sequence[CopyPosition],
-        *,
-        max_wait_ms: int,
-        max_bytes: int,
-    ) -> list[CopyResult | OncelogError]:
-        """Serve a follower's replica fetch (Kafka's follower ``fetchMessages`` path), long-polling.
-
-        For each partition: check this node leads it at the follower's epoch, record the follower's position
-        (moving the HW), and return batches from its fetch offset up to the log end. Answers at once when a
-        partition has data, an error, or a HW the follower does not know yet; otherwise waits for an append or
-        a HW move, up to ``max_wait_ms``.
-
-        Raises:
-            InvalidRequest: a negative wait or byte limit.
-        """
-        if max_wait_ms < 0 or max_bytes < 0:
-            raise InvalidRequest(f"max_wait_ms and max_bytes must be >= 0, got {max_wait_ms}, {max_bytes}")
-        budget = min(max_bytes or self._config.fetch_max_bytes, self._config.fetch_max_bytes)
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + min(max_wait_ms, self._config.fetch_max_wait_ms) / 1000
-        while True:
-            events: list[asyncio.Event] = []
-            results: list[CopyResult | OncelogError] = []
-            urgent = False
-            remaining_bytes = budget
-            for position in positions:
-                try:
-                    result = await self._copy_once(follower_id, follower_epoch, position, remaining_bytes, events)
-                    remaining_bytes -= len(result.records)
-                    urgent |= bool(result.records) or result.high_watermark != position.high_watermark
-                except OncelogError as err:
-                    result, urgent = err, True  # type: ignore[assignment]
-                results.append(result)
-            remaining = deadline - loop.time()
-            if urgent or remaining <= 0 or not events:
-                return results
-            await _wait_any(events, remaining)
-
-    async def _copy_once(
-        self, follower_id: str, follower_epoch: int, position: CopyPosition, budget: int, events: list[asyncio.Event]
-    ) -> CopyResult:
-        key = (position.topic, position.partition)
-        engine = await self.leader_engine(position.topic, position.partition, position.current_leader_epoch)
-        state = self._leaders.get(key)
-        if state is None:
-            raise InvalidRequest(f"{position.topic}-{position.partition} is not replicated; nothing to copy")
-        try:
-            state.record_fetch(follower_id, follower_epoch, position.fetch_offset, engine.log_end_offset)
-            self._metrics.set_replica_lag(*key, follower_id, max(engine.log_end_offset - position.fetch_offset, 0))
-        except KeyError:
-            raise InvalidRequest(
-                f"{follower_id} is not a replica of {position.topic}-{position.partition}; its replicas are "
-                f"{sorted([state.leader_id, *(f.node_id for f in state.followers())])}"
-            ) from None
-        high_watermark = engine.refresh_high_watermark()
-        events.append(engine.appended())
-        events.append(engine.changed())
-        if position.last_fetched_epoch >= 0:
-            # KIP-320: does the follower's last epoch end, here, where its log ends? If not, say where it does
-            epoch, end = engine.epochs.end_offset_for(position.last_fetched_epoch, engine.log_end_offset)
-            if epoch < position.last_fetched_epoch or end < position.fetch_offset:
-                return CopyResult(b"", high_watermark, engine.log_start_offset, (epoch, end))
-        records = engine.read_copy(position.fetch_offset, max(budget, 0)) if budget > 0 else b""
-        return CopyResult(records, high_watermark, engine.log_start_offset)
-
-    async def _maintain_isr(self) -> None:
-        """Shrink the ISR of led partitions by followers out of sync, expand it by those caught up
-        (design/replication.md §7)."""
-        for key, state in list(self._leaders.items()):
-            engine = self._engines.get(key)
-            assignment = self._assignments.get(key)
-            if engine is None or assignment is None or not engine.online:
-                continue
-            end = engine.log_end_offset
-            for follower in state.followers():  # a follower that stopped fetching lags more and more
-                self._metrics.set_replica_lag(*key, follower.node_id, max(end - max(follower.log_end_offset, 0), 0))
-            isr = (set(state.isr) - state.out_of_sync(end)) | state.ready_to_join()
-            if isr == set(state.isr):
-                continue
-            ordered = [n for n in assignment.replicas if n in isr]
-            seen = PartitionRecord(
-                assignment.partition,
-                assignment.leader_node_id,
-                assignment.leader_epoch,
-                assignment.replicas,
-                tuple(sorted(state.isr, key=assignment.replicas.index)),
-                assignment.partition_epoch,
-            )
-            updated = await asyncio.to_thread(self._catalog.alter_partition, assignment.topic, seen, isr=ordered)
-            if updated is None:
-                log.warning("%s-%d: ISR update lost to another change; re-reading the catalog", *key)
-                self._stop_leading(key)
-                engine.high_watermark_limit = _hold_high_watermark  # until the catalog is re-read
-                await self.refresh()
-                continue
-            log.info("%s-%d: ISR %s -> %s", *key, sorted(state.isr), ordered)
-            self._metrics.record_isr_change(*key, shrinks=len(set(state.isr) - isr), expands=len(isr - set(state.isr)))
-            self._metrics.set_under_replicated(*key, len(updated.isr) < len(assignment.replicas))
-            self._assignments[key] = dataclasses.replace(
-                assignment, isr=updated.isr, partition_epoch=updated.partition_epoch
-            )
-            state.set_isr(updated.isr)
-            engine.refresh_high_watermark()
-
     # ----------------------------------------------------------------------------------------------- metrics
 
-    async def _report_lso_lag(self, key: _Key, engine: PartitionEngine) -> None:
+    async def _report_lso_lag(self, key: PartitionKey, engine: PartitionEngine) -> None:
         """Report the partition's LSO lag each time the engine says HW or LSO may have moved, until it closes."""
         topic, partition = key
         while engine.online:
@@ -995,7 +647,7 @@ class PartitionManager:
             self._metrics.set_lso_lag(topic, partition, engine.high_watermark - engine.last_stable_offset)
             await changed.wait()
 
-    def _stop_lag_reporter(self, key: _Key, engine: PartitionEngine) -> None:
+    def _stop_lag_reporter(self, key: PartitionKey, engine: PartitionEngine) -> None:
         entry = self._lag_reporters.get(key)
         if entry is not None and entry[0] is engine:  # not the reporter of an engine reopened meanwhile
             del self._lag_reporters[key]
@@ -1029,17 +681,3 @@ class PartitionManager:
 
     async def _checkpoint(self) -> None:
         await self._each_online(PartitionEngine.checkpoint, "recovery-point checkpoint")
-
-
-def _hold_high_watermark(candidate: int) -> int:
-    """An HW limit that keeps the high watermark where it is (it only ever moves up)."""
-    return -1
-
-
-async def _wait_any(events: Sequence[asyncio.Event], timeout: float) -> None:
-    waiters = [asyncio.ensure_future(event.wait()) for event in events]
-    try:
-        await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for waiter in waiters:
-            waiter.cancel()
