@@ -6,7 +6,7 @@ EXTRAS ?= dev,postgres,spark
 STAMP := $(VENV)/.installed-$(shell echo "$(EXTRAS)" | tr ',' '-')
 PYTEST_ARGS ?=
 
-.PHONY: run demo cluster test test-repeat dev gen-protos record-vectors api-docs check-protos lint typecheck bench clean venv
+.PHONY: torture run demo cluster test test-repeat dev gen-protos record-vectors api-docs check-protos lint typecheck bench clean venv
 
 venv: $(STAMP)
 
@@ -44,6 +44,10 @@ test-repeat: $(STAMP)
 		echo "== make test-repeat: run $$run of $(N)"; \
 		$(PY) -m pytest -x $(PYTEST_ARGS) || { echo "== run $$run of $(N) failed"; exit 1; }; \
 	done; echo "== all $(N) runs passed"
+
+## torture: 30 minutes of `oncelog torture` with every fault kind (history and report in .oncelog-torture/)
+torture: $(STAMP)
+	$(VENV)/bin/oncelog torture --minutes 30 --nemesis kill,pause,partition,flaky,disk
 
 ## gen-protos: regenerate the committed Python and Go code from proto/ (the Go plugins come from the Go module proxy)
 gen-protos: $(STAMP)

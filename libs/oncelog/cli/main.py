@@ -17,6 +17,7 @@ from oncelog.cli.common import SETTINGS
 from oncelog.cli.demo import demo
 from oncelog.cli.output import err, error, print_table, stdout_console
 from oncelog.cli.spark_demo import spark_demo
+from oncelog.cli.torture import torture
 from oncelog.testing import SERVICES, ClusterStartError, LocalCluster
 from oncelog.testing.cluster import NodeProcess
 
@@ -155,6 +156,7 @@ def crash_line(cluster: LocalCluster, node: NodeProcess) -> str:
 
 app.command("demo")(demo)
 app.command("spark-demo")(spark_demo)
+app.command("torture")(torture)
 
 # The client command modules of oncelog.cli, in --help order. Each defines register(app); adding a command
 # group is one line here.

@@ -15,10 +15,11 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from oncelog.testing.servers import free_port
 from oncelog.vocabulary import Role
 
 # start order: the pid-allocator first, so coordinators find ids ready; storage before coordinators' markers
@@ -84,6 +85,9 @@ class LocalCluster:
             first always bind free ports.
         replication_factor: ``ONCELOG_DEFAULT_REPLICATION_FACTOR`` of every process (the replication factor of
             topics created without one); 0 leaves it to the environment (1 unless set).
+        front: puts something in front of every process (a fault proxy): called with the node id and the free
+            port the process will bind (kept across restarts), it returns the address the process advertises.
+        interpreter_options: extra ``python`` options of every process (``-X`` flags of test builds).
     """
 
     data_dir: Path
@@ -95,6 +99,8 @@ class LocalCluster:
     services: tuple[str, ...] = SERVICES
     replicas: Mapping[str, int] = field(default_factory=dict)
     replication_factor: int = 0
+    front: Callable[[str, int], str] | None = None
+    interpreter_options: tuple[str, ...] = ()
     nodes: list[NodeProcess] = field(default_factory=list, init=False)
     _lock_fd: int | None = field(default=None, init=False, repr=False)
 
@@ -132,7 +138,11 @@ class LocalCluster:
         node_id = f"{service}-{index}"
         prefix = "ONCELOG_" + service.upper().replace("-", "_") + "_"
         run_dir = self.data_dir / "run"
+        port = self._port(service, index)
         state_env = {}
+        if self.front is not None:
+            port = port or free_port()
+            state_env[f"{prefix}ADVERTISE"] = self.front(node_id, port)
         if service == Role.TXN_COORDINATOR:  # replicas share one transaction table (design/architecture.md §2)
             state_env[f"{prefix}STATE_DATABASE_URL"] = (
                 f"sqlite:///{self.data_dir / 'txn-coordinator.db'}"
@@ -144,7 +154,7 @@ class LocalCluster:
             "ONCELOG_DATABASE_URL": self.database_url,
             "ONCELOG_READY_FILE": str(run_dir / f"{node_id}.json"),
             "ONCELOG_PARENT_PID": str(os.getpid()),
-            f"{prefix}LISTEN": f"{self.host}:{self._port(service, index)}",
+            f"{prefix}LISTEN": f"{self.host}:{port}",
             f"{prefix}NODE_ID": node_id,
             f"{prefix}DATA_DIR": str(self.data_dir / node_id),
             "OTEL_SERVICE_NAME": f"oncelog-{service}",
@@ -192,7 +202,7 @@ class LocalCluster:
         log = open(node.log_file, "ab")  # noqa: SIM115 - owned by the child process from here on
         try:
             node.process = subprocess.Popen(
-                [sys.executable, "-m", node.module],
+                [sys.executable, *self.interpreter_options, "-m", node.module],
                 env=node.env,
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -294,6 +304,10 @@ class LocalCluster:
             if node.node_id == node_id:
                 return node
         raise KeyError(f"no node {node_id!r}; nodes: {', '.join(n.node_id for n in self.nodes)}")
+
+    def pids(self) -> dict[int, str]:
+        """``{pid: node id}`` of the running processes."""
+        return {n.process.pid: n.node_id for n in self.nodes if n.process is not None and n.alive()}
 
     def addresses(self, service: str) -> list[str]:
         """Addresses of a service's processes, in index order."""

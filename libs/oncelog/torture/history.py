@@ -115,6 +115,9 @@ class HistoryWriter:
         self._next_index += 1
         return op
 
+    def flush(self) -> None:
+        self._file.flush()
+
     def close(self) -> None:
         self._file.flush()
         os.fsync(self._file.fileno())

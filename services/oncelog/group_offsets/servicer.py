@@ -23,6 +23,7 @@ from oncelog.group_offsets.offset_manager import (
     TxnResult,
 )
 from oncelog.rpc import to_error_info
+from oncelog.torture import mutants
 
 _RESULTS = {common.TRANSACTION_RESULT_COMMIT: TxnResult.COMMIT, common.TRANSACTION_RESULT_ABORT: TxnResult.ABORT}
 
@@ -63,6 +64,10 @@ class GroupOffsetsServicer(pb.GroupOffsetsServiceServicer):
             _member(request.member if request.HasField("member") else None),
             _offsets(request.offsets),
         )
+        if mutants.active("offsets-outside-txn"):  # test builds only (design/torture.md §4)
+            self.manager.commit_offsets(
+                request.group_id, _member(request.member if request.HasField("member") else None), stored
+            )
         return pb.TxnOffsetCommitResponse(offsets=_pb_offsets(stored))
 
     async def WriteTxnMarkers(self, request: pb.WriteTxnMarkersRequest, context: object) -> pb.WriteTxnMarkersResponse:

@@ -15,6 +15,8 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 
+from oncelog.torture import mutants
+
 from .coordinator import TransactionCoordinator
 from .ports import Clock
 
@@ -50,6 +52,8 @@ class TransactionExpirySweeper:
 
     async def abort_timed_out(self) -> list[str]:
         """One timeout-abort sweep; returns the ids whose abort was made durable."""
+        if mutants.active("no-txn-timeout"):  # test builds only (design/torture.md §4)
+            return []
         aborted = await self._coordinator.abort_timed_out_transactions(self._clock())
         if aborted:
             log.info("aborted %d timed-out transaction(s): %s", len(aborted), ", ".join(aborted))

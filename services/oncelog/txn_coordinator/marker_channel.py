@@ -46,6 +46,7 @@ from opentelemetry import trace
 from oncelog.catalog.topics import validate_group_id
 from oncelog.errors import InvalidRequest, NotCoordinator, OncelogError, Reason, UnknownServerError
 from oncelog.telemetry.metrics import OncelogMetrics, default_metrics
+from oncelog.torture import mutants
 from oncelog.vocabulary import Role, TopicPartition
 
 from .ports import MarkerCompletion
@@ -250,6 +251,9 @@ class TransactionMarkerChannelManager:
         A job already queued for the same transactional id is superseded: the coordinator only
         enqueues again after reloading the shard or after the previous transaction completed.
         """
+        result, partitions = mutants.markers(
+            result, partitions, TransactionResult.COMMIT
+        )  # test builds only (design/torture.md §4)
         previous = self._jobs.pop(transactional_id, None)
         if previous is not None:
             previous.dropped = True
