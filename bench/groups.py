@@ -1,6 +1,6 @@
 """Consumer groups: reassignment time after a member dies, and the coordinator's heartbeat CPU cost.
 
-    python -m bench.groups [--runs 5] [--members 3,30] [--heartbeat-members 1000] [--window 20]
+    python -m bench.groups [--runs 5] [--members 3,30] [--heartbeat-members 1000] [--window 10]
 
 Starts a real cluster (LocalCluster: partition-storage + group-offsets on SQLite). Members are simulated in this
 process over raw gRPC, behaving like the client (they report the partitions they own, release what the answer
@@ -9,9 +9,10 @@ leaves out, take what it adds), so hundreds fit on the shared machine.
 * ``reassignment``: N members share a 60-partition topic; one stops heartbeating (as after kill -9). Time until
   the survivors own every partition, per run; reported as median and spread, and as a ratio to the session
   timeout (the same-run baseline: the floor of any detection by session timeout).
-* ``heartbeat cpu``: M members heartbeat at the default interval for ``--window`` seconds; the coordinator
-  process's CPU time (``/proc/<pid>/stat``) over the window, as a share of one core, against the same process
-  idle over an equal window and against M clients sending health Checks at the same rate (the gRPC floor).
+* ``heartbeat cpu``: M members join one after another (the join storm), then in ``--runs`` interleaved rounds the
+  coordinator process's CPU time (``/proc/<pid>/stat``) over a ``--window`` while they heartbeat at the default
+  interval, as a share of one core, against the same process while M clients send health Checks at the same rate
+  (the gRPC floor) and idle.
 """
 
 from __future__ import annotations
@@ -42,8 +43,16 @@ HEARTBEAT_MS = 300
 class SimulatedMember:
     """One member over raw gRPC: owns what it was given, releases what it was not."""
 
-    def __init__(self, stub: pb.GroupOffsetsServiceStub, group: str, topic: str, interval_s: float) -> None:
+    def __init__(
+        self,
+        stub: pb.GroupOffsetsServiceStub,
+        group: str,
+        topic: str,
+        interval_s: float,
+        running: asyncio.Event | None = None,
+    ) -> None:
         self.stub, self.group, self.topic, self.interval_s = stub, group, topic, interval_s
+        self.running = running
         self.member_id, self.epoch = uuid.uuid4().hex, 0
         self.owned: set[tuple[str, int]] = set()
         self.alive = True
@@ -67,6 +76,8 @@ class SimulatedMember:
         """Heartbeat every interval (the first one after an interval); rejoin when the group removed us."""
         while self.alive:
             await asyncio.sleep(self.interval_s)
+            if self.running is not None:
+                await self.running.wait()
             if not self.alive:
                 return
             try:
@@ -123,9 +134,9 @@ async def reassignment_once(address: str, topic: str, size: int) -> float:
     return took
 
 
-async def health_cpu(address: str, pid: int, count: int, interval_s: float, window: float) -> float:
-    """The same process's CPU share when ``count`` clients each send a health Check every ``interval_s``: the floor
-    of any unary call at that rate (gRPC, interceptors, the event loop)."""
+async def _health_window(address: str, pid: int, count: int, interval_s: float, window: float) -> float:
+    """The process's CPU share while ``count`` clients each send a health Check every ``interval_s``: the floor of
+    any unary call at that rate (gRPC, the event loop; health checks skip the service interceptors)."""
     health = health_pb2_grpc.HealthStub(aio_channel(address))
     stop = asyncio.Event()
 
@@ -137,43 +148,67 @@ async def health_cpu(address: str, pid: int, count: int, interval_s: float, wind
 
     tasks = [asyncio.create_task(client(interval_s * i / count)) for i in range(count)]
     await asyncio.sleep(interval_s)
-    start = _cpu_seconds(pid)
-    await asyncio.sleep(window)
-    share = (_cpu_seconds(pid) - start) / window
+    share = await _cpu_share(pid, window)
     stop.set()
     await asyncio.gather(*tasks)
     return share
 
 
-async def heartbeat_cpu(
-    address: str, pid: int, topic: str, count: int, interval_s: float, window: float
-) -> tuple[float, float]:
-    idle_start = _cpu_seconds(pid)
+async def _cpu_share(pid: int, window: float) -> float:
+    start = _cpu_seconds(pid)
     await asyncio.sleep(window)
-    idle = (_cpu_seconds(pid) - idle_start) / window
+    return (_cpu_seconds(pid) - start) / window
+
+
+async def heartbeat_cpu(
+    address: str, pid: int, topic: str, count: int, interval_s: float, window: float, runs: int
+) -> dict[str, list[float]]:
+    """Join ``count`` members one after another, wait for STABLE, then ``runs`` interleaved rounds of three windows:
+    the members heartbeating, the members paused while as many clients send health checks, everything idle.
+    A pause (two windows and two intervals) stays below the default 45 s session timeout."""
     stub = pb.GroupOffsetsServiceStub(aio_channel(address))
     group = f"bench-cpu-{uuid.uuid4().hex[:8]}"
-    members = [SimulatedMember(stub, group, topic, interval_s) for _ in range(count)]
+    running = asyncio.Event()
+    running.set()
+    members = [SimulatedMember(stub, group, topic, interval_s, running) for _ in range(count)]
     tasks = []
+    began = time.monotonic()
     for m in members:  # join one by one, as a rolling start does; each heartbeats from then on
         await m.beat()
         tasks.append(asyncio.create_task(m.run()))
+    joined = time.monotonic() - began
     request = pb.DescribeConsumerGroupsRequest(group_ids=[group])
     deadline = time.monotonic() + 300
     while (await stub.DescribeConsumerGroups(request, timeout=10)).groups[0].state != "STABLE":
         if time.monotonic() > deadline:
             raise TimeoutError("the group did not become STABLE")
         await asyncio.sleep(interval_s / 5)  # measure the steady state, after the joins' reconciliation
-    start = _cpu_seconds(pid)
-    await asyncio.sleep(window)
-    busy = (_cpu_seconds(pid) - start) / window
+    print(
+        f"\n{count} members joined one after another in {joined:.1f} s; STABLE {time.monotonic() - began:.1f} s after"
+    )
+    shares: dict[str, list[float]] = {"heartbeat": [], "floor": [], "idle": []}
+    for _ in range(runs):
+        running.set()
+        await asyncio.sleep(interval_s)  # every member beats once before the window
+        shares["heartbeat"].append(await _cpu_share(pid, window))
+        running.clear()
+        await asyncio.sleep(1.0)  # heartbeats in flight are answered
+        shares["floor"].append(await _health_window(address, pid, count, interval_s, window))
+        shares["idle"].append(await _cpu_share(pid, window))
+    running.set()
     for m in members:
         m.alive = False
     await asyncio.gather(*tasks)
     rejoins = sum(m.rejoins for m in members)
     if rejoins:
         print(f"warning: {rejoins} heartbeat(s) were refused and the member rejoined")
-    return idle, busy
+    return shares
+
+
+def _summary(values: list[float]) -> str:
+    median = statistics.median(values)
+    spread = (max(values) - min(values)) / median if median else 0.0
+    return f"{median:.1%} | {spread:.0%}"
 
 
 def main() -> None:
@@ -182,7 +217,7 @@ def main() -> None:
     parser.add_argument("--members", default="3,30")
     parser.add_argument("--heartbeat-members", type=int, default=1000)
     parser.add_argument("--heartbeat-interval-ms", type=int, default=5000, help="the default interval")
-    parser.add_argument("--window", type=float, default=20.0)
+    parser.add_argument("--window", type=float, default=10.0)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         env = {
@@ -211,25 +246,32 @@ def main() -> None:
             _create_topic(cluster, topic)
             address = cluster.addresses("group-offsets")[0]
             pid = next(n for n in cluster.nodes if n.service == "group-offsets").process.pid  # type: ignore[union-attr]
-            idle, busy = asyncio.run(
+            shares = asyncio.run(
                 heartbeat_cpu(
-                    address, pid, topic, args.heartbeat_members, args.heartbeat_interval_ms / 1000, args.window
+                    address,
+                    pid,
+                    topic,
+                    args.heartbeat_members,
+                    args.heartbeat_interval_ms / 1000,
+                    args.window,
+                    args.runs,
                 )
-            )
-            floor = asyncio.run(
-                health_cpu(address, pid, args.heartbeat_members, args.heartbeat_interval_ms / 1000, args.window)
             )
             n = args.heartbeat_members
             print(
-                f"\n### heartbeat CPU of group-offsets, {n} members, "
-                f"interval {args.heartbeat_interval_ms} ms, {args.window:.0f} s window\n"
+                f"\n### heartbeat CPU of group-offsets, {n} members, interval {args.heartbeat_interval_ms} ms, "
+                f"{args.window:.0f} s windows, {args.runs} interleaved rounds\n"
             )
-            print("| measurement | share of one core |\n|---|---|")
-            print(f"| idle (baseline) | {idle:.1%} |")
-            print(f"| {n} clients sending health checks at the same rate (gRPC floor) | {floor:.1%} |")
-            print(f"| {n} members heartbeating | {busy:.1%} |")
-            if floor:
-                print(f"\nheartbeat / gRPC floor: {busy / floor:.2f}")
+            print("| measurement | share of one core (median) | spread |\n|---|---|---|")
+            print(f"| idle (baseline) | {_summary(shares['idle'])} |")
+            print(f"| {n} clients sending health checks at the same rate (gRPC floor) | {_summary(shares['floor'])} |")
+            print(f"| {n} members heartbeating | {_summary(shares['heartbeat'])} |")
+            ratios = [h / f for h, f in zip(shares["heartbeat"], shares["floor"], strict=True) if f]
+            if ratios:
+                print(
+                    f"\nheartbeat / gRPC floor, per round: median {statistics.median(ratios):.2f} "
+                    f"(min {min(ratios):.2f}, max {max(ratios):.2f})"
+                )
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ from oncelog.api.offsets.v1 import group_offsets_service_pb2
 from oncelog.catalog.node import monotonic_ms, node_context, wall_clock_ms
 from oncelog.group_offsets.config import GroupOffsetsSettings
 from oncelog.group_offsets.group_coordinator import GroupCoordinator
+from oncelog.group_offsets.group_flusher import GroupFlusher
 from oncelog.group_offsets.offset_cache import CachedOffsetStore
 from oncelog.group_offsets.offset_manager import OffsetMetadataManager, OffsetStore
 from oncelog.group_offsets.offset_store import SqlOffsetStore
@@ -80,9 +81,10 @@ def build(settings: GroupOffsetsSettings) -> ServiceSpec:
         heartbeat_interval_ms=settings.heartbeat_interval_ms,
         rebalance_timeout_ms=settings.rebalance_timeout_ms,
     )
+    flusher = GroupFlusher(groups.flush)
     node.spec.add(
         pb.add_GroupOffsetsServiceServicer_to_server,
-        GroupOffsetsServicer(manager, groups),
+        GroupOffsetsServicer(manager, groups, flusher),
         group_offsets_service_pb2.DESCRIPTOR.services_by_name["GroupOffsetsService"].full_name,
     )
 
@@ -107,6 +109,7 @@ def build(settings: GroupOffsetsSettings) -> ServiceSpec:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        await flusher.close()
 
     node.spec.on_start.append(start)
 

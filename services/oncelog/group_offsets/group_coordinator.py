@@ -1,14 +1,17 @@
-"""GroupCoordinator: KIP-848 consumer groups, server side (design/consumer-groups.md §3).
+"""GroupCoordinator: KIP-848 consumer groups, server side (design/consumer-groups.md §3, §5).
 
 Pure domain: the clock, the store, shard ownership and the topic directory come through the constructor;
-nothing here imports grpc. Modelled on Kafka's ``GroupMetadataManager.consumerGroupHeartbeat``,
-``ConsumerGroup`` and ``CurrentAssignmentBuilder``.
+nothing here imports grpc. The transitions themselves are pure functions (:mod:`.group_transitions`); the
+coordinator adds what needs time and storage. It keeps each group in memory with the shard fence it was loaded
+under and keeps session and revocation deadlines on a monotonic clock (not stored: a new shard owner starts them
+afresh, design/consumer-groups.md §3.2).
 
-:func:`apply_heartbeat` and :func:`remove_member` are pure functions of the group's state; the
-:class:`GroupCoordinator` adds what needs time and storage: it keeps each group in memory with the shard fence it
-was loaded under, writes the new state (and the ownership changes) in one fenced store transaction whenever it
-changes, and keeps session and revocation deadlines on a monotonic clock. Deadlines are not stored: a new shard
-owner starts them afresh (design/consumer-groups.md §3.2).
+Writes are group-committed (design/consumer-groups.md §5.1): a heartbeat that changes a group applies the change in
+memory and *stages* it; :meth:`GroupCoordinator.flush` writes every staged change of a shard in one fenced store
+transaction, and only then are the heartbeats that staged (or read) those changes answered. While one flush runs,
+the next heartbeats' changes collect for the following one, so a join storm of many members costs a few
+transactions per tick instead of one per member. A failed flush answers its heartbeats with the error and drops the
+groups from memory: they are read again from the store, which never saw an epoch a member was told.
 """
 
 from __future__ import annotations
@@ -17,29 +20,31 @@ import re
 import threading
 import uuid
 from collections.abc import Callable, Collection, Iterable, Mapping
-from dataclasses import dataclass, replace
+from concurrent.futures import Future
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from oncelog.catalog.topics import validate_group_id
 from oncelog.errors import (
     CoordinatorLoadInProgress,
-    FencedMemberEpoch,
     GroupIdNotFound,
     InvalidRegularExpression,
     InvalidRequest,
     NonEmptyGroup,
     NotCoordinator,
-    UnknownMemberId,
-    UnreleasedInstanceId,
     UnsupportedAssignor,
 )
-from oncelog.group_offsets.assignors import DEFAULT_ASSIGNOR, AssignmentSpec, assignor_named
-from oncelog.group_offsets.group_state import (
-    JOIN_EPOCH,
-    LEAVE_EPOCH,
-    STATIC_LEAVE_EPOCH,
-    ConsumerGroupState,
-    MemberState,
+from oncelog.group_offsets.assignors import assignor_named
+from oncelog.group_offsets.group_state import JOIN_EPOCH, STATIC_LEAVE_EPOCH, ConsumerGroupState
+from oncelog.group_offsets.group_transitions import (
+    HeartbeatRequest,
+    HeartbeatResponse,
+    OwnershipChange,
+    apply_heartbeat,
+    ownership_changes,
+    reconcile,
+    remove_member,
+    steady_member,
 )
 from oncelog.group_offsets.offset_manager import (
     OffsetStore,
@@ -47,7 +52,6 @@ from oncelog.group_offsets.offset_manager import (
     ShardFence,
     ShardFenced,
     ShardOwnership,
-    TopicPartition,
 )
 from oncelog.telemetry.metrics import OncelogMetrics, default_metrics
 
@@ -55,48 +59,15 @@ MAX_MEMBER_ID_LENGTH = 255
 MAX_REGEX_LENGTH = 1000
 
 
-@dataclass(frozen=True)
-class HeartbeatRequest:
-    """One ConsumerGroupHeartbeat (design/consumer-groups.md §3)."""
-
-    group_id: str
-    member_id: str
-    member_epoch: int
-    instance_id: str = ""
-    rebalance_timeout_ms: int = 0
-    topics: tuple[str, ...] = ()
-    regex: str = ""
-    assignor: str = ""
-    owned: frozenset[TopicPartition] = frozenset()
-    client_id: str = ""
-
-
-@dataclass(frozen=True)
-class HeartbeatResponse:
-    """The member's id, epoch and the partitions it may own now."""
-
-    member_id: str
-    member_epoch: int
-    assignment: frozenset[TopicPartition]
-    heartbeat_interval_ms: int
-    session_timeout_ms: int
-
-
-@dataclass(frozen=True)
-class OwnershipChange:
-    """What a member may hold from this change on (design/consumer-groups.md §5); epoch -1 means removed."""
-
-    member_id: str
-    member_epoch: int
-    owned: frozenset[TopicPartition]
-    seq: int = 0
-
-
 class TopicDirectory(Protocol):
     """Topic names and partition counts (the catalog, cached, in production)."""
 
     def partition_counts(self, wanted: Collection[str] = ()) -> Mapping[str, int]:
         """Every topic and its partition count; ``wanted`` names topics a member subscribes to by name."""
+        ...
+
+    def cached_partition_counts(self, wanted: Collection[str] = ()) -> Mapping[str, int] | None:
+        """What :meth:`partition_counts` would return when that needs no read; None otherwise. Never blocks."""
         ...
 
 
@@ -128,189 +99,6 @@ class GroupStore(OffsetStore, Protocol):
     def list_consumer_groups(self) -> list[ConsumerGroupState]: ...
 
     def ownership_history(self, group_id: str) -> list[OwnershipChange]: ...
-
-
-# ---------------------------------------------------------------------------------------------- pure transitions
-
-
-def subscribed_topics(member: MemberState, counts: Mapping[str, int]) -> frozenset[str]:
-    """The existing topics a member's names or regex select."""
-    if member.subscribed_regex:
-        pattern = re.compile(member.subscribed_regex)
-        return frozenset(t for t in counts if pattern.fullmatch(t))
-    return frozenset(t for t in member.subscribed_topics if t in counts)
-
-
-def refresh_target(group: ConsumerGroupState, counts: Mapping[str, int]) -> ConsumerGroupState:
-    """Bump the group epoch when the subscribed topics' sizes changed, and compute the target when it is behind."""
-    subscriptions = {m: subscribed_topics(s, counts) for m, s in group.members.items()}
-    used = {t: counts[t] for topics in subscriptions.values() for t in topics}
-    if used != dict(group.partition_counts):
-        # one change, one epoch: a group already ahead of its assignment is not bumped twice
-        behind = group.assignment_epoch < group.group_epoch
-        group = replace(group, group_epoch=group.group_epoch + (0 if behind else 1), partition_counts=used)
-    if group.assignment_epoch >= group.group_epoch:
-        return group
-    assignor = assignor_named(group.assignor)
-    assert assignor is not None  # validated when the group's assignor was chosen
-    target = assignor.assign(AssignmentSpec(subscriptions, used, dict(group.target)))
-    return replace(group, target=target, assignment_epoch=group.group_epoch)
-
-
-def reconcile(group: ConsumerGroupState, member: MemberState, owned: frozenset[TopicPartition]) -> MemberState:
-    """Move one member towards its target without letting two members own one partition
-    (design/consumer-groups.md §3.1)."""
-    if member.left_static:
-        return member
-    target = group.target.get(member.member_id, frozenset())
-    pending = member.pending_revocation
-    if pending & owned:
-        return member  # still revoking: nothing else changes until it has released them
-    assigned = member.assigned
-    revoke = assigned - target
-    if revoke:
-        return replace(member, assigned=assigned - revoke, pending_revocation=revoke)
-    held_by_others: set[TopicPartition] = set()
-    for other_id, other in group.members.items():
-        if other_id != member.member_id:
-            held_by_others |= other.owned
-    epoch = group.assignment_epoch
-    previous = member.member_epoch if epoch != member.member_epoch else member.previous_epoch
-    return replace(
-        member,
-        member_epoch=epoch,
-        previous_epoch=previous,
-        assigned=assigned | (target - held_by_others),
-        pending_revocation=frozenset(),
-    )
-
-
-def remove_member(group: ConsumerGroupState, member_id: str, counts: Mapping[str, int]) -> ConsumerGroupState:
-    """Drop a member (leave, session or rebalance timeout): the group epoch moves and a new target is computed."""
-    members = {k: v for k, v in group.members.items() if k != member_id}
-    target = {k: v for k, v in group.target.items() if k != member_id}
-    bumped = replace(group, members=members, target=target, group_epoch=group.group_epoch + 1)
-    return refresh_target(bumped, counts)
-
-
-def apply_heartbeat(
-    group: ConsumerGroupState, request: HeartbeatRequest, counts: Mapping[str, int], *, new_member_id: str
-) -> tuple[ConsumerGroupState, MemberState | None]:
-    """The group after ``request`` and the member as answered (None when it left).
-
-    Raises:
-        UnknownMemberId, FencedMemberEpoch, UnreleasedInstanceId: see design/consumer-groups.md §3.
-    """
-    members = dict(group.members)
-    target = dict(group.target)
-    epoch = request.member_epoch
-    if epoch in (LEAVE_EPOCH, STATIC_LEAVE_EPOCH):
-        member = members.get(request.member_id)
-        if member is None:
-            return group, None  # leaving twice is not an error: close() must never fail on it
-        if epoch == STATIC_LEAVE_EPOCH and member.instance_id:
-            members[member.member_id] = replace(member, left_static=True)
-            return replace(group, members=members), None
-        return remove_member(group, member.member_id, counts), None
-
-    took_over = False
-    if epoch == JOIN_EPOCH:
-        member_id = request.member_id or new_member_id
-        member = members.get(member_id)
-        holder = group.member_by_instance(request.instance_id)
-        if holder is not None and holder.member_id != member_id:
-            if not holder.left_static:
-                raise UnreleasedInstanceId(
-                    f"group {group.group_id!r}: static instance {request.instance_id!r} is held by active member "
-                    f"{holder.member_id!r}; stop that instance first (or wait for its session timeout)"
-                )
-            # The same static instance is back: it takes the old member's place, epoch and assignment.
-            del members[holder.member_id]
-            member = replace(holder, member_id=member_id, left_static=False)
-            took_over = True
-            if holder.member_id in target:
-                target[member_id] = target.pop(holder.member_id)
-        elif member is not None:
-            # A known member rejoining with epoch 0 has lost its partitions: it starts again from nothing.
-            member = replace(member, member_epoch=JOIN_EPOCH, assigned=frozenset(), pending_revocation=frozenset())
-        else:
-            member = MemberState(member_id=member_id)
-    else:
-        found = members.get(request.member_id)
-        if found is None or found.left_static:
-            raise UnknownMemberId(
-                f"member {request.member_id!r} is not in group {group.group_id!r} (removed after its session or "
-                "rebalance timeout, or it left): rejoin with member epoch 0"
-            )
-        lost_response = epoch == found.previous_epoch and request.owned <= found.assigned
-        if epoch != found.member_epoch and not lost_response:
-            raise FencedMemberEpoch(
-                f"group {group.group_id!r}: member {request.member_id!r} sent epoch {epoch}, its epoch is "
-                f"{found.member_epoch}: release its partitions and rejoin with member epoch 0"
-            )
-        member = found
-
-    updated = replace(
-        member,
-        instance_id=request.instance_id,
-        client_id=request.client_id or member.client_id,
-        subscribed_topics=() if request.regex else tuple(sorted(set(request.topics))),
-        subscribed_regex=request.regex,
-        rebalance_timeout_ms=request.rebalance_timeout_ms,
-    )
-    joined = member.member_id not in group.members and not took_over
-    subscription_changed = (updated.subscribed_topics, updated.subscribed_regex) != (
-        member.subscribed_topics,
-        member.subscribed_regex,
-    )
-    members[updated.member_id] = updated
-    assignor = group.assignor
-    if not assignor or not any(k != updated.member_id for k in members):
-        assignor = request.assignor or DEFAULT_ASSIGNOR
-    group = replace(group, members=members, target=target, assignor=assignor)
-    if joined or subscription_changed:
-        group = replace(group, group_epoch=group.group_epoch + 1)
-    group = refresh_target(group, counts)
-    reconciled = reconcile(group, group.members[updated.member_id], request.owned)
-    members = dict(group.members)
-    members[reconciled.member_id] = reconciled
-    return replace(group, members=members), reconciled
-
-
-def steady_member(group: ConsumerGroupState, request: HeartbeatRequest) -> MemberState | None:
-    """The member, when ``request`` changes nothing: same epoch and subscription, reconciled to a current target,
-    nothing to revoke. Such a heartbeat only renews the session (Kafka's fast path)."""
-    member = group.members.get(request.member_id)
-    if member is None or member.left_static or request.member_epoch != member.member_epoch:
-        return None
-    if not (member.member_epoch == group.assignment_epoch == group.group_epoch):
-        return None
-    if member.pending_revocation or member.assigned != group.target.get(member.member_id, frozenset()):
-        return None
-    topics = () if request.regex else tuple(sorted(set(request.topics)))
-    if (topics, request.regex, request.instance_id, request.rebalance_timeout_ms) != (
-        member.subscribed_topics,
-        member.subscribed_regex,
-        member.instance_id,
-        member.rebalance_timeout_ms,
-    ):
-        return None
-    if request.client_id and request.client_id != member.client_id:
-        return None
-    return member
-
-
-def ownership_changes(before: ConsumerGroupState, after: ConsumerGroupState) -> list[OwnershipChange]:
-    """Members whose owned partitions (or epoch) changed from ``before`` to ``after``, removed ones with epoch -1."""
-    changes = []
-    for member_id in sorted(set(before.members) | set(after.members)):
-        old, new = before.members.get(member_id), after.members.get(member_id)
-        if new is None:
-            changes.append(OwnershipChange(member_id, LEAVE_EPOCH, frozenset()))
-        elif old is None or old.owned != new.owned or old.member_epoch != new.member_epoch:
-            changes.append(OwnershipChange(member_id, new.member_epoch, new.owned))
-    # Releases first, so a replay never sees a partition granted before its previous holder let go.
-    return sorted(changes, key=lambda c: len(c.owned))
 
 
 # ---------------------------------------------------------------------------------------------- coordinator
@@ -360,58 +148,190 @@ class GroupCoordinator:
         self._revocation_deadlines: dict[str, dict[str, int]] = {}
         self._seen_shards: dict[int, int] = {}
         self._evaluated_with: dict[str, Mapping[str, int]] = {}
-        self._reported_shards: set[int] = set()
         """Per group, the topic-size mapping its last full evaluation used: while the directory hands out the same
         object, a steady member's heartbeat needs no evaluation."""
+        self._reported_shards: set[int] = set()
+        self._staged: dict[str, _Staged] = {}
+        """Per group, its changes applied in memory and not written yet (design/consumer-groups.md §5.1)."""
+        self._flush_lock = threading.Lock()
+        """Taken before a group lock, never after: flushes run one at a time and in order."""
 
     # ------------------------------------------------------------------------------ heartbeat
 
     def heartbeat(self, request: HeartbeatRequest) -> HeartbeatResponse:
-        """Apply one heartbeat (design/consumer-groups.md §3).
+        """Apply one heartbeat and answer it once its change is written (design/consumer-groups.md §3, §5.1).
+
+        The synchronous form of :meth:`handle_heartbeat`: it flushes itself when the answer has to wait.
 
         Raises:
             InvalidRequest, InvalidRegularExpression, UnsupportedAssignor: malformed request; nothing changed.
-            NotCoordinator: this process does not own the group's shard.
+            NotCoordinator: this process does not own the group's shard (or lost it before the write).
             UnknownMemberId, FencedMemberEpoch, UnreleasedInstanceId: the member must rejoin or stop.
         """
+        answer, durable = self.handle_heartbeat(request)
+        if durable is not None:
+            self.flush()
+            durable.result()
+        return answer
+
+    def handle_heartbeat(self, request: HeartbeatRequest) -> tuple[HeartbeatResponse, Future[None] | None]:
+        """Apply one heartbeat in memory; the answer may be sent once ``durable`` (when not None) has resolved.
+
+        ``durable`` resolves when the next :meth:`flush` has written every change the answer depends on, or raises
+        that write's error (then the answer must not be sent). A heartbeat of a member whose group has nothing
+        staged needs no wait (None): the common steady heartbeat. Raises as :meth:`heartbeat`.
+        """
         request = self._validated(request)
-        fence = self._ownership.fence_for(request.group_id)
-        with self._group_lock(request.group_id):
-            group = self._load(request.group_id, fence)
+        group_id = request.group_id
+        fence = self._ownership.fence_for(group_id)
+        with self._group_lock(group_id):
+            group = self._load(group_id, fence)
             counts = self._topics.partition_counts(request.topics)
-            member = steady_member(group, request) if self._evaluated_with.get(request.group_id) is counts else None
+            known = self._evaluated_with.get(group_id) is counts
+            member = steady_member(group, request) if known else None
             if member is not None:
                 after = group  # the common heartbeat: nothing to change, nothing to write (O(1))
             else:
-                after, member = apply_heartbeat(group, request, counts, new_member_id=self._new_member_id())
-                self._save(fence, group, after)
-                self._evaluated_with[request.group_id] = counts
-            now = self._clock()
-            if member is None:
-                self._forget(request.group_id, request.member_id)
-                if request.member_id in after.members:  # a static member's leave: kept for one session timeout
-                    with self._lock:
-                        sessions = self._session_deadlines.setdefault(request.group_id, {})
-                        sessions[request.member_id] = now + self.session_timeout_ms
-                return HeartbeatResponse(
-                    request.member_id,
-                    request.member_epoch,
-                    frozenset(),
-                    self.heartbeat_interval_ms,
-                    self.session_timeout_ms,
+                after, member = apply_heartbeat(
+                    group, request, counts, new_member_id=self._new_member_id(), sizes_checked=known
                 )
+                self._stage(fence, group, after)
+                self._evaluated_with[group_id] = counts
+            now = self._clock()
             with self._lock:
-                sessions = self._session_deadlines.setdefault(request.group_id, {})
-                sessions[member.member_id] = now + self.session_timeout_ms
-                revocations = self._revocation_deadlines.setdefault(request.group_id, {})
-                if member.pending_revocation:
-                    timeout = member.rebalance_timeout_ms or self.rebalance_timeout_ms
-                    revocations.setdefault(member.member_id, now + timeout)
+                sessions = self._session_deadlines.setdefault(group_id, {})
+                revocations = self._revocation_deadlines.setdefault(group_id, {})
+                if member is None:
+                    sessions.pop(request.member_id, None)
+                    revocations.pop(request.member_id, None)
+                    if request.member_id in after.members:  # a static member's leave: kept for one session timeout
+                        sessions[request.member_id] = now + self.session_timeout_ms
+                    answer = HeartbeatResponse(
+                        request.member_id,
+                        request.member_epoch,
+                        frozenset(),
+                        self.heartbeat_interval_ms,
+                        self.session_timeout_ms,
+                    )
                 else:
-                    revocations.pop(member.member_id, None)
+                    sessions[member.member_id] = now + self.session_timeout_ms
+                    if member.pending_revocation:
+                        timeout = member.rebalance_timeout_ms or self.rebalance_timeout_ms
+                        revocations.setdefault(member.member_id, now + timeout)
+                    else:
+                        revocations.pop(member.member_id, None)
+                    answer = HeartbeatResponse(
+                        member.member_id,
+                        member.member_epoch,
+                        member.assigned,
+                        self.heartbeat_interval_ms,
+                        self.session_timeout_ms,
+                    )
+                staged = self._staged.get(group_id)
+                if staged is None:
+                    return answer, None
+                durable: Future[None] = Future()
+                staged.waiters.append(durable)
+        return answer, durable
+
+    def steady_heartbeat(self, request: HeartbeatRequest) -> HeartbeatResponse | None:
+        """Answer a heartbeat that changes nothing without blocking, or None when it needs :meth:`handle_heartbeat`.
+
+        For callers on an event loop: it takes no lock that a slow operation may hold, reads no store and writes
+        nothing, so the common heartbeat costs no thread hop (design/consumer-groups.md §8).
+        """
+        group_id = request.group_id
+        if request.member_epoch <= JOIN_EPOCH or request.regex or group_id in self._staged:
+            return None
+        held = self._loaded.get(group_id)
+        counts = self._topics.cached_partition_counts(request.topics)
+        if held is None or counts is None or self._evaluated_with.get(group_id) is not counts:
+            return None
+        fence, group = held
+        if self._ownership.fence_for(group_id) != fence:
+            return None
+        lock = self._group_lock(group_id)
+        if not lock.acquire(blocking=False):
+            return None
+        try:
+            if self._loaded.get(group_id) is not held or group_id in self._staged:
+                return None
+            member = steady_member(group, request)
+            if member is None:
+                return None
+            deadline = self._clock() + self.session_timeout_ms
+            with self._lock:
+                self._session_deadlines.setdefault(group_id, {})[member.member_id] = deadline
+        finally:
+            lock.release()
         return HeartbeatResponse(
             member.member_id, member.member_epoch, member.assigned, self.heartbeat_interval_ms, self.session_timeout_ms
         )
+
+    # ------------------------------------------------------------------------------ group commit
+
+    def flush(self) -> int:
+        """Write every staged change: one fenced store transaction per shard (design/consumer-groups.md §5.1).
+
+        Resolves the waiting heartbeats of each written group; a failed write fails them with its error and drops
+        the shard's groups from memory (they are read again from the store). One flush runs at a time; changes
+        staged meanwhile go into the next. Returns how many groups were written.
+        """
+        with self._flush_lock:
+            with self._lock:
+                staged, self._staged = self._staged, {}
+                batch = {g: (s, self._loaded[g][1]) for g, s in staged.items()}
+            by_fence: dict[ShardFence, list[str]] = {}
+            for group_id, (entry, _) in batch.items():
+                by_fence.setdefault(entry.fence, []).append(group_id)
+            written = 0
+            for fence, group_ids in sorted(by_fence.items(), key=lambda item: item[0].shard):
+
+                def work(tx: GroupTransaction, group_ids: list[str] = group_ids) -> None:
+                    for group_id in group_ids:
+                        entry, current = batch[group_id]
+                        tx.put_consumer_group(current, entry.stored)
+                        if entry.changes:
+                            tx.add_ownership_changes(group_id, entry.changes)
+
+                try:
+                    self._store.write(dict.fromkeys(group_ids, fence), work)  # type: ignore[arg-type]
+                except Exception as err:  # indeterminate or fenced: the store is the truth, read it again
+                    self._discard_after_failure(fence, group_ids, err)
+                    for group_id in group_ids:
+                        _settle(batch[group_id][0].waiters, err)
+                    continue
+                written += len(group_ids)
+                for group_id in group_ids:
+                    entry = batch[group_id][0]
+                    if entry.rebalances:
+                        self._metrics.record_group_rebalances(entry.rebalances)
+                    _settle(entry.waiters, None)
+            return written
+
+    def _stage(self, fence: ShardFence, before: ConsumerGroupState, after: ConsumerGroupState) -> None:
+        """Make ``after`` the group's state in memory and queue its write (the caller holds the group lock)."""
+        if after == before:
+            return
+        changes = ownership_changes(before, after)
+        with self._lock:
+            entry = self._staged.get(after.group_id)
+            if entry is None:
+                stored = before if before.group_epoch or before.members else None
+                entry = self._staged[after.group_id] = _Staged(fence, stored)
+            entry.changes.extend(changes)
+            entry.rebalances += max(0, after.group_epoch - before.group_epoch)
+            self._loaded[after.group_id] = (fence, after)
+
+    def _discard_after_failure(self, fence: ShardFence, group_ids: list[str], err: Exception) -> None:
+        """Forget what a failed write held (and what was staged on top of it); a fenced shard loses every group."""
+        if isinstance(err, ShardFenced):
+            self._ownership.fenced(err.fence)
+            with self._lock:
+                group_ids = sorted(set(group_ids) | {g for g, (f, _) in self._loaded.items() if f == fence})
+        for group_id in group_ids:
+            with self._group_lock(group_id):
+                self._drop(group_id, err, fence=fence)
 
     # ------------------------------------------------------------------------------ timeouts
 
@@ -434,8 +354,9 @@ class GroupCoordinator:
                 continue
             try:
                 fence = self._ownership.fence_for(group_id)
-            except (NotCoordinator, CoordinatorLoadInProgress):  # its new owner expires the members
-                self._drop(group_id)
+            except (NotCoordinator, CoordinatorLoadInProgress) as err:  # its new owner expires the members
+                with self._group_lock(group_id):
+                    self._drop(group_id, err)
                 continue
             with self._group_lock(group_id):
                 group = self._load(group_id, fence)
@@ -445,9 +366,10 @@ class GroupCoordinator:
                     if member_id in after.members:
                         after = remove_member(after, member_id, counts)
                         removed.append((group_id, member_id))
-                self._save(fence, group, after)
+                self._stage(fence, group, after)
                 for member_id in due:
                     self._forget(group_id, member_id)
+        self.flush()
         self._report_members()
         return removed
 
@@ -503,19 +425,31 @@ class GroupCoordinator:
         """
         validate_group_id(group_id)
         fence = self._ownership.fence_for(group_id)
-        with self._group_lock(group_id):
+        # under the flush lock: no staged write of this group can land after the delete and bring it back
+        with self._flush_lock, self._group_lock(group_id):
             group = self._load(group_id, fence, create=False)
             if group.members:
                 raise NonEmptyGroup(
                     f"group {group_id!r} has {len(group.members)} member(s); stop its consumers (or wait for their "
                     "session timeout) before deleting it"
                 )
+            with self._lock:
+                staged = self._staged.pop(group_id, None)
+            waiters = [] if staged is None else staged.waiters
 
             def work(tx: GroupTransaction) -> None:
                 tx.delete_consumer_group(group_id)
 
-            self._write(group_id, fence, work)
-            self._drop(group_id)
+            try:
+                self._store.write({group_id: fence}, work)  # type: ignore[arg-type]
+            except Exception as err:
+                _settle(waiters, err)
+                self._drop(group_id, err)
+                if isinstance(err, ShardFenced):
+                    self._ownership.fenced(err.fence)
+                raise
+            _settle(waiters, None)  # the members' leaves are durable: their group is gone
+            self._drop(group_id, None)
 
     def active_members(self, group_id: str) -> int:
         """Members of a group as stored (0 for a group that does not exist): reset-offsets refuses active groups."""
@@ -572,6 +506,8 @@ class GroupCoordinator:
             held = self._loaded.get(group_id)
         if held is not None and held[0] == fence:
             return held[1]
+        if held is not None:  # held under an older fence: what it staged can never be written
+            self._drop(group_id, ShardFenced(held[0], fence.coordinator_epoch))
         group = self._store.read_consumer_group(group_id)
         if group is None:
             if not create:
@@ -589,47 +525,48 @@ class GroupCoordinator:
             self._loaded[group_id] = (fence, group)
         return group
 
-    def _save(self, fence: ShardFence, before: ConsumerGroupState, after: ConsumerGroupState) -> None:
-        if after == before:
-            return
-        changes = ownership_changes(before, after)
-
-        def work(tx: GroupTransaction) -> None:
-            tx.put_consumer_group(after, before if before.group_epoch or before.members else None)
-            if changes:
-                tx.add_ownership_changes(after.group_id, changes)
-
-        self._write(after.group_id, fence, work)
-        with self._lock:
-            self._loaded[after.group_id] = (fence, after)
-        if after.group_epoch > before.group_epoch:
-            self._metrics.record_group_rebalances(after.group_epoch - before.group_epoch)
-
-    def _write(self, group_id: str, fence: ShardFence, work: Callable[[GroupTransaction], None]) -> None:
-        try:
-            self._store.write({group_id: fence}, work)  # type: ignore[arg-type]
-        except Exception as err:
-            with self._lock:  # an indeterminate failure may have written: read the group again next time
-                self._loaded.pop(group_id, None)
-            if not isinstance(err, ShardFenced):
-                raise
-            self._ownership.fenced(err.fence)
-            with self._lock:
-                for other in [g for g, (f, _) in self._loaded.items() if f == fence]:
-                    del self._loaded[other]
-            raise
-
     def _forget(self, group_id: str, member_id: str) -> None:
         with self._lock:
             self._session_deadlines.get(group_id, {}).pop(member_id, None)
             self._revocation_deadlines.get(group_id, {}).pop(member_id, None)
 
-    def _drop(self, group_id: str) -> None:
+    def _drop(self, group_id: str, err: Exception | None, *, fence: ShardFence | None = None) -> None:
+        """Forget a group held in memory (only when held under ``fence``, if given), failing its staged heartbeats
+        with ``err``. The caller holds the group lock."""
         with self._lock:
+            held = self._loaded.get(group_id)
+            if fence is not None and (held is None or held[0] != fence):
+                return
+            staged = self._staged.pop(group_id, None)
             self._loaded.pop(group_id, None)
             self._session_deadlines.pop(group_id, None)
             self._revocation_deadlines.pop(group_id, None)
             self._evaluated_with.pop(group_id, None)
+        if staged is not None:
+            lost = err or NotCoordinator(f"group {group_id!r} is no longer served here; find the coordinator again")
+            _settle(staged.waiters, lost)
+
+
+@dataclass
+class _Staged:
+    """A group's changes applied in memory and not written yet (design/consumer-groups.md §5.1)."""
+
+    fence: ShardFence
+    stored: ConsumerGroupState | None
+    """The group as the store holds it (None: not stored yet, write it whole)."""
+    changes: list[OwnershipChange] = field(default_factory=list)
+    rebalances: int = 0
+    waiters: list[Future[None]] = field(default_factory=list)
+    """Heartbeats whose answers depend on these changes."""
+
+
+def _settle(waiters: Iterable[Future[None]], err: BaseException | None) -> None:
+    for waiter in waiters:
+        if not waiter.done():
+            if err is None:
+                waiter.set_result(None)
+            else:
+                waiter.set_exception(err)
 
 
 __all__ = [

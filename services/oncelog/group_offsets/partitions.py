@@ -74,10 +74,24 @@ class CatalogTopics:
                 now - self._missed_at.get(t, now - self._miss_refresh_ms) >= self._miss_refresh_ms for t in missing
             )
             if age is None or age >= self._refresh_ms or look_again:
-                self._counts = {t.name: len(t.partitions) for t in self.catalog.describe_topics(None)}
+                fresh = {t.name: len(t.partitions) for t in self.catalog.describe_topics(None)}
+                if fresh != self._counts:  # the same object while nothing changed: groups need no re-evaluation
+                    self._counts = fresh
                 self._read_at = now
                 self._missed_at = {
                     t: at for t, at in self._missed_at.items() if t not in self._counts and now - at < self._refresh_ms
                 }
                 self._missed_at.update((t, now) for t in missing if t not in self._counts)
             return self._counts
+
+    def cached_partition_counts(self, wanted: Collection[str] = ()) -> Mapping[str, int] | None:
+        """What :meth:`partition_counts` would return without reading the catalog, or None when it would read it
+        (or another thread holds the cache): never blocks, for callers on an event loop."""
+        if not self._lock.acquire(blocking=False):
+            return None
+        try:
+            if self._read_at is None or self._clock() - self._read_at >= self._refresh_ms:
+                return None
+            return None if any(t not in self._counts for t in wanted) else self._counts
+        finally:
+            self._lock.release()

@@ -9,6 +9,7 @@ from oncelog.api.common import v1 as common
 from oncelog.api.offsets import v1 as pb
 from oncelog.errors import OncelogError
 from oncelog.group_offsets.group_coordinator import GroupCoordinator, HeartbeatRequest, OwnershipChange
+from oncelog.group_offsets.group_flusher import GroupFlusher
 from oncelog.group_offsets.group_state import ConsumerGroupState
 from oncelog.group_offsets.offset_manager import (
     NO_MEMBER,
@@ -31,9 +32,10 @@ _RESULTS = {common.TRANSACTION_RESULT_COMMIT: TxnResult.COMMIT, common.TRANSACTI
 class GroupOffsetsServicer(pb.GroupOffsetsServiceServicer):
     """Serve GroupOffsetsService; every store round trip runs off the event loop."""
 
-    def __init__(self, manager: OffsetMetadataManager, groups: GroupCoordinator) -> None:
+    def __init__(self, manager: OffsetMetadataManager, groups: GroupCoordinator, flusher: GroupFlusher) -> None:
         self.manager = manager
         self.groups = groups
+        self.flusher = flusher
 
     async def CommitOffsets(self, request: pb.CommitOffsetsRequest, context: object) -> pb.CommitOffsetsResponse:
         stored = await asyncio.to_thread(
@@ -95,7 +97,14 @@ class GroupOffsetsServicer(pb.GroupOffsetsServiceServicer):
             owned=frozenset(_tps(request.owned_partitions)),
             client_id=request.client_id,
         )
-        answer = await asyncio.to_thread(self.groups.heartbeat, heartbeat)
+        steady = self.groups.steady_heartbeat(heartbeat)  # the common case, answered on the loop
+        if steady is not None:
+            answer = steady
+        else:
+            answer, durable = await asyncio.to_thread(self.groups.handle_heartbeat, heartbeat)
+            if durable is not None:  # answered only once the change it reports is written
+                self.flusher.request()
+                await asyncio.wrap_future(durable)
         return pb.ConsumerGroupHeartbeatResponse(
             member_id=answer.member_id,
             member_epoch=answer.member_epoch,
