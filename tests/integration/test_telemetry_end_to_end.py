@@ -381,7 +381,11 @@ def _await_value(receiver: OtlpReceiver, name: str, service: str, expected: floa
 # group that rebalances. Each is proven emitted by its own real-process test: the replication series scraped from the
 # leader's /metrics by test_replication.py::test_dead_follower_leaves_the_isr_and_acks_all_continues_then_it_rejoins,
 # the rebalance counter by tests/unit/group_offsets/test_group_coordinator.py::test_rebalances_and_members_are_counted.
+# The consumers' records lag comes from consumer processes, not from the services this workload drives; its value
+# is proven by test_consumer_records_lag.py (records lag against the LSO at read_committed, the high watermark
+# otherwise).
 PROVEN_ELSEWHERE = {
+    "oncelog.consumer.records_lag",
     "oncelog.groups.rebalances",
     "oncelog.partition.isr.expands",
     "oncelog.partition.isr.shrinks",

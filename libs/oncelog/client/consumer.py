@@ -44,9 +44,12 @@ from oncelog.client.services import (
 )
 from oncelog.client.transport import Channels, IoThread, resolve_bootstrap
 from oncelog.errors import OncelogError, Reason, UnknownTopicOrPartition
+from oncelog.telemetry.metrics import OncelogMetrics
 from oncelog.vocabulary import CoordinatorKind, IsolationLevel
 
 if TYPE_CHECKING:  # the group heartbeat still passes wire messages (client/group_membership.py)
+    from opentelemetry.metrics import MeterProvider
+
     from oncelog.api.offsets import v1 as offsets_pb
 
 __all__ = ["Consumer"]
@@ -98,6 +101,8 @@ class Consumer:
         max_poll_interval_ms: a subscribed consumer whose application does not call ``poll()`` for this long
             leaves the group (its partitions go to the others) and joins again at the next ``poll()``.
         group_remote_assignor: the server assignor the group uses, ``"uniform"`` (default) or ``"range"``.
+        meter_provider: where the consumer reports ``oncelog.consumer.records_lag`` (per partition, offsets left
+            to read up to the last stable offset at read_committed); the global OpenTelemetry provider by default.
     """
 
     def __init__(
@@ -124,6 +129,7 @@ class Consumer:
         group_instance_id: str | None = None,
         max_poll_interval_ms: int = 300_000,
         group_remote_assignor: str | None = None,
+        meter_provider: MeterProvider | None = None,
     ) -> None:
         problems = []
         try:
@@ -187,6 +193,8 @@ class Consumer:
             request_timeout_s=self._request_timeout_s,
             retry_backoff_ms=retry_backoff_ms,
             check_crcs=check_crcs,
+            metrics=None if meter_provider is None else OncelogMetrics(meter_provider),
+            metric_labels={"group": group_id or "", "client_id": self._client_id},
         )
 
     # -------------------------------------------------------------------------------- helpers

@@ -22,7 +22,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+import weakref
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from oncelog.client.errors import Action, Refresh, RetriableError, classify
@@ -38,6 +39,7 @@ from oncelog.client.services import (
     is_retriable,
 )
 from oncelog.errors import OffsetOutOfRange, OncelogError, Reason, UnknownTopicOrPartition
+from oncelog.telemetry.metrics import CONSUMER_RECORDS_LAG, OncelogMetrics, default_metrics
 from oncelog.vocabulary import IsolationLevel
 
 __all__ = ["COMMITTED", "FetchCommitted", "Fetcher", "PartitionState"]
@@ -108,6 +110,8 @@ class Fetcher:
         request_timeout_s: float,
         retry_backoff_ms: int,
         check_crcs: bool,
+        metrics: OncelogMetrics | None = None,
+        metric_labels: Mapping[str, str] | None = None,
     ) -> None:
         self._metadata = metadata
         self._storage = storage
@@ -127,9 +131,31 @@ class Fetcher:
         self._fetches: dict[str, asyncio.Task[None]] = {}
         self._refresh_task: asyncio.Task[None] | None = None
         self._node_backoff_until: dict[str, float] = {}
+        self._metric_labels = dict(metric_labels or {})
+        lag = weakref.WeakMethod(self._records_lag)  # a consumer never closed must not be kept alive by its gauge
+
+        def records_lag() -> list[tuple[int, Mapping[str, object]]]:
+            method = lag()
+            return [] if method is None else method()
+
+        self._stop_lag_reports = (metrics or default_metrics()).register_source(CONSUMER_RECORDS_LAG, records_lag)
+
+    def _records_lag(self) -> list[tuple[int, Mapping[str, object]]]:
+        """Per assigned partition with a known position and end: end - position, the end being the last stable
+        offset at read_committed and the high watermark otherwise (design/consumer-groups.md §8)."""
+        committed = self._isolation is IsolationLevel.READ_COMMITTED
+        out: list[tuple[int, Mapping[str, object]]] = []
+        for tp, state in list(self.assignment.items()):
+            end = state.last_stable_offset if committed else state.high_watermark
+            if state.position is None or end < 0:
+                continue
+            labels = {**self._metric_labels, "topic": tp.topic, "partition": tp.partition}
+            out.append((max(end - state.position, 0), labels))
+        return out
 
     async def close(self) -> None:
-        """Cancel the fetches and the metadata refresh in flight."""
+        """Cancel the fetches and the metadata refresh in flight; stop reporting the records lag."""
+        self._stop_lag_reports()
         tasks = [*self._fetches.values(), *([self._refresh_task] if self._refresh_task else [])]
         for task in tasks:
             task.cancel()

@@ -25,12 +25,13 @@ from __future__ import annotations
 import enum
 import functools
 import re
-from collections.abc import Mapping
+import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from opentelemetry import metrics
-from opentelemetry.metrics import Meter, MeterProvider
+from opentelemetry.metrics import CallbackOptions, Meter, MeterProvider, Observation
 
 from oncelog.vocabulary import Role
 
@@ -52,6 +53,9 @@ class InstrumentKind(enum.Enum):
     """Last value set; a Prometheus gauge."""
     HISTOGRAM = "histogram"
     """Explicit-bucket histogram; Prometheus ``_bucket``/``_sum``/``_count``."""
+    OBSERVABLE_GAUGE = "observable_gauge"
+    """Values read from registered sources at each collection; a Prometheus gauge. A series whose source stops
+    reporting it (a partition no longer assigned, a closed client) ends instead of repeating its last value."""
 
 
 @dataclass(frozen=True)
@@ -222,6 +226,16 @@ GROUP_MEMBERS = MetricDefinition(
     ("shard",),
     (Role.GROUP_OFFSETS,),
 )
+CONSUMER_RECORDS_LAG = MetricDefinition(
+    "oncelog.consumer.records_lag",
+    InstrumentKind.OBSERVABLE_GAUGE,
+    "{offset}",
+    "Per partition a consumer reads, offsets between its position and the end it may read: the last stable offset"
+    " at read_committed (what a read_committed group still has to read), the high watermark at read_uncommitted"
+    " (Kafka's records-lag; design/consumer-groups.md §8).",
+    ("group", "client_id", "topic", "partition"),
+    ("the consumer (oncelog.client.fetcher)",),
+)
 RPC_SERVER_DURATION = MetricDefinition(
     "oncelog.rpc.server.duration",
     InstrumentKind.HISTOGRAM,
@@ -248,6 +262,7 @@ CATALOG: tuple[MetricDefinition, ...] = (
     PID_BLOCK_REMAINING,
     GROUP_REBALANCES,
     GROUP_MEMBERS,
+    CONSUMER_RECORDS_LAG,
     RPC_SERVER_DURATION,
 )
 """Every metric oncelog emits."""
@@ -280,8 +295,12 @@ def prometheus_name(name: str, unit: str, kind: InstrumentKind) -> str:
     return "_".join(words)
 
 
-def _create(meter: Meter, definition: MetricDefinition) -> Any:
+def _create(meter: Meter, definition: MetricDefinition, observe: Callable[[CallbackOptions], Any]) -> Any:
     kind, args = definition.kind, (definition.name, definition.unit, definition.description)
+    if kind is InstrumentKind.OBSERVABLE_GAUGE:
+        return meter.create_observable_gauge(
+            definition.name, callbacks=[observe], unit=definition.unit, description=definition.description
+        )
     if kind is InstrumentKind.COUNTER:
         return meter.create_counter(*args)
     if kind is InstrumentKind.UP_DOWN_COUNTER:
@@ -300,7 +319,33 @@ class OncelogMetrics:
 
     def __init__(self, meter_provider: MeterProvider | None = None) -> None:
         meter = metrics.get_meter(METER_NAME, meter_provider=meter_provider)
-        self._instruments: dict[str, Any] = {d.name: _create(meter, d) for d in CATALOG}
+        self._sources: dict[str, dict[int, Callable[[], Iterable[tuple[int, Mapping[str, Any]]]]]] = {}
+        self._sources_lock = threading.Lock()
+        self._instruments: dict[str, Any] = {
+            d.name: _create(meter, d, functools.partial(self._observe, d.name)) for d in CATALOG
+        }
+
+    def _observe(self, name: str, options: CallbackOptions) -> Iterator[Observation]:
+        with self._sources_lock:
+            sources = list(self._sources.get(name, {}).values())
+        for source in sources:
+            for value, attributes in source():
+                yield Observation(value, dict(attributes))
+
+    def register_source(
+        self, definition: MetricDefinition, source: Callable[[], Iterable[tuple[int, Mapping[str, Any]]]]
+    ) -> Callable[[], None]:
+        """Report ``source()``'s ``(value, attributes)`` pairs for an observable gauge at every collection, until the
+        returned function is called (the source may be called from the exporter's thread)."""
+        key = id(source)
+        with self._sources_lock:
+            self._sources.setdefault(definition.name, {})[key] = source
+
+        def unregister() -> None:
+            with self._sources_lock:
+                self._sources.get(definition.name, {}).pop(key, None)
+
+        return unregister
 
     def instrument(self, definition: MetricDefinition) -> Any:
         """The OTel instrument of a catalog entry, for recordings no helper covers."""
