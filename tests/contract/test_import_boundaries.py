@@ -17,9 +17,15 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-SERVICES = ("pid_allocator", "txn_coordinator", "partition_storage", "group_offsets")
+SERVICES = ("pid_allocator", "txn_coordinator", "partition_storage", "group_offsets", "kafka_gateway")
 
-ADAPTERS = frozenset({"__init__", "__main__", "app", "servicer", "marker_transport", "replica_transport"})
+ADAPTERS = frozenset(
+    {
+        "__init__", "__main__", "app", "servicer", "marker_transport", "replica_transport",
+        # the kafka-gateway's servicers (Kafka requests <-> typed-client calls) and its catalog lookups
+        "data_servicer", "txn_servicer", "routing",
+    }
+)  # fmt: skip
 """Service modules allowed to use gRPC: package markers, composition roots, servicers and transports."""
 
 pytestmark = pytest.mark.timeout(300)

@@ -41,6 +41,10 @@ SCHEMA_VERSIONS = ("1.29", "latest")
 # Settings whose defaults only suit a single process on one machine (loopback, port 0, <hostname>-<pid>, a SQLite
 # file or a directory relative to the working directory): a pod must set them explicitly.
 CLUSTER_REQUIRED_FIELDS = ("listen", "advertise", "node_id", "database_url", "data_dir")
+# Services that keep no catalog connection: they reach the cluster through ONCELOG_BOOTSTRAP instead, and the Kafka
+# protocol port they serve besides gRPC.
+CATALOG_FREE = {"kafka-gateway": ("bootstrap", "kafka_listen", "kafka_advertise")}
+EXTRA_SERVICE_PORTS = {"kafka-gateway": {"kafka": "kafka_listen"}}
 # Variables the manifests set before the settings that read them exist (segment directory).
 PENDING_VARIABLES = frozenset({"ONCELOG_PARTITION_STORAGE_DATA_DIR"})
 # Settings naming files mounted into the pod; validation reads them, so loading stands in empty local files.
@@ -417,8 +421,13 @@ def test_container_ports_match_listen_advertise_and_services(objects: list[dict[
         pod_labels = workload["spec"]["template"]["metadata"]["labels"]
         selecting = [s for s in services if selects(s["spec"].get("selector", {}), pod_labels)]
         assert len(selecting) == 1, f"{name} must be selected by exactly one Service"
-        (service_port,) = selecting[0]["spec"]["ports"]
-        assert service_port["name"] == "grpc"
+        by_name = {p["name"]: p for p in selecting[0]["spec"]["ports"]}
+        extra = EXTRA_SERVICE_PORTS.get(name, {})
+        assert set(by_name) == {"grpc", *extra}, f"{name}: Service ports {sorted(by_name)}"
+        for port_name, field_name in extra.items():
+            port = port_of(setting_value(name, env, field_name))
+            assert ports.get(port_name) == port and by_name[port_name]["port"] == port, f"{name}: port {port_name}"
+        service_port = by_name["grpc"]
         assert service_port["port"] == port_of(listen), "clients use the same port inside and outside the pod"
         assert service_port["targetPort"] in ("grpc", port_of(listen))
 
@@ -443,7 +452,8 @@ def test_every_setting_a_service_reads_is_provided_or_safe(objects: list[dict[st
         for field in dataclasses.fields(cls):
             variable = env_name(cls.ENV_PREFIX, field)
             has_default = field.default is not dataclasses.MISSING or field.default_factory is not dataclasses.MISSING
-            if field.name in CLUSTER_REQUIRED_FIELDS or not has_default:
+            required = CATALOG_FREE.get(name, CLUSTER_REQUIRED_FIELDS[3:]) + CLUSTER_REQUIRED_FIELDS[:3]
+            if field.name in required or not has_default:
                 assert variable in env, f"{name} reads {variable}, whose default does not work in a pod"
         unknown = {k for k in env if k.startswith("ONCELOG_")} - known - PENDING_VARIABLES
         assert not unknown, f"{name} is given variables no setting reads (misspelt?): {sorted(unknown)}"
@@ -467,6 +477,8 @@ def test_dev_points_every_service_at_in_cluster_datastores() -> None:
     for name in service_modules():
         _, _, env = service_env(objects, name)
         for variable in ("ONCELOG_DATABASE_URL", "ONCELOG_REDIS_URL", "OTEL_EXPORTER_OTLP_ENDPOINT"):
+            if variable == "ONCELOG_DATABASE_URL" and name in CATALOG_FREE:
+                continue
             url = urlsplit(env[variable])
             assert url.port in service_ports.get(url.hostname or "", set()), (
                 f"{name}: {variable} points at {url.hostname}:{url.port}, which no Service in the overlay serves"
@@ -480,7 +492,8 @@ def test_prod_uses_external_datastores_and_mounts_tls() -> None:
     assert not [o for o in objects if o["kind"] == "Secret"], "prod Secrets are created out of band, never rendered"
     for name in service_modules():
         workload, container, env = service_env(objects, name)
-        assert urlsplit(env["ONCELOG_DATABASE_URL"]).scheme.startswith("postgresql")
+        if name not in CATALOG_FREE:
+            assert urlsplit(env["ONCELOG_DATABASE_URL"]).scheme.startswith("postgresql")
         secret_volumes = {
             v["name"]: v["secret"]["secretName"]
             for v in workload["spec"]["template"]["spec"]["volumes"]

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from oncelog.testing.kafka import ApacheKafka, fetch_kafka, kafka_libs
+from oncelog.testing.cluster import LocalCluster
+from oncelog.testing.kafka import ApacheKafka, KafkaGatewayProcess, fetch_kafka, kafka_libs
 
 
 @pytest.fixture(scope="session")
@@ -28,3 +29,26 @@ def apache_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApacheKaf
     broker = ApacheKafka(Path(tmp_path_factory.mktemp("apache-kafka")), libs=libs)
     with broker:
         yield broker
+
+
+@pytest.fixture(scope="session")
+def oncelog_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """A local oncelog cluster (one process per service) for the gateway."""
+    with LocalCluster(Path(tmp_path_factory.mktemp("oncelog"))) as cluster:
+        yield cluster
+
+
+@pytest.fixture(scope="session")
+def kafka_gateway(oncelog_cluster: LocalCluster) -> Iterator[KafkaGatewayProcess]:
+    """``python -m oncelog.kafka_gateway`` in front of the local cluster."""
+    pytest.importorskip("confluent_kafka", reason="confluent-kafka is in the dev extra")
+    with KafkaGatewayProcess(oncelog_cluster.bootstrap, oncelog_cluster.data_dir / "gateway") as gateway:
+        yield gateway
+
+
+@pytest.fixture(params=["apache-kafka", "oncelog"])
+def kafka_bootstrap(request: pytest.FixtureRequest) -> str:
+    """The bootstrap address of Apache Kafka, then of the oncelog gateway: each scenario runs against both."""
+    if request.param == "apache-kafka":
+        return str(request.getfixturevalue("apache_kafka").bootstrap)
+    return str(request.getfixturevalue("kafka_gateway").address)

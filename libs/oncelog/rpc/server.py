@@ -68,6 +68,8 @@ class ServiceSpec:
     external_address: str = ""
     """Set by the running server before the start hooks: host:port of the external listener, empty without one."""
     """Set by the running server: reports every service SERVING (True) or NOT_SERVING (False)."""
+    ready_info: dict[str, str] = field(default_factory=dict)
+    """Extra entries of the ready file, set by start hooks (the kafka-gateway's Kafka address)."""
 
     async def set_serving(self, serving: bool) -> None:
         """Report this process SERVING or NOT_SERVING on health (a fenced node withdraws); no-op before start."""
@@ -175,6 +177,7 @@ class GrpcServer:
                 self.health_address,
                 self._metrics_address,
                 self.external_address,
+                self.spec.ready_info,
             )
         if self.external_address:
             log.info("%s external listener on %s", self.spec.name, self.external_address)
@@ -289,7 +292,13 @@ def _reachable(listen: str, port: int) -> str:
 
 
 def _write_ready_file(
-    path: Path, address: str, service: str, health_address: str, metrics_address: str, external_address: str = ""
+    path: Path,
+    address: str,
+    service: str,
+    health_address: str,
+    metrics_address: str,
+    external_address: str = "",
+    extra: dict[str, str] | None = None,
 ) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(path.suffix + ".tmp")
@@ -300,5 +309,6 @@ def _write_ready_file(
         content["metrics_address"] = metrics_address
     if external_address:
         content["external_address"] = external_address
+    content.update(extra or {})
     tmp.write_text(json.dumps(content))
     os.replace(tmp, path)

@@ -5,10 +5,12 @@ come from Maven Central through ``scripts/kafka/fetch.sh`` (``mvn dependency:cop
 ``~/.cache/oncelog/kafka/<version>/libs``, outside git); :func:`kafka_libs` finds them, :func:`fetch_kafka` fetches
 them. A broker formats its own storage directory under ``data_dir``, binds free ports, and is ready when its log
 says ``Kafka Server started``. ``python -m oncelog.testing.kafka [DATA_DIR]`` runs one until Ctrl-C.
+:class:`KafkaGatewayProcess` runs oncelog's kafka-gateway in front of a local cluster, for the same clients.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -62,9 +64,7 @@ def fetch_kafka(timeout_s: float = 900.0) -> Path:
     Raises:
         KafkaStartError: mvn failed; the message has its output.
     """
-    done = subprocess.run(
-        ["bash", str(FETCH_SCRIPT)], capture_output=True, text=True, timeout=timeout_s, check=False
-    )
+    done = subprocess.run(["bash", str(FETCH_SCRIPT)], capture_output=True, text=True, timeout=timeout_s, check=False)
     if done.returncode != 0:
         raise KafkaStartError(f"scripts/kafka/fetch.sh failed ({done.returncode}):\n{done.stderr[-3000:]}")
     return Path(done.stdout.strip().splitlines()[-1])
@@ -156,7 +156,13 @@ class ApacheKafka:
         if not (data_dir / "log" / "meta.properties").exists():
             formatted = subprocess.run(
                 self._java(
-                    "kafka.tools.StorageTool", "format", "-t", _cluster_id(), "-c", str(config), "--ignore-formatted",
+                    "kafka.tools.StorageTool",
+                    "format",
+                    "-t",
+                    _cluster_id(),
+                    "-c",
+                    str(config),
+                    "--ignore-formatted",
                     jvm=jvm,
                 ),
                 capture_output=True,
@@ -207,6 +213,96 @@ class ApacheKafka:
             return "(no log)"
 
     def __enter__(self) -> ApacheKafka:
+        try:
+            return self.start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+@dataclass
+class KafkaGatewayProcess:
+    """``python -m oncelog.kafka_gateway`` in front of a running oncelog cluster, on a free loopback port.
+
+    Args:
+        bootstrap: any address of the oncelog cluster.
+        data_dir: its ready file and ``kafka-gateway.log`` go here.
+        env: extra environment (``ONCELOG_KAFKA_GATEWAY_*`` settings).
+    """
+
+    bootstrap: str
+    data_dir: Path
+    env: dict[str, str] = field(default_factory=dict)
+    address: str = ""
+    process: subprocess.Popen[bytes] | None = field(default=None, init=False, repr=False)
+
+    @property
+    def log_file(self) -> Path:
+        """The gateway's log (JSON lines)."""
+        return Path(self.data_dir) / "kafka-gateway.log"
+
+    def start(self, timeout_s: float = 60.0) -> KafkaGatewayProcess:
+        """Start the process and wait for its ready file; returns self with ``address`` set.
+
+        Raises:
+            KafkaStartError: the gateway exited or did not become ready; the message has its log tail.
+        """
+        data_dir = Path(self.data_dir)
+        data_dir.mkdir(parents=True, exist_ok=True)
+        ready = data_dir / "kafka-gateway.ready.json"
+        ready.unlink(missing_ok=True)
+        env = {
+            **os.environ,
+            "ONCELOG_BOOTSTRAP": self.bootstrap,
+            "ONCELOG_KAFKA_GATEWAY_LISTEN": "127.0.0.1:0",
+            "ONCELOG_KAFKA_GATEWAY_KAFKA_LISTEN": "127.0.0.1:0",
+            "ONCELOG_READY_FILE": str(ready),
+            "ONCELOG_PARENT_PID": str(os.getpid()),
+            "PYTHONUNBUFFERED": "1",
+            **self.env,
+        }
+        with open(self.log_file, "ab") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "oncelog.kafka_gateway"],
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if ready.exists():
+                self.address = json.loads(ready.read_text())["kafka_address"]
+                return self
+            if self.process.poll() is not None:
+                raise KafkaStartError(f"the kafka-gateway exited with {self.process.returncode}:\n{self._tail()}")
+            time.sleep(0.05)
+        raise KafkaStartError(f"the kafka-gateway did not become ready:\n{self._tail()}")
+
+    def stop(self, timeout_s: float = 15.0) -> int | None:
+        """SIGTERM, then SIGKILL after ``timeout_s``; returns the exit code."""
+        if self.process is None:
+            return None
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        return self.process.returncode
+
+    def _tail(self, lines: int = 30) -> str:
+        try:
+            return "\n".join(self.log_file.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+    def __enter__(self) -> KafkaGatewayProcess:
         try:
             return self.start()
         except BaseException:

@@ -1,0 +1,109 @@
+"""Composition root of the kafka-gateway: settings -> typed clients -> handlers -> Kafka TCP server.
+
+The gateway is the fifth oncelog process. It speaks Kafka's binary protocol to unmodified Kafka clients on
+``kafka_listen`` and translates each request into calls on the other services (docs/kafka-compatibility.md). Like
+every oncelog process it runs under :func:`oncelog.rpc.runner.run_service`: its gRPC ``listen`` address serves
+health and reflection (probes, drains), SIGTERM drains it, and the ready file carries its ``kafka_address``. It
+holds no durable state and registers nowhere; ``ONCELOG_BOOTSTRAP`` names the cluster.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from oncelog.client.services import (
+    ClusterClient,
+    GroupOffsetsClient,
+    PartitionStorageClient,
+    TransactionCoordinatorClient,
+)
+from oncelog.kafka_gateway.config import KafkaGatewaySettings
+from oncelog.kafka_gateway.connection import KafkaServer
+from oncelog.kafka_gateway.data_servicer import DataServicer
+from oncelog.kafka_gateway.producer_epochs import TransactionalIdentities
+from oncelog.kafka_gateway.protocol import Request, encode_response
+from oncelog.kafka_gateway.routing import ClusterRoutes
+from oncelog.kafka_gateway.txn_servicer import TxnServicer
+from oncelog.rpc import ServiceSpec
+from oncelog.rpc.channels import ChannelFactory, ChannelPool
+from oncelog.rpc.runner import run_service
+
+NAME = "kafka-gateway"
+log = logging.getLogger("oncelog.kafka_gateway")
+
+
+class KafkaGateway:
+    """The Kafka listener and the clients of the oncelog services behind it."""
+
+    def __init__(self, settings: KafkaGatewaySettings, channels: ChannelFactory | None = None) -> None:
+        self.settings = settings
+        self._pool = ChannelPool(channels or ChannelFactory.from_settings(settings))
+        host, _, port = settings.kafka_listen.rpartition(":")
+        self.server = KafkaServer(
+            self.handle,
+            host=host,
+            port=int(port),
+            max_frame_bytes=settings.max_frame_bytes,
+            max_queued_requests=settings.max_queued_requests,
+        )
+        self.identities = TransactionalIdentities()
+        self._handlers: dict[int, Callable[[Request], Awaitable[dict[str, Any] | None]]] = {}
+        self.address = ""
+
+    async def start(self) -> str:
+        """Bind the Kafka listener and wire the handlers; returns the address Kafka clients use."""
+        bound = await self.server.start()
+        self.address = self.settings.kafka_advertise or bound
+        timeout = self.settings.request_timeout_s
+        cluster = ClusterClient(self._pool.get, timeout_s=timeout)
+        routes = ClusterRoutes(cluster, self.settings.bootstrap.split(","))
+        data = DataServicer(
+            routes=routes,
+            cluster=cluster,
+            storage=PartitionStorageClient(self._pool.get, timeout_s=timeout),
+            identities=self.identities,
+            brokers=self.settings.broker_list(self.address),
+            timeout_s=timeout,
+        )
+        txn = TxnServicer(
+            routes=routes,
+            txn=TransactionCoordinatorClient(self._pool.get, timeout_s=timeout),
+            groups=GroupOffsetsClient(self._pool.get, timeout_s=timeout),
+            identities=self.identities,
+            timeout_s=timeout,
+        )
+        self._handlers = {**data.handlers(), **txn.handlers()}
+        log.info("kafka-gateway serving Kafka clients on %s (cluster %s)", self.address, self.settings.bootstrap)
+        return self.address
+
+    async def handle(self, request: Request) -> bytes | None:
+        """Answer one request (each connection calls this in order)."""
+        body = await self._handlers[request.api_key](request)
+        if body is None:
+            return None
+        return encode_response(request.api_key, request.version, request.correlation_id, body)
+
+    async def stop(self) -> None:
+        """Close the listener, every Kafka connection and every channel."""
+        await self.server.stop()
+        await self._pool.close()
+
+
+def build(settings: KafkaGatewaySettings) -> ServiceSpec:
+    """Wire the process: gRPC health on ``listen``, the Kafka listener started with the server."""
+    spec = ServiceSpec(name=NAME)
+    gateway = KafkaGateway(settings)
+
+    async def start(_grpc_address: str) -> None:
+        spec.ready_info["kafka_address"] = await gateway.start()
+
+    spec.on_start.append(start)
+    spec.on_stop.append(gateway.stop)
+    return spec
+
+
+def main() -> int:
+    """Console entry point: ``oncelog-kafka-gateway`` / ``python -m oncelog.kafka_gateway``."""
+    return run_service(NAME, KafkaGatewaySettings.from_env, build)  # type: ignore[arg-type]

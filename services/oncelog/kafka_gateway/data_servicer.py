@@ -1,0 +1,430 @@
+"""Kafka's cluster and data APIs on oncelog: ApiVersions, Metadata, CreateTopics, DeleteTopics, Produce, Fetch,
+ListOffsets and FindCoordinator.
+
+Each handler reads a kio request body, calls the oncelog services through the typed clients and answers with a
+dict that :func:`~oncelog.kafka_gateway.protocol.build` turns into the response of the request's version. Record
+batches pass through untouched: partition storage keeps Kafka's RecordBatch v2 bytes (design/architecture.md §4.1),
+except a transactional batch whose identity the gateway translates (``producer_epochs.py``). The gateways are the
+brokers: Metadata names them, and every partition's leader and every coordinator is one of them, picked by a
+hash of the name so that several gateway replicas share the clients.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+import zlib
+from collections import defaultdict
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from oncelog.client.records import NewTopic
+from oncelog.client.services import ClusterClient, FetchPosition, OffsetQuery, PartitionStorageClient
+from oncelog.errors import CorruptMessage, InvalidRequest, OncelogError
+from oncelog.kafka_gateway.error_codes import error_code_of
+from oncelog.kafka_gateway.producer_epochs import TransactionalIdentities
+from oncelog.kafka_gateway.protocol import Request, api_version_list
+from oncelog.kafka_gateway.routing import ClusterRoutes
+from oncelog.vocabulary import CoordinatorKind, IsolationLevel, TopicPartition
+
+Broker = tuple[int, str, int]
+"""(broker id, host, port) of one gateway replica."""
+
+ZERO_UUID = uuid.UUID(int=0)
+_LATEST, _EARLIEST = -1, -2
+
+
+def _ms(value: Any) -> int:
+    return int(value.total_seconds() * 1000) if hasattr(value, "total_seconds") else int(value)
+
+
+def _error(code: ErrorCode | OncelogError | None) -> ErrorCode:
+    return code if isinstance(code, ErrorCode) else error_code_of(code)
+
+
+class DataServicer:
+    """The handlers of the cluster and data APIs (module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        routes: ClusterRoutes,
+        cluster: ClusterClient,
+        storage: PartitionStorageClient,
+        identities: TransactionalIdentities,
+        brokers: Sequence[Broker],
+        timeout_s: float,
+    ) -> None:
+        self._routes = routes
+        self._cluster = cluster
+        self._storage = storage
+        self._identities = identities
+        self._brokers = list(brokers)
+        self._timeout_s = timeout_s
+        self._cluster_id: str | None = None
+
+    def broker_for(self, key: str) -> Broker:
+        """The gateway replica that answers for ``key`` (a partition, a group or a transactional id)."""
+        return self._brokers[zlib.crc32(key.encode()) % len(self._brokers)]
+
+    def handlers(self) -> dict[int, Callable[[Request], Awaitable[dict[str, Any] | None]]]:
+        """API key -> handler."""
+        return {
+            18: self.api_versions,
+            3: self.metadata,
+            19: self.create_topics,
+            20: self.delete_topics,
+            0: self.produce,
+            1: self.fetch,
+            2: self.list_offsets,
+            10: self.find_coordinator,
+        }
+
+    # ------------------------------------------------------------------------------------ cluster
+
+    async def api_versions(self, request: Request) -> dict[str, Any]:
+        return {"error_code": ErrorCode.none, "api_keys": api_version_list(), "throttle_time": 0}
+
+    async def _cluster_id_once(self) -> str | None:
+        if self._cluster_id is None:
+            try:
+                description = await self._routes.ask(lambda a: self._cluster.describe_cluster(a))
+                self._cluster_id = description.cluster_id
+            except OncelogError:
+                return None
+        return self._cluster_id
+
+    async def metadata(self, request: Request) -> dict[str, Any]:
+        body = request.body
+        wanted = None if body.topics is None else [t.name for t in body.topics if t.name is not None]
+        topics = await self._routes.topics()
+        if wanted is not None and any(name not in topics for name in wanted):
+            topics = await self._routes.topics(fresh=True)
+        names = sorted(topics) if wanted is None else wanted
+        answer: list[dict[str, Any]] = []
+        for name in names:
+            info = topics.get(name)
+            if info is None:
+                answer.append(
+                    {"error_code": ErrorCode.unknown_topic_or_partition, "name": name, "topic_id": ZERO_UUID,
+                     "partitions": []}
+                )  # fmt: skip
+                continue
+            partitions = []
+            for p in info.partitions:
+                leader = self.broker_for(f"{name}-{p.partition}")[0]
+                partitions.append(
+                    {
+                        "error_code": ErrorCode.none if p.leader_address else ErrorCode.leader_not_available,
+                        "partition_index": p.partition,
+                        "leader_id": leader,
+                        # -1: clients then skip OffsetForLeaderEpoch validation, which the gateway does not serve
+                        "leader_epoch": -1,
+                        "replica_nodes": [leader],
+                        "isr_nodes": [leader],
+                        "offline_replicas": [],
+                    }
+                )
+            answer.append(
+                {"error_code": ErrorCode.none, "name": name, "topic_id": _uuid(info.topic_id), "partitions": partitions}
+            )
+        return {
+            "throttle_time": 0,
+            "brokers": [{"node_id": i, "host": host, "port": port, "rack": None} for i, host, port in self._brokers],
+            "cluster_id": await self._cluster_id_once(),
+            "controller_id": self._brokers[0][0],
+            "topics": answer,
+        }
+
+    async def create_topics(self, request: Request) -> dict[str, Any]:
+        body = request.body
+        results = []
+        for topic in body.topics:
+            if topic.assignments:
+                results.append(
+                    {"name": topic.name, "error_code": ErrorCode.invalid_request, "topic_id": ZERO_UUID,
+                     "error_message": "replica assignments are chosen by oncelog; send num_partitions instead"}
+                )  # fmt: skip
+                continue
+            new = NewTopic(
+                topic.name,
+                num_partitions=1 if topic.num_partitions == -1 else topic.num_partitions,
+                configs={c.name: c.value for c in topic.configs if c.value is not None},
+                replication_factor=None if topic.replication_factor == -1 else topic.replication_factor,
+            )
+            validate_only = getattr(body, "validate_only", False)
+
+            def create(address: str, new: NewTopic = new, validate_only: bool = validate_only) -> Awaitable[Any]:
+                return self._cluster.create_topics(
+                    address, [new], validate_only=validate_only, timeout_s=self._timeout_s
+                )
+
+            try:
+                created = await self._routes.ask(create)
+            except OncelogError as exc:
+                results.append(
+                    {"name": topic.name, "error_code": _error(exc), "error_message": exc.message, "topic_id": ZERO_UUID}
+                )
+                continue
+            info = created[0] if created else None
+            results.append(
+                {
+                    "name": topic.name,
+                    "error_code": ErrorCode.none,
+                    "error_message": None,
+                    "topic_id": _uuid(info.topic_id) if info else ZERO_UUID,
+                    "num_partitions": len(info.partitions) if info else new.num_partitions,
+                    "replication_factor": len(info.partitions[0].replicas) if info and info.partitions else -1,
+                    "configs": [],
+                }
+            )
+        self._routes.forget_topics()
+        return {"throttle_time": 0, "topics": results}
+
+    async def delete_topics(self, request: Request) -> dict[str, Any]:
+        results = []
+        for name in request.body.topic_names:
+
+            def delete(address: str, name: str = name) -> Awaitable[Any]:
+                return self._cluster.delete_topics(address, [name])
+
+            try:
+                await self._routes.ask(delete)
+                results.append({"name": name, "error_code": ErrorCode.none, "error_message": None})
+            except OncelogError as exc:
+                results.append({"name": name, "error_code": _error(exc), "error_message": exc.message})
+        self._routes.forget_topics()
+        return {"throttle_time": 0, "responses": results}
+
+    async def find_coordinator(self, request: Request) -> dict[str, Any]:
+        body = request.body
+        kind = CoordinatorKind.TRANSACTION if getattr(body, "key_type", 0) == 1 else CoordinatorKind.GROUP
+        keys = list(body.coordinator_keys) if request.version >= 4 else [body.key]
+        found = []
+        for key in keys:
+            entry: dict[str, Any] = {"key": key, "node_id": -1, "host": "", "port": -1, "error_message": None}
+            try:
+                await self._routes.coordinator(key, kind)
+                node, host, port = self.broker_for(f"{kind.value}:{key}")
+                entry.update(node_id=node, host=host, port=port, error_code=ErrorCode.none)
+            except OncelogError as exc:
+                self._routes.failed(exc, key=(key, kind))
+                entry.update(error_code=_error(exc), error_message=exc.message)
+            found.append(entry)
+        if request.version >= 4:
+            return {"throttle_time": 0, "coordinators": found}
+        return {"throttle_time": 0, **found[0]}
+
+    # ------------------------------------------------------------------------------------ data
+
+    async def _leaders(self, tps: Sequence[TopicPartition]) -> tuple[dict[str, list[TopicPartition]], dict]:
+        """Partitions grouped by leader address, and the errors of those without one."""
+        by_leader: dict[str, list[TopicPartition]] = defaultdict(list)
+        errors: dict[TopicPartition, OncelogError] = {}
+        for tp in tps:
+            try:
+                by_leader[await self._routes.leader(tp)].append(tp)
+            except OncelogError as exc:
+                errors[tp] = exc
+        return by_leader, errors
+
+    async def produce(self, request: Request) -> dict[str, Any] | None:
+        body = request.body
+        tid = body.transactional_id
+        batches: dict[TopicPartition, bytes] = {}
+        results: dict[TopicPartition, OncelogError | int] = {}
+        order: list[TopicPartition] = []
+        for topic in body.topic_data:
+            for p in topic.partition_data:
+                tp = TopicPartition(topic.name, p.index)
+                order.append(tp)
+                if not p.records:
+                    results[tp] = CorruptMessage(f"{tp.topic}-{tp.partition}: the produce request carries no records")
+                    continue
+                try:
+                    batches[tp] = self._identities.rewrite_batch(tid, tp, bytes(p.records)) if tid else bytes(p.records)
+                except OncelogError as exc:
+                    results[tp] = exc
+        by_leader, errors = await self._leaders(list(batches))
+        results.update(errors)
+
+        async def send(address: str, tps: list[TopicPartition]) -> None:
+            try:
+                answer = await self._storage.produce(
+                    address,
+                    {tp: batches[tp] for tp in tps},
+                    transactional_id=tid or "",
+                    acks_all=body.acks == -1,
+                    timeout_s=max(self._timeout_s, _ms(body.timeout) / 1000),
+                )
+            except OncelogError as exc:
+                answer = dict.fromkeys(tps, exc)
+            for tp, outcome in answer.items():
+                results[tp] = outcome
+                if isinstance(outcome, OncelogError):
+                    self._routes.failed(outcome)
+
+        await asyncio.gather(*(send(address, tps) for address, tps in by_leader.items()))
+        if body.acks == 0:
+            return None
+        by_topic: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        for tp in order:
+            outcome = results.get(tp)
+            failed = isinstance(outcome, OncelogError)
+            by_topic[tp.topic].append(
+                {
+                    "index": tp.partition,
+                    "error_code": _error(outcome if failed else None),  # type: ignore[arg-type]
+                    "base_offset": -1 if failed or outcome is None else outcome,
+                    "log_append_time": None,
+                    "log_start_offset": -1,
+                    "record_errors": [],
+                    "error_message": outcome.message if failed else None,  # type: ignore[union-attr]
+                }
+            )
+        return {
+            "responses": [{"name": name, "partition_responses": parts} for name, parts in by_topic.items()],
+            "throttle_time": 0,
+        }
+
+    async def fetch(self, request: Request) -> dict[str, Any]:
+        body = request.body
+        committed = getattr(body, "isolation_level", 0) == 1
+        isolation = IsolationLevel.READ_COMMITTED if committed else IsolationLevel.READ_UNCOMMITTED
+        positions = {
+            TopicPartition(t.topic, p.partition): FetchPosition(
+                TopicPartition(t.topic, p.partition), p.fetch_offset, -1, p.partition_max_bytes
+            )
+            for t in body.topics
+            for p in t.partitions
+        }
+        by_leader, errors = await self._leaders(list(positions))
+        answers: dict[TopicPartition, dict[str, Any]] = {}
+
+        async def fetch_from(address: str, tps: list[TopicPartition]) -> None:
+            try:
+                fetched = await self._storage.fetch(
+                    address,
+                    [positions[tp] for tp in tps],
+                    isolation=isolation,
+                    max_wait_ms=_ms(body.max_wait),
+                    min_bytes=body.min_bytes,
+                    max_bytes=getattr(body, "max_bytes", 50 << 20),
+                    timeout_s=self._timeout_s,
+                )
+            except OncelogError as exc:
+                self._routes.failed(exc)
+                for tp in tps:
+                    answers[tp] = _fetch_error(tp, exc)
+                return
+            for f in fetched:
+                if f.error is not None:
+                    self._routes.failed(f.error)
+                    answers[f.topic_partition] = _fetch_error(f.topic_partition, f.error)
+                    continue
+                answers[f.topic_partition] = {
+                    "partition_index": f.topic_partition.partition,
+                    "error_code": ErrorCode.none,
+                    "high_watermark": f.high_watermark,
+                    "last_stable_offset": f.last_stable_offset,
+                    "log_start_offset": f.log_start_offset,
+                    "aborted_transactions": (
+                        [{"producer_id": a.producer_id, "first_offset": a.first_offset} for a in f.aborted_transactions]
+                        if committed
+                        else None
+                    ),
+                    "preferred_read_replica": -1,
+                    "records": f.records,
+                }
+
+        await asyncio.gather(*(fetch_from(address, tps) for address, tps in by_leader.items()))
+        for tp, exc in errors.items():
+            answers[tp] = _fetch_error(tp, exc)
+        by_topic: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        for tp in positions:
+            by_topic[tp.topic].append(answers[tp])
+        return {
+            "throttle_time": 0,
+            "error_code": ErrorCode.none,
+            "session_id": 0,  # no fetch sessions: every request is a full fetch (KIP-227's sessionless mode)
+            "responses": [{"topic": name, "partitions": parts} for name, parts in by_topic.items()],
+        }
+
+    async def list_offsets(self, request: Request) -> dict[str, Any]:
+        body = request.body
+        isolation = (
+            IsolationLevel.READ_COMMITTED
+            if getattr(body, "isolation_level", 0) == 1
+            else IsolationLevel.READ_UNCOMMITTED
+        )
+        queries: dict[TopicPartition, OffsetQuery] = {}
+        answers: dict[TopicPartition, dict[str, Any]] = {}
+        order: list[TopicPartition] = []
+        for t in body.topics:
+            for p in t.partitions:
+                tp = TopicPartition(t.name, p.partition_index)
+                order.append(tp)
+                if p.timestamp == _LATEST:
+                    queries[tp] = OffsetQuery("latest")
+                elif p.timestamp == _EARLIEST:
+                    queries[tp] = OffsetQuery("earliest")
+                elif p.timestamp >= 0:
+                    queries[tp] = OffsetQuery("timestamp", p.timestamp)
+                else:
+                    error = InvalidRequest(f"ListOffsets timestamp {p.timestamp} is not served (use -1, -2 or >= 0)")
+                    answers[tp] = _offset_answer(tp, error)
+        by_leader, errors = await self._leaders(list(queries))
+
+        async def ask(address: str, tps: list[TopicPartition]) -> None:
+            try:
+                listed = await self._storage.list_offsets(
+                    address, {tp: queries[tp] for tp in tps}, isolation=isolation, timeout_s=self._timeout_s
+                )
+            except OncelogError as exc:
+                listed = dict.fromkeys(tps, exc)
+            for tp, outcome in listed.items():
+                if isinstance(outcome, OncelogError):
+                    self._routes.failed(outcome)
+                answers[tp] = _offset_answer(tp, outcome)
+
+        await asyncio.gather(*(ask(address, tps) for address, tps in by_leader.items()))
+        for tp, exc in errors.items():
+            answers[tp] = _offset_answer(tp, exc)
+        by_topic: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        for tp in order:
+            by_topic[tp.topic].append(answers[tp])
+        return {"throttle_time": 0, "topics": [{"name": n, "partitions": parts} for n, parts in by_topic.items()]}
+
+
+def _uuid(value: str) -> uuid.UUID:
+    try:
+        return uuid.UUID(value)
+    except ValueError:
+        return ZERO_UUID
+
+
+def _fetch_error(tp: TopicPartition, error: OncelogError) -> dict[str, Any]:
+    return {
+        "partition_index": tp.partition,
+        "error_code": _error(error),
+        "high_watermark": -1,
+        "last_stable_offset": -1,
+        "log_start_offset": -1,
+        "aborted_transactions": None,
+        "preferred_read_replica": -1,
+        "records": b"",
+    }
+
+
+def _offset_answer(tp: TopicPartition, outcome: Any) -> dict[str, Any]:
+    if isinstance(outcome, OncelogError):
+        return {"partition_index": tp.partition, "error_code": _error(outcome), "timestamp": -1, "offset": -1}
+    return {
+        "partition_index": tp.partition,
+        "error_code": ErrorCode.none,
+        "timestamp": outcome.timestamp_ms,
+        "offset": outcome.offset,
+        "leader_epoch": -1,
+    }
