@@ -7,6 +7,7 @@ failed fetch fails the tests.
 
 from __future__ import annotations
 
+import gc
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -52,3 +53,11 @@ def kafka_bootstrap(request: pytest.FixtureRequest) -> str:
     if request.param == "apache-kafka":
         return str(request.getfixturevalue("apache_kafka").bootstrap)
     return str(request.getfixturevalue("kafka_gateway").address)
+
+
+@pytest.fixture(autouse=True)
+def _destroy_kafka_clients() -> Iterator[None]:
+    """Collect a test's Kafka client objects while the brokers still run (a client left to interpreter exit keeps
+    dialling the stopped brokers and prints after pytest's summary)."""
+    yield
+    gc.collect()
