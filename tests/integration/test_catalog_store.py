@@ -545,7 +545,8 @@ def test_configs_are_set_and_deleted_by_either_name_and_only_set_ones_are_overri
         ),
         (
             [("retention_ms", "soon"), ("flush", "never")],
-            "topic 'c': retention_ms='soon' is not an integer; flush='never'; use 'sync' (fsync before ack) or 'async'",
+            "topic 'c': retention_ms='soon' is not an integer; flush='never'; use 'sync' (fsync before ack), 'leader' "
+            "(only the leader fsyncs before ack) or 'async'",
         ),
         (
             [("retention.ms", "1"), ("retention_ms", "2")],

@@ -405,7 +405,7 @@ def test_configs_describe_and_alter_with_kafka_names(local: LocalCluster) -> Non
             ["--add-config", "retention.ms=soon,flush=never"],
             1,
             "error: topic '{topic}': retention_ms='soon' is not an integer; flush='never'; use 'sync' (fsync before "
-            "ack) or 'async'\n",
+            "ack), 'leader' (only the leader fsyncs before ack) or 'async'\n",
         ),
         (
             ["--add-config", "min.insync.replicas=2"],

@@ -85,8 +85,11 @@ class TopicConfig:
             if key not in cls.KEYS:
                 problems.append(f"unknown topic config {key!r}; known: {', '.join(cls.KEYS)}")
             elif key == "flush":
-                if value not in ("sync", "async"):
-                    problems.append(f"flush={value!r}; use 'sync' (fsync before ack) or 'async'")
+                if value not in ("sync", "leader", "async"):
+                    problems.append(
+                        f"flush={value!r}; use 'sync' (fsync before ack), 'leader' (only the leader fsyncs before ack) "
+                        "or 'async'"
+                    )
                 values[key] = value
             elif key == "unclean_leader_election":
                 if value not in ("true", "false"):

@@ -30,8 +30,11 @@ class EngineConfig:
         segment_bytes, segment_ms: roll the active segment past this size or age.
         retention_bytes, retention_ms: delete old segments beyond these (-1: no limit).
         max_message_bytes: largest batch accepted (Kafka's ``max.message.bytes``, checked per batch).
-        flush_sync: fsync before acknowledging (the topic's ``flush=sync``); ``False`` acknowledges after the
-            write and lets the periodic flush make it durable.
+        flush_sync: fsync before acknowledging (the topic's ``flush=sync`` or ``flush=leader``); ``False``
+            acknowledges after the write and lets the periodic flush make it durable.
+        follower_fsync: on a follower of a ``flush_sync`` partition, fsync copied batches before reporting them
+            to the leader (``flush=sync``); ``False`` (``flush=leader``) reports them from the page cache and
+            fsyncs right after, so an acknowledged batch is durable on the leader and in memory on the followers.
         index_interval_bytes: bytes between sparse offset index entries.
         producer_id_expiration_ms: idle time after which a producer without an open transaction is forgotten.
         validate_records: also decompress and parse every record of a client batch (Kafka's
@@ -48,6 +51,7 @@ class EngineConfig:
     retention_ms: int = 7 * 24 * 3600 * 1000
     max_message_bytes: int = 1_048_588
     flush_sync: bool = True
+    follower_fsync: bool = True
     index_interval_bytes: int = 4096
     producer_id_expiration_ms: int = 24 * 3600 * 1000
     validate_records: bool = False

@@ -58,6 +58,7 @@ class StorageNodeConfig:
             retention_ms=topic.retention_ms,
             max_message_bytes=topic.max_message_bytes,
             flush_sync=topic.flush != "async",
+            follower_fsync=topic.flush == "sync",
             index_interval_bytes=self.index_interval_bytes,
             producer_id_expiration_ms=self.producer_id_expiration_ms,
             validate_records=self.validate_records,

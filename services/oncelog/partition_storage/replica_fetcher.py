@@ -3,7 +3,8 @@
 Kafka's ``ReplicaFetcherThread`` / ``AbstractFetcherThread`` (docs/design/replication.md §3): a fetcher keeps the
 position of each partition it copies from one leader, sends one long-polling replica fetch for all of them, appends
 what comes back to the local engines exactly as the leader wrote it (:meth:`PartitionEngine.append_copied`),
-makes it durable for ``flush=sync`` topics before reporting the new position, and passes the leader's high
+makes it durable for ``flush=sync`` topics before reporting the new position (``flush=leader`` topics report it at
+once and fsync right after, as a Kafka follower acknowledges from memory), and passes the leader's high
 watermark on to the local engine (a follower's HW is ``min(own log end, leader HW)``).
 
 Domain code: the network comes in through the :class:`ReplicaTransport` protocol and the clock through asyncio;
@@ -146,6 +147,7 @@ class ReplicaFetcher:
         self._changed = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._refresh_requested_at: int | None = None
+        self._flushes: set[asyncio.Task[None]] = set()
 
     @property
     def partitions(self) -> dict[tuple[str, int], FollowedPartition]:
@@ -175,6 +177,21 @@ class ReplicaFetcher:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        if self._flushes:
+            await asyncio.gather(*self._flushes, return_exceptions=True)
+
+    def _flush_soon(self, engine: PartitionEngine) -> None:
+        """fsync what was copied without waiting for it (``flush=leader``); concurrent calls share fsyncs."""
+
+        async def flush() -> None:
+            try:
+                await engine.flush()
+            except OncelogError as err:  # the engine is offline now; the owner's next fetch round skips it
+                log.warning("fsync of copied batches of %s failed: %s", engine.directory.name, err)
+
+        task = asyncio.get_running_loop().create_task(flush())
+        self._flushes.add(task)
+        task.add_done_callback(self._flushes.discard)
 
     async def _run(self) -> None:
         while True:
@@ -254,8 +271,10 @@ class ReplicaFetcher:
         engine = followed.engine
         if result.records and engine.log_end_offset == position.fetch_offset:
             await engine.append_copied(result.records)
-            if engine.config.flush_sync:
+            if engine.config.flush_sync and engine.config.follower_fsync:
                 await engine.flush()  # durable before the next fetch reports the new position
+            elif engine.config.flush_sync:
+                self._flush_soon(engine)  # flush=leader: reported from the page cache, durable right after
         followed.leader_high_watermark = result.high_watermark
         engine.refresh_high_watermark()
 

@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from oncelog.catalog.topics import TopicConfig
 from oncelog.errors import NetworkException, NotLeader, OncelogError
 from oncelog.partition_storage.engine import EngineConfig, PartitionEngine
+from oncelog.partition_storage.manager_types import StorageNodeConfig
 from oncelog.partition_storage.replica_fetcher import (
     CopyPosition,
     CopyResult,
@@ -127,3 +132,92 @@ async def test_an_unreachable_leader_makes_the_follower_re_read_the_catalog_at_a
         await follower.close()
     assert refreshes[0] == 50, "the first failure asks at once"
     assert refreshes == [50, 250, 450], "then every 200 ms of failures (10 calls of 50 ms each)"
+
+
+class GatedExecutor(ThreadPoolExecutor):
+    """Runs fsyncs only once ``gate`` is set, as a slow disk would."""
+
+    def __init__(self) -> None:
+        super().__init__(max_workers=1)
+        self.gate = threading.Event()
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
+        def gated() -> Any:
+            if not self.gate.wait(30):
+                raise TimeoutError("the test never opened the fsync gate")
+            return fn(*args, **kwargs)
+
+        return super().submit(gated)
+
+
+class ReportingTransport(LeaderTransport):
+    """Notes, for each fetch reporting a position above 0, whether the follower's fsyncs had been let through."""
+
+    def __init__(self, leader: PartitionEngine, gate: threading.Event) -> None:
+        super().__init__(leader, refusals=0)
+        self.gate = gate
+        self.reported: list[bool] = []
+        self.report_seen = asyncio.Event()
+
+    async def replica_fetch(
+        self, address: str, follower_id: str, follower_epoch: int, positions: Sequence[CopyPosition], **kwargs: Any
+    ) -> list[CopyResult | OncelogError]:
+        if positions[0].fetch_offset > 0:
+            self.reported.append(self.gate.is_set())
+            self.report_seen.set()
+        return await super().replica_fetch(address, follower_id, follower_epoch, positions, **kwargs)
+
+
+@pytest.mark.parametrize("follower_fsync", [True, False], ids=["flush=sync", "flush=leader"])
+async def test_a_follower_reports_copied_batches_after_its_fsync_unless_the_topic_flushes_on_the_leader_only(
+    tmp_path: Path, follower_fsync: bool
+) -> None:
+    """flush=sync: the fetch that reports the copied batches (and lets the leader's HW pass them) comes only after
+    the follower's fsync; flush=leader: it comes at once, while the fsync is still held, and the fsync follows."""
+    leader = await open_engine(tmp_path / "leader")
+    executor = GatedExecutor()
+    follower = await PartitionEngine.open(
+        tmp_path / "follower",
+        EngineConfig(follower_fsync=follower_fsync),
+        clock=lambda: 1_700_000_000_000,
+        flush_executor=executor,
+    )
+    transport = ReportingTransport(leader, executor.gate)
+    settings = FetcherSettings(
+        follower_id="f",
+        follower_epoch=lambda: 1,
+        transport=transport,
+        on_leadership_error=lambda: pytest.fail("no leadership error expected"),
+        on_divergence=lambda followed, offset: pytest.fail(f"no divergence expected, got {offset}"),
+        max_wait_ms=100,
+    )
+    fetcher = ReplicaFetcher("leader", "leader:1", settings)
+    try:
+        records = [Record(key=None, value=b"v%d" % i, timestamp=1) for i in range(3)]
+        await leader.append(build_batch(records, producer_id=1, producer_epoch=0, base_sequence=0))
+        fetcher.add(FollowedPartition("t", 0, follower, leader_epoch=0))
+        while follower.log_end_offset < leader.log_end_offset:
+            await asyncio.wait_for(follower.appended().wait(), 10)
+        if follower_fsync:
+            executor.gate.set()  # the copy is in the follower's log; its fsync may run now
+        await asyncio.wait_for(transport.report_seen.wait(), 10)
+        executor.gate.set()
+        assert transport.reported[0] is follower_fsync
+        await asyncio.wait_for(follower.flush(), 10)  # flush=leader: the fsync started without waiting still ends
+        assert follower.read_copy(0, 1 << 20) == leader.read_copy(0, 1 << 20)
+    finally:
+        executor.gate.set()
+        await fetcher.stop()
+        await leader.close()
+        await follower.close()
+        executor.shutdown()
+
+
+@pytest.mark.parametrize(
+    ("flush", "flush_sync", "follower_fsync"), [("sync", True, True), ("leader", True, False), ("async", False, False)]
+)
+def test_the_topic_flush_setting_decides_which_replicas_fsync_before_the_ack(
+    flush: str, flush_sync: bool, follower_fsync: bool
+) -> None:
+    config = StorageNodeConfig(data_dir=Path("unused")).engine_config(TopicConfig.parse({"flush": flush}))
+    assert (config.flush_sync, config.follower_fsync) == (flush_sync, follower_fsync)
