@@ -174,6 +174,7 @@ def test_dead_follower_leaves_the_isr_and_acks_all_continues_then_it_rejoins(clu
     assert scraped(cluster, leader, "oncelog_partition_under_replicated") == 0
     [row] = described(cluster)
     assert (row["leader"], row["status"], len(row["in_sync"])) == (leader, "ok", 3)  # type: ignore[arg-type]
+    assert row["replica_lag"] == {leader: 0, victim: 0, survivor: 0}, "leader first, every follower caught up"
     assert described(cluster, "--under-replicated") == []
     cluster.kill(victim)
     offset = produce(cluster, leader, 1)  # completes once the leader drops the dead follower from the ISR
@@ -190,10 +191,12 @@ def test_dead_follower_leaves_the_isr_and_acks_all_continues_then_it_rejoins(clu
         [n for n in meta.replica_node_ids if n != victim],
     )
     assert row["high_watermark"] == row["last_stable"] == offset + 5, "both past the acknowledged batch"
+    assert row["replica_lag"] == {leader: 0, survivor: 0, victim: 5}, "the dead follower lacks the last batch"
     cluster.restart(victim)
     wait_for_isr(cluster, {leader, survivor, victim})
     offset = produce(cluster, leader, 2)
     assert logged_batches(cluster, victim) == logged_batches(cluster, leader)
+    assert described(cluster)[0]["replica_lag"] == {leader: 0, survivor: 0, victim: 0}
     assert scraped(cluster, leader, "oncelog_partition_under_replicated") == 0
     assert scraped(cluster, leader, "oncelog_partition_isr_expands_total") >= 1
 

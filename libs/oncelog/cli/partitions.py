@@ -1,9 +1,9 @@
 """``oncelog partitions``: the replication state of partitions (kafka-topics --describe --under-replicated-partitions).
 
 ``describe`` lists, per partition, its leader and leader epoch, replicas (preferred leader first), in-sync
-replicas, high watermark and last stable offset (asked of the leader), and a status: ``ok``,
-``UNDER-REPLICATED`` (fewer in-sync replicas than replicas) or ``OFFLINE`` (no live leader). Per-replica lag is
-exported by each leader as the metric ``oncelog_partition_replica_lag`` (docs/replication.md).
+replicas, each replica's lag behind the leader's log end, high watermark and last stable offset (all asked of the
+leader), and a status: ``ok``, ``UNDER-REPLICATED`` (fewer in-sync replicas than replicas) or ``OFFLINE`` (no live
+leader). Each leader also exports the lag as the metric ``oncelog_partition_replica_lag`` (docs/replication.md).
 """
 
 from __future__ import annotations
@@ -19,11 +19,13 @@ from oncelog.cli.output import Format, output_option, print_rows, print_table
 from oncelog.cli.topics import _partition_rows
 from oncelog.client import AdminClient
 from oncelog.client.metadata import PartitionInfo, TopicInfo
+from oncelog.errors import OncelogError
+from oncelog.vocabulary import TopicPartition
 
 app = typer.Typer(help="Show the replication state of partitions.", no_args_is_help=True)
 
 COLUMNS = [
-    *("topic", "partition", "leader", "leader epoch", "replicas", "in sync"),
+    *("topic", "partition", "leader", "leader epoch", "replicas", "in sync", "replica lag"),
     *("high watermark", "last stable", "status"),
 ]
 
@@ -44,13 +46,35 @@ def status(partition: PartitionInfo) -> str:
     return UNDER_REPLICATED if len(partition.isr) < len(partition.replicas) else OK
 
 
+def _lags(admin: AdminClient, topic: TopicInfo) -> dict[TopicPartition, dict[str, int]]:
+    """Each online partition's replica lags as its leader reports them; a leader that cannot answer leaves them
+    unknown (the partition is shown without)."""
+    online = [TopicPartition(topic.name, p.partition) for p in topic.partitions if p.leader_address]
+    try:
+        described = admin.describe_replicas(online) if online else {}
+    except OncelogError:
+        described = {}
+    return {tp: {r.node_id: r.lag for r in replicas} for tp, replicas in described.items()}
+
+
 def _rows(admin: AdminClient, topic: TopicInfo) -> list[tuple[Any, ...]]:
     offsets = _partition_rows(admin, topic)  # partition, leader, address, epoch, log start, HW, LSO
+    lags = _lags(admin, topic)
     rows = []
     for p, row in zip(topic.partitions, offsets, strict=True):
         leader = (p.leader_node_id or None, p.leader_epoch)
-        rows.append((topic.name, p.partition, *leader, list(p.replicas), list(p.isr), *row[5:7], status(p)))
+        lag = lags.get(TopicPartition(topic.name, p.partition))
+        replicas = (list(p.replicas), list(p.isr), lag)
+        rows.append((topic.name, p.partition, *leader, *replicas, *row[5:7], status(p)))
     return rows
+
+
+def _cell(value: object, separator: str = ", ") -> str:
+    if isinstance(value, list):
+        return separator.join(value)
+    if isinstance(value, dict):  # replica lags: node=lag
+        return separator.join(f"{node}={lag}" for node, lag in value.items())
+    return "-" if value is None else str(value)
 
 
 @app.command("describe")
@@ -62,8 +86,9 @@ def partitions_describe(
     bootstrap: str | None = Bootstrap,
     output: Format = output_option(),
 ) -> None:
-    """Show each partition's leader, leader epoch, replicas, in-sync replicas, high watermark, last stable
-    offset and status; under-replicated partitions are highlighted, offline ones in red.
+    """Show each partition's leader, leader epoch, replicas, in-sync replicas, each replica's lag behind the
+    leader (offsets), high watermark, last stable offset and status; under-replicated partitions are highlighted,
+    offline ones in red.
 
     Example: oncelog partitions describe orders --under-replicated
     """
@@ -76,13 +101,12 @@ def partitions_describe(
         print_rows(rows, COLUMNS, output)  # replica lists stay JSON lists
         return
     if output is Format.PLAIN:
-        print_rows([[",".join(v) if isinstance(v, list) else v for v in row] for row in rows], COLUMNS, output)
+        print_rows([[_cell(v, ",") if isinstance(v, list | dict) else v for v in row] for row in rows], COLUMNS, output)
         return
     table = Table()
     for column in COLUMNS:
         table.add_column(Text(column))
     for row in rows:
         style = _STYLES[row[-1]]
-        cells = [", ".join(v) if isinstance(v, list) else ("-" if v is None else str(v)) for v in row]
-        table.add_row(*(Text(cell, style=style) for cell in cells))
+        table.add_row(*(Text(_cell(v), style=style) for v in row))
     print_table(table)

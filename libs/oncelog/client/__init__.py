@@ -17,6 +17,7 @@ from oncelog.client.admin import (
     ConfigEntry,
     NewTopic,
     ProducerStateDescription,
+    ReplicaDescription,
     TransactionDescription,
     TransactionListing,
 )
@@ -65,6 +66,7 @@ __all__ = [
     "Producer",
     "ProducerFencedError",
     "ProducerStateDescription",
+    "ReplicaDescription",
     "RecordMetadata",
     "RetriableError",
     "TopicInfo",

@@ -27,6 +27,7 @@ from oncelog.client.records import (
     NewTopic,
     OffsetAndMetadata,
     ProducerStateDescription,
+    ReplicaDescription,
     TopicInfo,
     TopicPartition,
     TransactionDescription,
@@ -56,6 +57,7 @@ __all__ = [
     "NewTopic",
     "OffsetSpec",
     "ProducerStateDescription",
+    "ReplicaDescription",
     "TransactionDescription",
     "TransactionListing",
 ]
@@ -354,6 +356,28 @@ class AdminClient:
             for address, tps in (await self._by_leader(wanted, deadline)).items():
                 answers = await self._leader_call(
                     tps, self._storage.describe_producers(address, tps, timeout_s=self._rpc_timeout(deadline))
+                )
+                for tp, answer in answers.items():
+                    if isinstance(answer, OncelogError):
+                        self._raise_failure(tp, answer)
+                    else:
+                        found[tp] = answer
+            return {tp: found[tp] for tp in wanted}
+
+        return self._run(describe, timeout)
+
+    def describe_replicas(
+        self, partitions: Iterable[TopicPartition | tuple[str, int]], *, timeout: float | None = None
+    ) -> dict[TopicPartition, list[ReplicaDescription]]:
+        """Each partition's replicas as its leader sees them, leader first: log end, lag behind the leader's log
+        end, in sync or not, and how long ago each follower was last caught up."""
+        wanted = [TopicPartition(*tp) for tp in partitions]
+
+        async def describe(deadline: Deadline) -> dict[TopicPartition, list[ReplicaDescription]]:
+            found: dict[TopicPartition, list[ReplicaDescription]] = {}
+            for address, tps in (await self._by_leader(wanted, deadline)).items():
+                answers = await self._leader_call(
+                    tps, self._storage.describe_replicas(address, tps, timeout_s=self._rpc_timeout(deadline))
                 )
                 for tp, answer in answers.items():
                     if isinstance(answer, OncelogError):

@@ -28,6 +28,7 @@ __all__ = [
     "OffsetAndMetadata",
     "PartitionInfo",
     "ProducerStateDescription",
+    "ReplicaDescription",
     "RecordMetadata",
     "TopicInfo",
     "TopicPartition",
@@ -264,6 +265,25 @@ class ProducerStateDescription:
     last_timestamp_ms: int
     coordinator_epoch: int
     current_transaction_start_offset: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaDescription:
+    """One replica of a partition as its leader sees it (``oncelog partitions describe``'s lag column).
+
+    Attributes:
+        node_id: the storage node holding the replica.
+        log_end_offset: the replica's log end (-1: the follower has not fetched since the leader's epoch began).
+        lag: the leader's log end minus the replica's; 0 for the leader.
+        in_sync: the replica is in the ISR.
+        caught_up_ms_ago: how long ago the follower last reached the leader's log end; -1 not in this epoch.
+    """
+
+    node_id: str
+    log_end_offset: int
+    lag: int
+    in_sync: bool
+    caught_up_ms_ago: int
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,7 +33,14 @@ from typing import TYPE_CHECKING
 from oncelog.catalog.store import CatalogStore, PartitionRecord
 from oncelog.errors import InvalidRequest, NotEnoughReplicas, NotLeader, OncelogError
 from oncelog.partition_storage.engine import PartitionEngine
-from oncelog.partition_storage.manager_types import NO_EPOCH_CHECK, PartitionAssignment, PartitionKey, StorageNodeConfig
+from oncelog.partition_storage.manager_types import (
+    NO_EPOCH_CHECK,
+    PartitionAssignment,
+    PartitionKey,
+    PartitionReplicas,
+    ReplicaPosition,
+    StorageNodeConfig,
+)
 from oncelog.partition_storage.replica_fetcher import (
     CopyPosition,
     CopyResult,
@@ -281,6 +288,32 @@ class LeaderReplication:
                 return CopyResult(b"", high_watermark, engine.log_start_offset, (epoch, end))
         records = engine.read_copy(position.fetch_offset, max(budget, 0)) if budget > 0 else b""
         return CopyResult(records, high_watermark, engine.log_start_offset)
+
+    async def describe_replicas(self, topic: str, partition: int) -> PartitionReplicas:
+        """Where each replica of a partition led here stands: the leader's log end, then each follower's latest
+        fetch offset, its lag behind the leader's log end and how long ago it was last caught up (Kafka shows the
+        same through DescribeLogDirs' offset lag and the leader's replica state).
+
+        Raises:
+            OncelogError: leadership errors of :meth:`leader_engine` (NOT_LEADER names the leader).
+        """
+        engine = await self.leader_engine(topic, partition)
+        key = (topic, partition)
+        assignment = self._assignments[key]
+        end = engine.log_end_offset
+        rows = [ReplicaPosition(self._node_id, end, 0, True, 0)]
+        state = self._leaders.get(key)
+        if state is not None:
+            now = self._clock()
+            for node_id in assignment.replicas:
+                follower = state.follower(node_id)
+                if follower is None:  # the leader itself
+                    continue
+                position = follower.log_end_offset
+                lag = end - (position if position >= 0 else engine.log_start_offset)
+                caught_up = now - follower.last_caught_up_ms if follower.last_caught_up_ms >= 0 else -1
+                rows.append(ReplicaPosition(node_id, position, max(lag, 0), node_id in state.isr, max(caught_up, -1)))
+        return PartitionReplicas(assignment.leader_epoch, engine.high_watermark, tuple(rows))
 
     async def _maintain_isr(self) -> None:
         """Shrink the ISR of led partitions by followers out of sync, expand it by those caught up

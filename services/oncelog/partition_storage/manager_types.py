@@ -10,7 +10,16 @@ from typing import Protocol
 from oncelog.catalog.topics import TopicConfig
 from oncelog.partition_storage.engine import EngineConfig
 
-__all__ = ["NO_EPOCH_CHECK", "FetchSpec", "NodeLease", "PartitionAssignment", "PartitionKey", "StorageNodeConfig"]
+__all__ = [
+    "NO_EPOCH_CHECK",
+    "FetchSpec",
+    "NodeLease",
+    "PartitionAssignment",
+    "PartitionKey",
+    "PartitionReplicas",
+    "ReplicaPosition",
+    "StorageNodeConfig",
+]
 
 NO_EPOCH_CHECK = -1
 """A request's leader epoch that asks for no check."""
@@ -110,3 +119,33 @@ class NodeLease(Protocol):
     def lease_valid_since(self) -> int: ...
 
     def lease_valid_until(self) -> int: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaPosition:
+    """One replica of a partition as its leader sees it (DescribeReplicas).
+
+    Attributes:
+        node_id: the storage node holding the replica.
+        log_end_offset: the leader's own log end, or the offset of the follower's latest fetch (-1: none since
+            this leader's epoch began).
+        lag: the leader's log end minus the replica's (the whole log when it has not fetched).
+        in_sync: the replica is in the ISR.
+        caught_up_ms_ago: how long ago the follower last reached the leader's log end (-1: not in this epoch;
+            0 for the leader).
+    """
+
+    node_id: str
+    log_end_offset: int
+    lag: int
+    in_sync: bool
+    caught_up_ms_ago: int
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionReplicas:
+    """A partition's replicas, leader first, as its leader sees them."""
+
+    leader_epoch: int
+    high_watermark: int
+    replicas: tuple[ReplicaPosition, ...]

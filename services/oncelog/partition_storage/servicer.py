@@ -299,6 +299,35 @@ class PartitionStorageServicer(pb.PartitionStorageServiceServicer):
                 partitions.append(pb.PartitionProducers(topic_partition=tp, error=to_error_info(err)))
         return pb.DescribeProducersResponse(partitions=partitions)
 
+    async def DescribeReplicas(
+        self, request: pb.DescribeReplicasRequest, context: object
+    ) -> pb.DescribeReplicasResponse:
+        partitions = []
+        for tp in request.partitions:
+            try:
+                described = await self._partitions.describe_replicas(tp.topic, tp.partition)
+                replicas = [
+                    pb.ReplicaPosition(
+                        node_id=r.node_id,
+                        log_end_offset=r.log_end_offset,
+                        lag=r.lag,
+                        in_sync=r.in_sync,
+                        caught_up_ms_ago=r.caught_up_ms_ago,
+                    )
+                    for r in described.replicas
+                ]
+                partitions.append(
+                    pb.PartitionReplicas(
+                        topic_partition=tp,
+                        leader_epoch=described.leader_epoch,
+                        high_watermark=described.high_watermark,
+                        replicas=replicas,
+                    )
+                )
+            except OncelogError as err:
+                partitions.append(pb.PartitionReplicas(topic_partition=tp, error=to_error_info(err)))
+        return pb.DescribeReplicasResponse(partitions=partitions)
+
 
 def _isolation(value: int) -> IsolationLevel:
     isolation = _ISOLATION.get(value)

@@ -8,9 +8,7 @@ from typing import NamedTuple
 
 from oncelog.api.storage import v1 as storage_pb
 from oncelog.client.fetch_filter import AbortedTransaction
-from oncelog.client.records import (
-    ProducerStateDescription,
-)
+from oncelog.client.records import ProducerStateDescription, ReplicaDescription
 from oncelog.client.services.retry import call
 from oncelog.client.services.transactions import TxnMarker, TxnMarkerResult, _marker_results, _markers_pb
 from oncelog.client.services.wire import (
@@ -204,6 +202,24 @@ class PartitionStorageClient(_Client):
                     ),
                 )
                 for p in item.producers
+            ]
+            for item in response.partitions
+        }
+
+    async def describe_replicas(
+        self, address: str, partitions: Iterable[TopicPartition], *, timeout_s: float | None = None
+    ) -> dict[TopicPartition, list[ReplicaDescription] | OncelogError]:
+        """Where each replica of each partition stands, leader first, as the leader at ``address`` sees it."""
+        response = await call(
+            self._stub(address).DescribeReplicas,
+            storage_pb.DescribeReplicasRequest(partitions=[_tp_pb(tp) for tp in partitions]),
+            timeout_s=self._timeout(timeout_s),
+        )
+        return {
+            _tp(item.topic_partition): _error(item)
+            or [
+                ReplicaDescription(r.node_id, r.log_end_offset, r.lag, r.in_sync, r.caught_up_ms_ago)
+                for r in item.replicas
             ]
             for item in response.partitions
         }

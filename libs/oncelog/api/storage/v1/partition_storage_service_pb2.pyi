@@ -766,6 +766,140 @@ class DescribeProducersResponse(_message.Message):
 Global___DescribeProducersResponse: _TypeAlias = DescribeProducersResponse  # noqa: Y015
 
 @_typing.final
+class DescribeReplicasRequest(_message.Message):
+    """DescribeReplicasRequest names partitions whose replicas to describe; each is asked of its leader."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PARTITIONS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def partitions(self) -> _containers.RepeatedCompositeFieldContainer[_partition_pb2.TopicPartition]:
+        """partitions to describe."""
+
+    def __init__(
+        self,
+        *,
+        partitions: _abc.Iterable[_partition_pb2.TopicPartition] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["partitions", b"partitions"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DescribeReplicasRequest: _TypeAlias = DescribeReplicasRequest  # noqa: Y015
+
+@_typing.final
+class ReplicaPosition(_message.Message):
+    """ReplicaPosition is one replica of a partition as its leader sees it."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NODE_ID_FIELD_NUMBER: _builtins.int
+    LOG_END_OFFSET_FIELD_NUMBER: _builtins.int
+    LAG_FIELD_NUMBER: _builtins.int
+    IN_SYNC_FIELD_NUMBER: _builtins.int
+    CAUGHT_UP_MS_AGO_FIELD_NUMBER: _builtins.int
+    node_id: _builtins.str
+    """node_id is the storage node holding the replica."""
+    log_end_offset: _builtins.int
+    """log_end_offset is the replica's log end: the leader's own, or the offset of the follower's latest fetch
+    (-1 when it has not fetched since this leader's epoch began).
+    """
+    lag: _builtins.int
+    """lag is the leader's log end offset minus the replica's (the whole log when it has not fetched)."""
+    in_sync: _builtins.bool
+    """in_sync says whether the replica is in the ISR."""
+    caught_up_ms_ago: _builtins.int
+    """caught_up_ms_ago is how long ago the follower last reached the leader's log end (-1: not since this epoch
+    began; 0 for the leader).
+    """
+    def __init__(
+        self,
+        *,
+        node_id: _builtins.str = ...,
+        log_end_offset: _builtins.int = ...,
+        lag: _builtins.int = ...,
+        in_sync: _builtins.bool = ...,
+        caught_up_ms_ago: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["caught_up_ms_ago", b"caught_up_ms_ago", "in_sync", b"in_sync", "lag", b"lag", "log_end_offset", b"log_end_offset", "node_id", b"node_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReplicaPosition: _TypeAlias = ReplicaPosition  # noqa: Y015
+
+@_typing.final
+class PartitionReplicas(_message.Message):
+    """PartitionReplicas is one partition's replicas, leader first."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_PARTITION_FIELD_NUMBER: _builtins.int
+    LEADER_EPOCH_FIELD_NUMBER: _builtins.int
+    HIGH_WATERMARK_FIELD_NUMBER: _builtins.int
+    REPLICAS_FIELD_NUMBER: _builtins.int
+    ERROR_FIELD_NUMBER: _builtins.int
+    leader_epoch: _builtins.int
+    """leader_epoch is the epoch the leader leads under."""
+    high_watermark: _builtins.int
+    """high_watermark is the leader's high watermark."""
+    @_builtins.property
+    def topic_partition(self) -> _partition_pb2.TopicPartition:
+        """topic_partition is the partition concerned."""
+
+    @_builtins.property
+    def replicas(self) -> _containers.RepeatedCompositeFieldContainer[Global___ReplicaPosition]:
+        """replicas lists the leader, then the followers in replica order."""
+
+    @_builtins.property
+    def error(self) -> _errors_pb2.ErrorInfo:
+        """error is set when the partition could not be described (NOT_LEADER names the leader)."""
+
+    def __init__(
+        self,
+        *,
+        topic_partition: _partition_pb2.TopicPartition | None = ...,
+        leader_epoch: _builtins.int = ...,
+        high_watermark: _builtins.int = ...,
+        replicas: _abc.Iterable[Global___ReplicaPosition] | None = ...,
+        error: _errors_pb2.ErrorInfo | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "topic_partition", b"topic_partition"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "high_watermark", b"high_watermark", "leader_epoch", b"leader_epoch", "replicas", b"replicas", "topic_partition", b"topic_partition"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PartitionReplicas: _TypeAlias = PartitionReplicas  # noqa: Y015
+
+@_typing.final
+class DescribeReplicasResponse(_message.Message):
+    """DescribeReplicasResponse lists replicas per partition."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PARTITIONS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def partitions(self) -> _containers.RepeatedCompositeFieldContainer[Global___PartitionReplicas]:
+        """partitions in request order."""
+
+    def __init__(
+        self,
+        *,
+        partitions: _abc.Iterable[Global___PartitionReplicas] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["partitions", b"partitions"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DescribeReplicasResponse: _TypeAlias = DescribeReplicasResponse  # noqa: Y015
+
+@_typing.final
 class ReplicaFetchPartition(_message.Message):
     """ReplicaFetchPartition is where a follower stands in one partition it copies."""
 

@@ -70,6 +70,11 @@ class PartitionStorageServiceStub:
                 request_serializer=oncelog_dot_api_dot_storage_dot_v1_dot_partition__storage__service__pb2.ReplicaFetchRequest.SerializeToString,
                 response_deserializer=oncelog_dot_api_dot_storage_dot_v1_dot_partition__storage__service__pb2.ReplicaFetchResponse.FromString,
                 _registered_method=True)
+        self.DescribeReplicas = channel.unary_unary(
+                '/oncelog.api.storage.v1.PartitionStorageService/DescribeReplicas',
+                request_serializer=oncelog_dot_api_dot_storage_dot_v1_dot_partition__storage__service__pb2.DescribeReplicasRequest.SerializeToString,
+                response_deserializer=oncelog_dot_api_dot_storage_dot_v1_dot_partition__storage__service__pb2.DescribeReplicasResponse.FromString,
+                _registered_method=True)
 
 
 class PartitionStorageServiceServicer:
@@ -125,6 +130,13 @@ class PartitionStorageServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def DescribeReplicas(self, request, context):
+        """DescribeReplicas reports, for partitions this node leads, where each replica stands as the leader sees it.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_PartitionStorageServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -162,6 +174,11 @@ def add_PartitionStorageServiceServicer_to_server(servicer, server):
                     servicer.ReplicaFetch,
                     request_deserializer=oncelog_dot_api_dot_storage_dot_v1_dot_partition__storage__service__pb2.ReplicaFetchRequest.FromString,
                     response_serializer=oncelog_dot_api_dot_storage_dot_v1_dot_partition__storage__service__pb2.ReplicaFetchResponse.SerializeToString,
+            ),
+            'DescribeReplicas': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeReplicas,
+                    request_deserializer=oncelog_dot_api_dot_storage_dot_v1_dot_partition__storage__service__pb2.DescribeReplicasRequest.FromString,
+                    response_serializer=oncelog_dot_api_dot_storage_dot_v1_dot_partition__storage__service__pb2.DescribeReplicasResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -354,6 +371,33 @@ class PartitionStorageService:
             '/oncelog.api.storage.v1.PartitionStorageService/ReplicaFetch',
             oncelog_dot_api_dot_storage_dot_v1_dot_partition__storage__service__pb2.ReplicaFetchRequest.SerializeToString,
             oncelog_dot_api_dot_storage_dot_v1_dot_partition__storage__service__pb2.ReplicaFetchResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeReplicas(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/oncelog.api.storage.v1.PartitionStorageService/DescribeReplicas',
+            oncelog_dot_api_dot_storage_dot_v1_dot_partition__storage__service__pb2.DescribeReplicasRequest.SerializeToString,
+            oncelog_dot_api_dot_storage_dot_v1_dot_partition__storage__service__pb2.DescribeReplicasResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -47,6 +47,8 @@ class PartitionStorageServiceStub:
     """DescribeProducers lists the producer state of a partition (powers hanging-transaction tooling)."""
     ReplicaFetch: _grpc.UnaryUnaryMultiCallable[_partition_storage_service_pb2.ReplicaFetchRequest, _partition_storage_service_pb2.ReplicaFetchResponse]
     """ReplicaFetch copies the leader's log to a follower replica; long-polls until there is something new."""
+    DescribeReplicas: _grpc.UnaryUnaryMultiCallable[_partition_storage_service_pb2.DescribeReplicasRequest, _partition_storage_service_pb2.DescribeReplicasResponse]
+    """DescribeReplicas reports, for partitions this node leads, where each replica stands as the leader sees it."""
 
 @_typing.type_check_only
 class PartitionStorageServiceAsyncStub(PartitionStorageServiceStub):
@@ -67,6 +69,8 @@ class PartitionStorageServiceAsyncStub(PartitionStorageServiceStub):
     """DescribeProducers lists the producer state of a partition (powers hanging-transaction tooling)."""
     ReplicaFetch: _aio.UnaryUnaryMultiCallable[_partition_storage_service_pb2.ReplicaFetchRequest, _partition_storage_service_pb2.ReplicaFetchResponse]  # type: ignore[assignment]
     """ReplicaFetch copies the leader's log to a follower replica; long-polls until there is something new."""
+    DescribeReplicas: _aio.UnaryUnaryMultiCallable[_partition_storage_service_pb2.DescribeReplicasRequest, _partition_storage_service_pb2.DescribeReplicasResponse]  # type: ignore[assignment]
+    """DescribeReplicas reports, for partitions this node leads, where each replica stands as the leader sees it."""
 
 class PartitionStorageServiceServicer(metaclass=_abc_1.ABCMeta):
     """PartitionStorageService stores the partitions this node leads."""
@@ -126,5 +130,13 @@ class PartitionStorageServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_partition_storage_service_pb2.ReplicaFetchResponse, _abc.Awaitable[_partition_storage_service_pb2.ReplicaFetchResponse]]:
         """ReplicaFetch copies the leader's log to a follower replica; long-polls until there is something new."""
+
+    @_abc_1.abstractmethod
+    def DescribeReplicas(
+        self,
+        request: _partition_storage_service_pb2.DescribeReplicasRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_partition_storage_service_pb2.DescribeReplicasResponse, _abc.Awaitable[_partition_storage_service_pb2.DescribeReplicasResponse]]:
+        """DescribeReplicas reports, for partitions this node leads, where each replica stands as the leader sees it."""
 
 def add_PartitionStorageServiceServicer_to_server(servicer: PartitionStorageServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -1495,6 +1495,264 @@ func (x *DescribeProducersResponse) GetPartitions() []*PartitionProducers {
 	return nil
 }
 
+// DescribeReplicasRequest names partitions whose replicas to describe; each is asked of its leader.
+type DescribeReplicasRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// partitions to describe.
+	Partitions    []*v1.TopicPartition `protobuf:"bytes,1,rep,name=partitions,proto3" json:"partitions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DescribeReplicasRequest) Reset() {
+	*x = DescribeReplicasRequest{}
+	mi := &file_oncelog_api_storage_v1_partition_storage_service_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DescribeReplicasRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DescribeReplicasRequest) ProtoMessage() {}
+
+func (x *DescribeReplicasRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_oncelog_api_storage_v1_partition_storage_service_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DescribeReplicasRequest.ProtoReflect.Descriptor instead.
+func (*DescribeReplicasRequest) Descriptor() ([]byte, []int) {
+	return file_oncelog_api_storage_v1_partition_storage_service_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *DescribeReplicasRequest) GetPartitions() []*v1.TopicPartition {
+	if x != nil {
+		return x.Partitions
+	}
+	return nil
+}
+
+// ReplicaPosition is one replica of a partition as its leader sees it.
+type ReplicaPosition struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// node_id is the storage node holding the replica.
+	NodeId string `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	// log_end_offset is the replica's log end: the leader's own, or the offset of the follower's latest fetch
+	// (-1 when it has not fetched since this leader's epoch began).
+	LogEndOffset int64 `protobuf:"varint,2,opt,name=log_end_offset,json=logEndOffset,proto3" json:"log_end_offset,omitempty"`
+	// lag is the leader's log end offset minus the replica's (the whole log when it has not fetched).
+	Lag int64 `protobuf:"varint,3,opt,name=lag,proto3" json:"lag,omitempty"`
+	// in_sync says whether the replica is in the ISR.
+	InSync bool `protobuf:"varint,4,opt,name=in_sync,json=inSync,proto3" json:"in_sync,omitempty"`
+	// caught_up_ms_ago is how long ago the follower last reached the leader's log end (-1: not since this epoch
+	// began; 0 for the leader).
+	CaughtUpMsAgo int64 `protobuf:"varint,5,opt,name=caught_up_ms_ago,json=caughtUpMsAgo,proto3" json:"caught_up_ms_ago,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReplicaPosition) Reset() {
+	*x = ReplicaPosition{}
+	mi := &file_oncelog_api_storage_v1_partition_storage_service_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReplicaPosition) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReplicaPosition) ProtoMessage() {}
+
+func (x *ReplicaPosition) ProtoReflect() protoreflect.Message {
+	mi := &file_oncelog_api_storage_v1_partition_storage_service_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReplicaPosition.ProtoReflect.Descriptor instead.
+func (*ReplicaPosition) Descriptor() ([]byte, []int) {
+	return file_oncelog_api_storage_v1_partition_storage_service_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *ReplicaPosition) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *ReplicaPosition) GetLogEndOffset() int64 {
+	if x != nil {
+		return x.LogEndOffset
+	}
+	return 0
+}
+
+func (x *ReplicaPosition) GetLag() int64 {
+	if x != nil {
+		return x.Lag
+	}
+	return 0
+}
+
+func (x *ReplicaPosition) GetInSync() bool {
+	if x != nil {
+		return x.InSync
+	}
+	return false
+}
+
+func (x *ReplicaPosition) GetCaughtUpMsAgo() int64 {
+	if x != nil {
+		return x.CaughtUpMsAgo
+	}
+	return 0
+}
+
+// PartitionReplicas is one partition's replicas, leader first.
+type PartitionReplicas struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// topic_partition is the partition concerned.
+	TopicPartition *v1.TopicPartition `protobuf:"bytes,1,opt,name=topic_partition,json=topicPartition,proto3" json:"topic_partition,omitempty"`
+	// leader_epoch is the epoch the leader leads under.
+	LeaderEpoch int32 `protobuf:"varint,2,opt,name=leader_epoch,json=leaderEpoch,proto3" json:"leader_epoch,omitempty"`
+	// high_watermark is the leader's high watermark.
+	HighWatermark int64 `protobuf:"varint,3,opt,name=high_watermark,json=highWatermark,proto3" json:"high_watermark,omitempty"`
+	// replicas lists the leader, then the followers in replica order.
+	Replicas []*ReplicaPosition `protobuf:"bytes,4,rep,name=replicas,proto3" json:"replicas,omitempty"`
+	// error is set when the partition could not be described (NOT_LEADER names the leader).
+	Error         *v1.ErrorInfo `protobuf:"bytes,5,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PartitionReplicas) Reset() {
+	*x = PartitionReplicas{}
+	mi := &file_oncelog_api_storage_v1_partition_storage_service_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PartitionReplicas) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PartitionReplicas) ProtoMessage() {}
+
+func (x *PartitionReplicas) ProtoReflect() protoreflect.Message {
+	mi := &file_oncelog_api_storage_v1_partition_storage_service_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PartitionReplicas.ProtoReflect.Descriptor instead.
+func (*PartitionReplicas) Descriptor() ([]byte, []int) {
+	return file_oncelog_api_storage_v1_partition_storage_service_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *PartitionReplicas) GetTopicPartition() *v1.TopicPartition {
+	if x != nil {
+		return x.TopicPartition
+	}
+	return nil
+}
+
+func (x *PartitionReplicas) GetLeaderEpoch() int32 {
+	if x != nil {
+		return x.LeaderEpoch
+	}
+	return 0
+}
+
+func (x *PartitionReplicas) GetHighWatermark() int64 {
+	if x != nil {
+		return x.HighWatermark
+	}
+	return 0
+}
+
+func (x *PartitionReplicas) GetReplicas() []*ReplicaPosition {
+	if x != nil {
+		return x.Replicas
+	}
+	return nil
+}
+
+func (x *PartitionReplicas) GetError() *v1.ErrorInfo {
+	if x != nil {
+		return x.Error
+	}
+	return nil
+}
+
+// DescribeReplicasResponse lists replicas per partition.
+type DescribeReplicasResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// partitions in request order.
+	Partitions    []*PartitionReplicas `protobuf:"bytes,1,rep,name=partitions,proto3" json:"partitions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DescribeReplicasResponse) Reset() {
+	*x = DescribeReplicasResponse{}
+	mi := &file_oncelog_api_storage_v1_partition_storage_service_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DescribeReplicasResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DescribeReplicasResponse) ProtoMessage() {}
+
+func (x *DescribeReplicasResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_oncelog_api_storage_v1_partition_storage_service_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DescribeReplicasResponse.ProtoReflect.Descriptor instead.
+func (*DescribeReplicasResponse) Descriptor() ([]byte, []int) {
+	return file_oncelog_api_storage_v1_partition_storage_service_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *DescribeReplicasResponse) GetPartitions() []*PartitionReplicas {
+	if x != nil {
+		return x.Partitions
+	}
+	return nil
+}
+
 // ReplicaFetchPartition is where a follower stands in one partition it copies.
 type ReplicaFetchPartition struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1514,7 +1772,7 @@ type ReplicaFetchPartition struct {
 
 func (x *ReplicaFetchPartition) Reset() {
 	*x = ReplicaFetchPartition{}
-	mi := &file_oncelog_api_storage_v1_partition_storage_service_proto_msgTypes[21]
+	mi := &file_oncelog_api_storage_v1_partition_storage_service_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1526,7 +1784,7 @@ func (x *ReplicaFetchPartition) String() string {
 func (*ReplicaFetchPartition) ProtoMessage() {}
 
 func (x *ReplicaFetchPartition) ProtoReflect() protoreflect.Message {
-	mi := &file_oncelog_api_storage_v1_partition_storage_service_proto_msgTypes[21]
+	mi := &file_oncelog_api_storage_v1_partition_storage_service_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1539,7 +1797,7 @@ func (x *ReplicaFetchPartition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaFetchPartition.ProtoReflect.Descriptor instead.
 func (*ReplicaFetchPartition) Descriptor() ([]byte, []int) {
-	return file_oncelog_api_storage_v1_partition_storage_service_proto_rawDescGZIP(), []int{21}
+	return file_oncelog_api_storage_v1_partition_storage_service_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ReplicaFetchPartition) GetTopicPartition() *v1.TopicPartition {
@@ -1596,7 +1854,7 @@ type ReplicaFetchRequest struct {
 
 func (x *ReplicaFetchRequest) Reset() {
 	*x = ReplicaFetchRequest{}
-	mi := &file_oncelog_api_storage_v1_partition_storage_service_proto_msgTypes[22]
+	mi := &file_oncelog_api_storage_v1_partition_storage_service_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1608,7 +1866,7 @@ func (x *ReplicaFetchRequest) String() string {
 func (*ReplicaFetchRequest) ProtoMessage() {}
 
 func (x *ReplicaFetchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_oncelog_api_storage_v1_partition_storage_service_proto_msgTypes[22]
+	mi := &file_oncelog_api_storage_v1_partition_storage_service_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1621,7 +1879,7 @@ func (x *ReplicaFetchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaFetchRequest.ProtoReflect.Descriptor instead.
 func (*ReplicaFetchRequest) Descriptor() ([]byte, []int) {
-	return file_oncelog_api_storage_v1_partition_storage_service_proto_rawDescGZIP(), []int{22}
+	return file_oncelog_api_storage_v1_partition_storage_service_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ReplicaFetchRequest) GetReplicaNodeId() string {
@@ -1672,7 +1930,7 @@ type EpochEndOffset struct {
 
 func (x *EpochEndOffset) Reset() {
 	*x = EpochEndOffset{}
-	mi := &file_oncelog_api_storage_v1_partition_storage_service_proto_msgTypes[23]
+	mi := &file_oncelog_api_storage_v1_partition_storage_service_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1684,7 +1942,7 @@ func (x *EpochEndOffset) String() string {
 func (*EpochEndOffset) ProtoMessage() {}
 
 func (x *EpochEndOffset) ProtoReflect() protoreflect.Message {
-	mi := &file_oncelog_api_storage_v1_partition_storage_service_proto_msgTypes[23]
+	mi := &file_oncelog_api_storage_v1_partition_storage_service_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1697,7 +1955,7 @@ func (x *EpochEndOffset) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EpochEndOffset.ProtoReflect.Descriptor instead.
 func (*EpochEndOffset) Descriptor() ([]byte, []int) {
-	return file_oncelog_api_storage_v1_partition_storage_service_proto_rawDescGZIP(), []int{23}
+	return file_oncelog_api_storage_v1_partition_storage_service_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *EpochEndOffset) GetEpoch() int32 {
@@ -1735,7 +1993,7 @@ type ReplicaFetchPartitionResult struct {
 
 func (x *ReplicaFetchPartitionResult) Reset() {
 	*x = ReplicaFetchPartitionResult{}
-	mi := &file_oncelog_api_storage_v1_partition_storage_service_proto_msgTypes[24]
+	mi := &file_oncelog_api_storage_v1_partition_storage_service_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1747,7 +2005,7 @@ func (x *ReplicaFetchPartitionResult) String() string {
 func (*ReplicaFetchPartitionResult) ProtoMessage() {}
 
 func (x *ReplicaFetchPartitionResult) ProtoReflect() protoreflect.Message {
-	mi := &file_oncelog_api_storage_v1_partition_storage_service_proto_msgTypes[24]
+	mi := &file_oncelog_api_storage_v1_partition_storage_service_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1760,7 +2018,7 @@ func (x *ReplicaFetchPartitionResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaFetchPartitionResult.ProtoReflect.Descriptor instead.
 func (*ReplicaFetchPartitionResult) Descriptor() ([]byte, []int) {
-	return file_oncelog_api_storage_v1_partition_storage_service_proto_rawDescGZIP(), []int{24}
+	return file_oncelog_api_storage_v1_partition_storage_service_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ReplicaFetchPartitionResult) GetTopicPartition() *v1.TopicPartition {
@@ -1816,7 +2074,7 @@ type ReplicaFetchResponse struct {
 
 func (x *ReplicaFetchResponse) Reset() {
 	*x = ReplicaFetchResponse{}
-	mi := &file_oncelog_api_storage_v1_partition_storage_service_proto_msgTypes[25]
+	mi := &file_oncelog_api_storage_v1_partition_storage_service_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1828,7 +2086,7 @@ func (x *ReplicaFetchResponse) String() string {
 func (*ReplicaFetchResponse) ProtoMessage() {}
 
 func (x *ReplicaFetchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_oncelog_api_storage_v1_partition_storage_service_proto_msgTypes[25]
+	mi := &file_oncelog_api_storage_v1_partition_storage_service_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1841,7 +2099,7 @@ func (x *ReplicaFetchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaFetchResponse.ProtoReflect.Descriptor instead.
 func (*ReplicaFetchResponse) Descriptor() ([]byte, []int) {
-	return file_oncelog_api_storage_v1_partition_storage_service_proto_rawDescGZIP(), []int{25}
+	return file_oncelog_api_storage_v1_partition_storage_service_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ReplicaFetchResponse) GetResults() []*ReplicaFetchPartitionResult {
@@ -1948,6 +2206,26 @@ const file_oncelog_api_storage_v1_partition_storage_service_proto_rawDesc = "" +
 	"\x19DescribeProducersResponse\x12J\n" +
 	"\n" +
 	"partitions\x18\x01 \x03(\v2*.oncelog.api.storage.v1.PartitionProducersR\n" +
+	"partitions\"`\n" +
+	"\x17DescribeReplicasRequest\x12E\n" +
+	"\n" +
+	"partitions\x18\x01 \x03(\v2%.oncelog.api.common.v1.TopicPartitionR\n" +
+	"partitions\"\xa4\x01\n" +
+	"\x0fReplicaPosition\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12$\n" +
+	"\x0elog_end_offset\x18\x02 \x01(\x03R\flogEndOffset\x12\x10\n" +
+	"\x03lag\x18\x03 \x01(\x03R\x03lag\x12\x17\n" +
+	"\ain_sync\x18\x04 \x01(\bR\x06inSync\x12'\n" +
+	"\x10caught_up_ms_ago\x18\x05 \x01(\x03R\rcaughtUpMsAgo\"\xaa\x02\n" +
+	"\x11PartitionReplicas\x12N\n" +
+	"\x0ftopic_partition\x18\x01 \x01(\v2%.oncelog.api.common.v1.TopicPartitionR\x0etopicPartition\x12!\n" +
+	"\fleader_epoch\x18\x02 \x01(\x05R\vleaderEpoch\x12%\n" +
+	"\x0ehigh_watermark\x18\x03 \x01(\x03R\rhighWatermark\x12C\n" +
+	"\breplicas\x18\x04 \x03(\v2'.oncelog.api.storage.v1.ReplicaPositionR\breplicas\x126\n" +
+	"\x05error\x18\x05 \x01(\v2 .oncelog.api.common.v1.ErrorInfoR\x05error\"e\n" +
+	"\x18DescribeReplicasResponse\x12I\n" +
+	"\n" +
+	"partitions\x18\x01 \x03(\v2).oncelog.api.storage.v1.PartitionReplicasR\n" +
 	"partitions\"\x91\x02\n" +
 	"\x15ReplicaFetchPartition\x12N\n" +
 	"\x0ftopic_partition\x18\x01 \x01(\v2%.oncelog.api.common.v1.TopicPartitionR\x0etopicPartition\x120\n" +
@@ -1989,7 +2267,7 @@ const file_oncelog_api_storage_v1_partition_storage_service_proto_rawDesc = "" +
 	"\x17OFFSET_SPEC_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14OFFSET_SPEC_EARLIEST\x10\x01\x12\x16\n" +
 	"\x12OFFSET_SPEC_LATEST\x10\x02\x12\x19\n" +
-	"\x15OFFSET_SPEC_TIMESTAMP\x10\x032\xfe\x05\n" +
+	"\x15OFFSET_SPEC_TIMESTAMP\x10\x032\xf5\x06\n" +
 	"\x17PartitionStorageService\x12Z\n" +
 	"\aProduce\x12&.oncelog.api.storage.v1.ProduceRequest\x1a'.oncelog.api.storage.v1.ProduceResponse\x12p\n" +
 	"\rProduceStream\x12,.oncelog.api.storage.v1.ProduceStreamRequest\x1a-.oncelog.api.storage.v1.ProduceStreamResponse(\x010\x01\x12T\n" +
@@ -1997,7 +2275,8 @@ const file_oncelog_api_storage_v1_partition_storage_service_proto_rawDesc = "" +
 	"\vListOffsets\x12*.oncelog.api.storage.v1.ListOffsetsRequest\x1a+.oncelog.api.storage.v1.ListOffsetsResponse\x12r\n" +
 	"\x0fWriteTxnMarkers\x12..oncelog.api.storage.v1.WriteTxnMarkersRequest\x1a/.oncelog.api.storage.v1.WriteTxnMarkersResponse\x12x\n" +
 	"\x11DescribeProducers\x120.oncelog.api.storage.v1.DescribeProducersRequest\x1a1.oncelog.api.storage.v1.DescribeProducersResponse\x12i\n" +
-	"\fReplicaFetch\x12+.oncelog.api.storage.v1.ReplicaFetchRequest\x1a,.oncelog.api.storage.v1.ReplicaFetchResponseb\x06proto3"
+	"\fReplicaFetch\x12+.oncelog.api.storage.v1.ReplicaFetchRequest\x1a,.oncelog.api.storage.v1.ReplicaFetchResponse\x12u\n" +
+	"\x10DescribeReplicas\x12/.oncelog.api.storage.v1.DescribeReplicasRequest\x1a0.oncelog.api.storage.v1.DescribeReplicasResponseb\x06proto3"
 
 var (
 	file_oncelog_api_storage_v1_partition_storage_service_proto_rawDescOnce sync.Once
@@ -2012,7 +2291,7 @@ func file_oncelog_api_storage_v1_partition_storage_service_proto_rawDescGZIP() [
 }
 
 var file_oncelog_api_storage_v1_partition_storage_service_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_oncelog_api_storage_v1_partition_storage_service_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
+var file_oncelog_api_storage_v1_partition_storage_service_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
 var file_oncelog_api_storage_v1_partition_storage_service_proto_goTypes = []any{
 	(IsolationLevel)(0),                 // 0: oncelog.api.storage.v1.IsolationLevel
 	(Acks)(0),                           // 1: oncelog.api.storage.v1.Acks
@@ -2038,73 +2317,84 @@ var file_oncelog_api_storage_v1_partition_storage_service_proto_goTypes = []any{
 	(*ProducerState)(nil),               // 21: oncelog.api.storage.v1.ProducerState
 	(*PartitionProducers)(nil),          // 22: oncelog.api.storage.v1.PartitionProducers
 	(*DescribeProducersResponse)(nil),   // 23: oncelog.api.storage.v1.DescribeProducersResponse
-	(*ReplicaFetchPartition)(nil),       // 24: oncelog.api.storage.v1.ReplicaFetchPartition
-	(*ReplicaFetchRequest)(nil),         // 25: oncelog.api.storage.v1.ReplicaFetchRequest
-	(*EpochEndOffset)(nil),              // 26: oncelog.api.storage.v1.EpochEndOffset
-	(*ReplicaFetchPartitionResult)(nil), // 27: oncelog.api.storage.v1.ReplicaFetchPartitionResult
-	(*ReplicaFetchResponse)(nil),        // 28: oncelog.api.storage.v1.ReplicaFetchResponse
-	(*v1.TopicPartition)(nil),           // 29: oncelog.api.common.v1.TopicPartition
-	(*v1.ErrorInfo)(nil),                // 30: oncelog.api.common.v1.ErrorInfo
-	(*v1.TxnMarker)(nil),                // 31: oncelog.api.common.v1.TxnMarker
-	(*v1.TxnMarkerResult)(nil),          // 32: oncelog.api.common.v1.TxnMarkerResult
-	(*v1.ProducerIdentity)(nil),         // 33: oncelog.api.common.v1.ProducerIdentity
+	(*DescribeReplicasRequest)(nil),     // 24: oncelog.api.storage.v1.DescribeReplicasRequest
+	(*ReplicaPosition)(nil),             // 25: oncelog.api.storage.v1.ReplicaPosition
+	(*PartitionReplicas)(nil),           // 26: oncelog.api.storage.v1.PartitionReplicas
+	(*DescribeReplicasResponse)(nil),    // 27: oncelog.api.storage.v1.DescribeReplicasResponse
+	(*ReplicaFetchPartition)(nil),       // 28: oncelog.api.storage.v1.ReplicaFetchPartition
+	(*ReplicaFetchRequest)(nil),         // 29: oncelog.api.storage.v1.ReplicaFetchRequest
+	(*EpochEndOffset)(nil),              // 30: oncelog.api.storage.v1.EpochEndOffset
+	(*ReplicaFetchPartitionResult)(nil), // 31: oncelog.api.storage.v1.ReplicaFetchPartitionResult
+	(*ReplicaFetchResponse)(nil),        // 32: oncelog.api.storage.v1.ReplicaFetchResponse
+	(*v1.TopicPartition)(nil),           // 33: oncelog.api.common.v1.TopicPartition
+	(*v1.ErrorInfo)(nil),                // 34: oncelog.api.common.v1.ErrorInfo
+	(*v1.TxnMarker)(nil),                // 35: oncelog.api.common.v1.TxnMarker
+	(*v1.TxnMarkerResult)(nil),          // 36: oncelog.api.common.v1.TxnMarkerResult
+	(*v1.ProducerIdentity)(nil),         // 37: oncelog.api.common.v1.ProducerIdentity
 }
 var file_oncelog_api_storage_v1_partition_storage_service_proto_depIdxs = []int32{
-	29, // 0: oncelog.api.storage.v1.PartitionBatches.topic_partition:type_name -> oncelog.api.common.v1.TopicPartition
+	33, // 0: oncelog.api.storage.v1.PartitionBatches.topic_partition:type_name -> oncelog.api.common.v1.TopicPartition
 	1,  // 1: oncelog.api.storage.v1.ProduceRequest.acks:type_name -> oncelog.api.storage.v1.Acks
 	3,  // 2: oncelog.api.storage.v1.ProduceRequest.partitions:type_name -> oncelog.api.storage.v1.PartitionBatches
-	29, // 3: oncelog.api.storage.v1.PartitionProduceResult.topic_partition:type_name -> oncelog.api.common.v1.TopicPartition
-	30, // 4: oncelog.api.storage.v1.PartitionProduceResult.error:type_name -> oncelog.api.common.v1.ErrorInfo
+	33, // 3: oncelog.api.storage.v1.PartitionProduceResult.topic_partition:type_name -> oncelog.api.common.v1.TopicPartition
+	34, // 4: oncelog.api.storage.v1.PartitionProduceResult.error:type_name -> oncelog.api.common.v1.ErrorInfo
 	5,  // 5: oncelog.api.storage.v1.ProduceResponse.results:type_name -> oncelog.api.storage.v1.PartitionProduceResult
 	4,  // 6: oncelog.api.storage.v1.ProduceStreamRequest.request:type_name -> oncelog.api.storage.v1.ProduceRequest
 	6,  // 7: oncelog.api.storage.v1.ProduceStreamResponse.response:type_name -> oncelog.api.storage.v1.ProduceResponse
-	29, // 8: oncelog.api.storage.v1.FetchPartition.topic_partition:type_name -> oncelog.api.common.v1.TopicPartition
+	33, // 8: oncelog.api.storage.v1.FetchPartition.topic_partition:type_name -> oncelog.api.common.v1.TopicPartition
 	9,  // 9: oncelog.api.storage.v1.FetchRequest.partitions:type_name -> oncelog.api.storage.v1.FetchPartition
 	0,  // 10: oncelog.api.storage.v1.FetchRequest.isolation_level:type_name -> oncelog.api.storage.v1.IsolationLevel
-	29, // 11: oncelog.api.storage.v1.FetchPartitionResult.topic_partition:type_name -> oncelog.api.common.v1.TopicPartition
+	33, // 11: oncelog.api.storage.v1.FetchPartitionResult.topic_partition:type_name -> oncelog.api.common.v1.TopicPartition
 	11, // 12: oncelog.api.storage.v1.FetchPartitionResult.aborted_transactions:type_name -> oncelog.api.storage.v1.AbortedTransaction
-	30, // 13: oncelog.api.storage.v1.FetchPartitionResult.error:type_name -> oncelog.api.common.v1.ErrorInfo
+	34, // 13: oncelog.api.storage.v1.FetchPartitionResult.error:type_name -> oncelog.api.common.v1.ErrorInfo
 	12, // 14: oncelog.api.storage.v1.FetchResponse.results:type_name -> oncelog.api.storage.v1.FetchPartitionResult
-	29, // 15: oncelog.api.storage.v1.ListOffsetsPartition.topic_partition:type_name -> oncelog.api.common.v1.TopicPartition
+	33, // 15: oncelog.api.storage.v1.ListOffsetsPartition.topic_partition:type_name -> oncelog.api.common.v1.TopicPartition
 	2,  // 16: oncelog.api.storage.v1.ListOffsetsPartition.spec:type_name -> oncelog.api.storage.v1.OffsetSpec
 	14, // 17: oncelog.api.storage.v1.ListOffsetsRequest.partitions:type_name -> oncelog.api.storage.v1.ListOffsetsPartition
 	0,  // 18: oncelog.api.storage.v1.ListOffsetsRequest.isolation_level:type_name -> oncelog.api.storage.v1.IsolationLevel
-	29, // 19: oncelog.api.storage.v1.ListOffsetsPartitionResult.topic_partition:type_name -> oncelog.api.common.v1.TopicPartition
-	30, // 20: oncelog.api.storage.v1.ListOffsetsPartitionResult.error:type_name -> oncelog.api.common.v1.ErrorInfo
+	33, // 19: oncelog.api.storage.v1.ListOffsetsPartitionResult.topic_partition:type_name -> oncelog.api.common.v1.TopicPartition
+	34, // 20: oncelog.api.storage.v1.ListOffsetsPartitionResult.error:type_name -> oncelog.api.common.v1.ErrorInfo
 	16, // 21: oncelog.api.storage.v1.ListOffsetsResponse.results:type_name -> oncelog.api.storage.v1.ListOffsetsPartitionResult
-	31, // 22: oncelog.api.storage.v1.WriteTxnMarkersRequest.markers:type_name -> oncelog.api.common.v1.TxnMarker
-	32, // 23: oncelog.api.storage.v1.WriteTxnMarkersResponse.results:type_name -> oncelog.api.common.v1.TxnMarkerResult
-	29, // 24: oncelog.api.storage.v1.DescribeProducersRequest.partitions:type_name -> oncelog.api.common.v1.TopicPartition
-	33, // 25: oncelog.api.storage.v1.ProducerState.producer:type_name -> oncelog.api.common.v1.ProducerIdentity
-	29, // 26: oncelog.api.storage.v1.PartitionProducers.topic_partition:type_name -> oncelog.api.common.v1.TopicPartition
+	35, // 22: oncelog.api.storage.v1.WriteTxnMarkersRequest.markers:type_name -> oncelog.api.common.v1.TxnMarker
+	36, // 23: oncelog.api.storage.v1.WriteTxnMarkersResponse.results:type_name -> oncelog.api.common.v1.TxnMarkerResult
+	33, // 24: oncelog.api.storage.v1.DescribeProducersRequest.partitions:type_name -> oncelog.api.common.v1.TopicPartition
+	37, // 25: oncelog.api.storage.v1.ProducerState.producer:type_name -> oncelog.api.common.v1.ProducerIdentity
+	33, // 26: oncelog.api.storage.v1.PartitionProducers.topic_partition:type_name -> oncelog.api.common.v1.TopicPartition
 	21, // 27: oncelog.api.storage.v1.PartitionProducers.producers:type_name -> oncelog.api.storage.v1.ProducerState
-	30, // 28: oncelog.api.storage.v1.PartitionProducers.error:type_name -> oncelog.api.common.v1.ErrorInfo
+	34, // 28: oncelog.api.storage.v1.PartitionProducers.error:type_name -> oncelog.api.common.v1.ErrorInfo
 	22, // 29: oncelog.api.storage.v1.DescribeProducersResponse.partitions:type_name -> oncelog.api.storage.v1.PartitionProducers
-	29, // 30: oncelog.api.storage.v1.ReplicaFetchPartition.topic_partition:type_name -> oncelog.api.common.v1.TopicPartition
-	24, // 31: oncelog.api.storage.v1.ReplicaFetchRequest.partitions:type_name -> oncelog.api.storage.v1.ReplicaFetchPartition
-	29, // 32: oncelog.api.storage.v1.ReplicaFetchPartitionResult.topic_partition:type_name -> oncelog.api.common.v1.TopicPartition
-	26, // 33: oncelog.api.storage.v1.ReplicaFetchPartitionResult.diverging_epoch:type_name -> oncelog.api.storage.v1.EpochEndOffset
-	30, // 34: oncelog.api.storage.v1.ReplicaFetchPartitionResult.error:type_name -> oncelog.api.common.v1.ErrorInfo
-	27, // 35: oncelog.api.storage.v1.ReplicaFetchResponse.results:type_name -> oncelog.api.storage.v1.ReplicaFetchPartitionResult
-	4,  // 36: oncelog.api.storage.v1.PartitionStorageService.Produce:input_type -> oncelog.api.storage.v1.ProduceRequest
-	7,  // 37: oncelog.api.storage.v1.PartitionStorageService.ProduceStream:input_type -> oncelog.api.storage.v1.ProduceStreamRequest
-	10, // 38: oncelog.api.storage.v1.PartitionStorageService.Fetch:input_type -> oncelog.api.storage.v1.FetchRequest
-	15, // 39: oncelog.api.storage.v1.PartitionStorageService.ListOffsets:input_type -> oncelog.api.storage.v1.ListOffsetsRequest
-	18, // 40: oncelog.api.storage.v1.PartitionStorageService.WriteTxnMarkers:input_type -> oncelog.api.storage.v1.WriteTxnMarkersRequest
-	20, // 41: oncelog.api.storage.v1.PartitionStorageService.DescribeProducers:input_type -> oncelog.api.storage.v1.DescribeProducersRequest
-	25, // 42: oncelog.api.storage.v1.PartitionStorageService.ReplicaFetch:input_type -> oncelog.api.storage.v1.ReplicaFetchRequest
-	6,  // 43: oncelog.api.storage.v1.PartitionStorageService.Produce:output_type -> oncelog.api.storage.v1.ProduceResponse
-	8,  // 44: oncelog.api.storage.v1.PartitionStorageService.ProduceStream:output_type -> oncelog.api.storage.v1.ProduceStreamResponse
-	13, // 45: oncelog.api.storage.v1.PartitionStorageService.Fetch:output_type -> oncelog.api.storage.v1.FetchResponse
-	17, // 46: oncelog.api.storage.v1.PartitionStorageService.ListOffsets:output_type -> oncelog.api.storage.v1.ListOffsetsResponse
-	19, // 47: oncelog.api.storage.v1.PartitionStorageService.WriteTxnMarkers:output_type -> oncelog.api.storage.v1.WriteTxnMarkersResponse
-	23, // 48: oncelog.api.storage.v1.PartitionStorageService.DescribeProducers:output_type -> oncelog.api.storage.v1.DescribeProducersResponse
-	28, // 49: oncelog.api.storage.v1.PartitionStorageService.ReplicaFetch:output_type -> oncelog.api.storage.v1.ReplicaFetchResponse
-	43, // [43:50] is the sub-list for method output_type
-	36, // [36:43] is the sub-list for method input_type
-	36, // [36:36] is the sub-list for extension type_name
-	36, // [36:36] is the sub-list for extension extendee
-	0,  // [0:36] is the sub-list for field type_name
+	33, // 30: oncelog.api.storage.v1.DescribeReplicasRequest.partitions:type_name -> oncelog.api.common.v1.TopicPartition
+	33, // 31: oncelog.api.storage.v1.PartitionReplicas.topic_partition:type_name -> oncelog.api.common.v1.TopicPartition
+	25, // 32: oncelog.api.storage.v1.PartitionReplicas.replicas:type_name -> oncelog.api.storage.v1.ReplicaPosition
+	34, // 33: oncelog.api.storage.v1.PartitionReplicas.error:type_name -> oncelog.api.common.v1.ErrorInfo
+	26, // 34: oncelog.api.storage.v1.DescribeReplicasResponse.partitions:type_name -> oncelog.api.storage.v1.PartitionReplicas
+	33, // 35: oncelog.api.storage.v1.ReplicaFetchPartition.topic_partition:type_name -> oncelog.api.common.v1.TopicPartition
+	28, // 36: oncelog.api.storage.v1.ReplicaFetchRequest.partitions:type_name -> oncelog.api.storage.v1.ReplicaFetchPartition
+	33, // 37: oncelog.api.storage.v1.ReplicaFetchPartitionResult.topic_partition:type_name -> oncelog.api.common.v1.TopicPartition
+	30, // 38: oncelog.api.storage.v1.ReplicaFetchPartitionResult.diverging_epoch:type_name -> oncelog.api.storage.v1.EpochEndOffset
+	34, // 39: oncelog.api.storage.v1.ReplicaFetchPartitionResult.error:type_name -> oncelog.api.common.v1.ErrorInfo
+	31, // 40: oncelog.api.storage.v1.ReplicaFetchResponse.results:type_name -> oncelog.api.storage.v1.ReplicaFetchPartitionResult
+	4,  // 41: oncelog.api.storage.v1.PartitionStorageService.Produce:input_type -> oncelog.api.storage.v1.ProduceRequest
+	7,  // 42: oncelog.api.storage.v1.PartitionStorageService.ProduceStream:input_type -> oncelog.api.storage.v1.ProduceStreamRequest
+	10, // 43: oncelog.api.storage.v1.PartitionStorageService.Fetch:input_type -> oncelog.api.storage.v1.FetchRequest
+	15, // 44: oncelog.api.storage.v1.PartitionStorageService.ListOffsets:input_type -> oncelog.api.storage.v1.ListOffsetsRequest
+	18, // 45: oncelog.api.storage.v1.PartitionStorageService.WriteTxnMarkers:input_type -> oncelog.api.storage.v1.WriteTxnMarkersRequest
+	20, // 46: oncelog.api.storage.v1.PartitionStorageService.DescribeProducers:input_type -> oncelog.api.storage.v1.DescribeProducersRequest
+	29, // 47: oncelog.api.storage.v1.PartitionStorageService.ReplicaFetch:input_type -> oncelog.api.storage.v1.ReplicaFetchRequest
+	24, // 48: oncelog.api.storage.v1.PartitionStorageService.DescribeReplicas:input_type -> oncelog.api.storage.v1.DescribeReplicasRequest
+	6,  // 49: oncelog.api.storage.v1.PartitionStorageService.Produce:output_type -> oncelog.api.storage.v1.ProduceResponse
+	8,  // 50: oncelog.api.storage.v1.PartitionStorageService.ProduceStream:output_type -> oncelog.api.storage.v1.ProduceStreamResponse
+	13, // 51: oncelog.api.storage.v1.PartitionStorageService.Fetch:output_type -> oncelog.api.storage.v1.FetchResponse
+	17, // 52: oncelog.api.storage.v1.PartitionStorageService.ListOffsets:output_type -> oncelog.api.storage.v1.ListOffsetsResponse
+	19, // 53: oncelog.api.storage.v1.PartitionStorageService.WriteTxnMarkers:output_type -> oncelog.api.storage.v1.WriteTxnMarkersResponse
+	23, // 54: oncelog.api.storage.v1.PartitionStorageService.DescribeProducers:output_type -> oncelog.api.storage.v1.DescribeProducersResponse
+	32, // 55: oncelog.api.storage.v1.PartitionStorageService.ReplicaFetch:output_type -> oncelog.api.storage.v1.ReplicaFetchResponse
+	27, // 56: oncelog.api.storage.v1.PartitionStorageService.DescribeReplicas:output_type -> oncelog.api.storage.v1.DescribeReplicasResponse
+	49, // [49:57] is the sub-list for method output_type
+	41, // [41:49] is the sub-list for method input_type
+	41, // [41:41] is the sub-list for extension type_name
+	41, // [41:41] is the sub-list for extension extendee
+	0,  // [0:41] is the sub-list for field type_name
 }
 
 func init() { file_oncelog_api_storage_v1_partition_storage_service_proto_init() }
@@ -2118,7 +2408,7 @@ func file_oncelog_api_storage_v1_partition_storage_service_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_oncelog_api_storage_v1_partition_storage_service_proto_rawDesc), len(file_oncelog_api_storage_v1_partition_storage_service_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   26,
+			NumMessages:   30,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

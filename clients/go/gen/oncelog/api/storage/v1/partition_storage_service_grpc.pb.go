@@ -28,6 +28,7 @@ const (
 	PartitionStorageService_WriteTxnMarkers_FullMethodName   = "/oncelog.api.storage.v1.PartitionStorageService/WriteTxnMarkers"
 	PartitionStorageService_DescribeProducers_FullMethodName = "/oncelog.api.storage.v1.PartitionStorageService/DescribeProducers"
 	PartitionStorageService_ReplicaFetch_FullMethodName      = "/oncelog.api.storage.v1.PartitionStorageService/ReplicaFetch"
+	PartitionStorageService_DescribeReplicas_FullMethodName  = "/oncelog.api.storage.v1.PartitionStorageService/DescribeReplicas"
 )
 
 // PartitionStorageServiceClient is the client API for PartitionStorageService service.
@@ -50,6 +51,8 @@ type PartitionStorageServiceClient interface {
 	DescribeProducers(ctx context.Context, in *DescribeProducersRequest, opts ...grpc.CallOption) (*DescribeProducersResponse, error)
 	// ReplicaFetch copies the leader's log to a follower replica; long-polls until there is something new.
 	ReplicaFetch(ctx context.Context, in *ReplicaFetchRequest, opts ...grpc.CallOption) (*ReplicaFetchResponse, error)
+	// DescribeReplicas reports, for partitions this node leads, where each replica stands as the leader sees it.
+	DescribeReplicas(ctx context.Context, in *DescribeReplicasRequest, opts ...grpc.CallOption) (*DescribeReplicasResponse, error)
 }
 
 type partitionStorageServiceClient struct {
@@ -133,6 +136,16 @@ func (c *partitionStorageServiceClient) ReplicaFetch(ctx context.Context, in *Re
 	return out, nil
 }
 
+func (c *partitionStorageServiceClient) DescribeReplicas(ctx context.Context, in *DescribeReplicasRequest, opts ...grpc.CallOption) (*DescribeReplicasResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DescribeReplicasResponse)
+	err := c.cc.Invoke(ctx, PartitionStorageService_DescribeReplicas_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // PartitionStorageServiceServer is the server API for PartitionStorageService service.
 // All implementations must embed UnimplementedPartitionStorageServiceServer
 // for forward compatibility.
@@ -153,6 +166,8 @@ type PartitionStorageServiceServer interface {
 	DescribeProducers(context.Context, *DescribeProducersRequest) (*DescribeProducersResponse, error)
 	// ReplicaFetch copies the leader's log to a follower replica; long-polls until there is something new.
 	ReplicaFetch(context.Context, *ReplicaFetchRequest) (*ReplicaFetchResponse, error)
+	// DescribeReplicas reports, for partitions this node leads, where each replica stands as the leader sees it.
+	DescribeReplicas(context.Context, *DescribeReplicasRequest) (*DescribeReplicasResponse, error)
 	mustEmbedUnimplementedPartitionStorageServiceServer()
 }
 
@@ -183,6 +198,9 @@ func (UnimplementedPartitionStorageServiceServer) DescribeProducers(context.Cont
 }
 func (UnimplementedPartitionStorageServiceServer) ReplicaFetch(context.Context, *ReplicaFetchRequest) (*ReplicaFetchResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ReplicaFetch not implemented")
+}
+func (UnimplementedPartitionStorageServiceServer) DescribeReplicas(context.Context, *DescribeReplicasRequest) (*DescribeReplicasResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DescribeReplicas not implemented")
 }
 func (UnimplementedPartitionStorageServiceServer) mustEmbedUnimplementedPartitionStorageServiceServer() {
 }
@@ -321,6 +339,24 @@ func _PartitionStorageService_ReplicaFetch_Handler(srv interface{}, ctx context.
 	return interceptor(ctx, in, info, handler)
 }
 
+func _PartitionStorageService_DescribeReplicas_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DescribeReplicasRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PartitionStorageServiceServer).DescribeReplicas(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: PartitionStorageService_DescribeReplicas_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PartitionStorageServiceServer).DescribeReplicas(ctx, req.(*DescribeReplicasRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // PartitionStorageService_ServiceDesc is the grpc.ServiceDesc for PartitionStorageService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -351,6 +387,10 @@ var PartitionStorageService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ReplicaFetch",
 			Handler:    _PartitionStorageService_ReplicaFetch_Handler,
+		},
+		{
+			MethodName: "DescribeReplicas",
+			Handler:    _PartitionStorageService_DescribeReplicas_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
