@@ -19,7 +19,7 @@ from oncelog.cli.output import err, error, print_table, stdout_console
 from oncelog.cli.spark_demo import spark_demo
 from oncelog.cli.torture import torture
 from oncelog.testing import SERVICES, ClusterStartError, LocalCluster
-from oncelog.testing.cluster import NodeProcess
+from oncelog.testing.cluster import KAFKA_GATEWAY, NodeProcess
 
 app = typer.Typer(
     name="oncelog",
@@ -87,6 +87,11 @@ def dev(
         help="pid-allocator on +1, txn-coordinator +2, group-offsets +3, storage node i on +10+i; 0 picks free ports",
     ),
     host: str = typer.Option("127.0.0.1", "--host", help="interface to bind"),
+    kafka_gateway: bool = typer.Option(
+        True,
+        "--kafka-gateway/--no-kafka-gateway",
+        help="also run the kafka-gateway for Kafka clients, on port-base + 1992 (9092 by default)",
+    ),
 ) -> None:
     """Start a local cluster: every service as its own process, until Ctrl-C or SIGTERM.
 
@@ -102,7 +107,12 @@ def dev(
         error(f"--replication-factor {factor} needs at least {factor} storage nodes; pass --storage-nodes {factor}")
         raise typer.Exit(2)
     cluster = LocalCluster(
-        data_dir, storage_nodes=storage_nodes, host=host, base_port=port_base, replication_factor=factor
+        data_dir,
+        storage_nodes=storage_nodes,
+        host=host,
+        base_port=port_base,
+        replication_factor=factor,
+        kafka_gateway=kafka_gateway,
     )
     with err().status("starting the local cluster…"):
         try:
@@ -114,13 +124,16 @@ def dev(
     table = Table()
     for column in ("service", "node", "address", "log"):
         table.add_column(column)
-    order: dict[str, int] = {s: i for i, s in enumerate(SERVICES)}
+    order: dict[str, int] = {s: i for i, s in enumerate((*SERVICES, KAFKA_GATEWAY))}
     for node in sorted(cluster.nodes, key=lambda n: (order[n.service], n.index)):
-        table.add_row(Text(node.service), Text(node.node_id), Text(node.address), Text(str(node.log_file)))
+        address = f"{node.kafka_address} (Kafka)" if node.kafka_address else node.address
+        table.add_row(Text(node.service), Text(node.node_id), Text(address), Text(str(node.log_file)))
     print_table(table, "oncelog local cluster")
     console = stdout_console()
     console.print(Text(f"bootstrap: {cluster.bootstrap}   cluster file: {cluster.data_dir / 'cluster.json'}"))
     console.print(Text(f"other shells: export ONCELOG_BOOTSTRAP={cluster.bootstrap}"))
+    if cluster.kafka_bootstrap:
+        console.print(Text(f"Kafka clients: bootstrap.servers={cluster.kafka_bootstrap}"))
     console.print(
         Text(
             f"try:  grpcurl -plaintext {cluster.bootstrap} oncelog.api.cluster.v1.ClusterService/DescribeCluster"

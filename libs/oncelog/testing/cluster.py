@@ -25,6 +25,11 @@ from oncelog.vocabulary import Role
 # start order: the pid-allocator first, so coordinators find ids ready; storage before coordinators' markers
 SERVICES = (Role.PID_ALLOCATOR, Role.PARTITION_STORAGE, Role.GROUP_OFFSETS, Role.TXN_COORDINATOR)
 
+KAFKA_GATEWAY = "kafka-gateway"
+"""The optional fifth process (``kafka_gateway=True``): Kafka's protocol in front of the others, started last."""
+KAFKA_PORT_OFFSET = 1992
+"""The gateway's Kafka port is ``base_port + 1992``: 9092, Kafka's own, with the default base 7100."""
+
 
 class ClusterStartError(RuntimeError):
     """A process of the local cluster exited or did not become ready in time; the message has its log tail."""
@@ -57,6 +62,8 @@ class NodeProcess:
     log_file: Path
     process: subprocess.Popen[bytes] | None = None
     address: str = ""
+    kafka_address: str = ""
+    """The Kafka listener of a kafka-gateway node; empty for the other services."""
 
     @property
     def module(self) -> str:
@@ -88,6 +95,8 @@ class LocalCluster:
         front: puts something in front of every process (a fault proxy): called with the node id and the free
             port the process will bind (kept across restarts), it returns the address the process advertises.
         interpreter_options: extra ``python`` options of every process (``-X`` flags of test builds).
+        kafka_gateway: also run the kafka-gateway, once the others serve (bootstrapped from them); Kafka clients
+            use ``kafka_bootstrap``: ``base_port + 1992`` (9092 with the default base), gRPC health on ``+4``.
     """
 
     data_dir: Path
@@ -101,6 +110,7 @@ class LocalCluster:
     replication_factor: int = 0
     front: Callable[[str, int], str] | None = None
     interpreter_options: tuple[str, ...] = ()
+    kafka_gateway: bool = False
     nodes: list[NodeProcess] = field(default_factory=list, init=False)
     _lock_fd: int | None = field(default=None, init=False, repr=False)
 
@@ -122,6 +132,8 @@ class LocalCluster:
             count = self.storage_nodes if service == Role.PARTITION_STORAGE else self.replicas.get(service, 1)
             for index in range(count):
                 self.nodes.append(self._node(service, index))
+        if self.kafka_gateway:
+            self.nodes.append(self._node(KAFKA_GATEWAY, 0))
 
     def _port(self, service: str, index: int) -> int:
         if self.base_port == 0 or (index > 0 and service != Role.PARTITION_STORAGE):
@@ -130,6 +142,7 @@ class LocalCluster:
             Role.PID_ALLOCATOR: 1,
             Role.TXN_COORDINATOR: 2,
             Role.GROUP_OFFSETS: 3,
+            KAFKA_GATEWAY: 4,
             Role.PARTITION_STORAGE: 10 + index,
         }
         return self.base_port + offsets[service]
@@ -163,6 +176,9 @@ class LocalCluster:
             **({"ONCELOG_DEFAULT_REPLICATION_FACTOR": str(self.replication_factor)} if self.replication_factor else {}),
             **self.env,
         }
+        if service == KAFKA_GATEWAY:
+            kafka_port = self.base_port + KAFKA_PORT_OFFSET if self.base_port else 0
+            env[f"{prefix}KAFKA_LISTEN"] = f"{self.host}:{kafka_port}"
         if service == Role.GROUP_OFFSETS and f"{prefix}STATE_DATABASE_URL" not in self.env:
             sqlite = self.database_url.startswith("sqlite")
             env[f"{prefix}STATE_DATABASE_URL"] = (
@@ -188,11 +204,17 @@ class LocalCluster:
         self._lock()
         (self.data_dir / "logs").mkdir(parents=True, exist_ok=True)
         (self.data_dir / "run").mkdir(parents=True, exist_ok=True)
-        for node in self.nodes:
+        services = [n for n in self.nodes if n.service != KAFKA_GATEWAY]
+        for node in services:
             self._spawn(node)
         deadline = time.monotonic() + timeout
-        for node in self.nodes:
+        for node in services:
             self._wait_ready(node, deadline)
+        for node in self.nodes:
+            if node.service == KAFKA_GATEWAY:  # it needs the others' addresses to bootstrap from
+                node.env["ONCELOG_BOOTSTRAP"] = ",".join(n.address for n in services)
+                self._spawn(node)
+                self._wait_ready(node, deadline)
         self.write_cluster_json()
         return self
 
@@ -216,7 +238,8 @@ class LocalCluster:
         while time.monotonic() < deadline:
             if node.ready_file.exists():
                 try:
-                    node.address = json.loads(node.ready_file.read_text())["address"]
+                    ready = json.loads(node.ready_file.read_text())
+                    node.address, node.kafka_address = ready["address"], ready.get("kafka_address", "")
                     return
                 except (ValueError, KeyError):
                     pass  # written atomically, so this is a stale partial file from a crash: keep waiting
@@ -315,14 +338,21 @@ class LocalCluster:
 
     @property
     def bootstrap(self) -> str:
-        """Any service address works as a bootstrap address; the first ready one is used."""
-        return next(n.address for n in self.nodes if n.address)
+        """Any service address works as a bootstrap address; the first ready one is used (not the kafka-gateway's,
+        whose gRPC address serves health only)."""
+        return next(n.address for n in self.nodes if n.address and n.service != KAFKA_GATEWAY)
+
+    @property
+    def kafka_bootstrap(self) -> str:
+        """``bootstrap.servers`` of Kafka clients: the kafka-gateway's Kafka address (empty without a gateway)."""
+        return next((n.kafka_address for n in self.nodes if n.kafka_address), "")
 
     def describe(self) -> dict[str, object]:
         """The content of ``cluster.json``."""
         return {
             "bootstrap": self.bootstrap,
             "services": {s: self.addresses(s) for s in self.services},
+            **({"kafka_bootstrap": self.kafka_bootstrap} if self.kafka_bootstrap else {}),
             "database_url": self.database_url,
             "data_dir": str(self.data_dir),
         }
