@@ -21,7 +21,7 @@ SERVICES = ("pid_allocator", "txn_coordinator", "partition_storage", "group_offs
 
 ADAPTERS = frozenset(
     {
-        "__init__", "__main__", "app", "servicer", "marker_transport", "replica_transport",
+        "__init__", "__main__", "app", "servicer", "marker_transport", "replica_transport", "check_back_client",
         # the kafka-gateway's servicers (Kafka requests <-> typed-client calls) and its catalog lookups
         "data_servicer", "txn_servicer", "routing",
     }

@@ -380,12 +380,15 @@ def _await_value(receiver: OtlpReceiver, name: str, service: str, expected: floa
 # Series this workload cannot feed: they need a replicated partition whose follower dies and returns, or a consumer
 # group that rebalances. Each is proven emitted by its own real-process test: the replication series scraped from the
 # leader's /metrics by test_replication.py::test_dead_follower_leaves_the_isr_and_acks_all_continues_then_it_rejoins,
-# the rebalance counter by tests/unit/group_offsets/test_group_coordinator.py::test_rebalances_and_members_are_counted.
+# the rebalance counter by tests/unit/group_offsets/test_group_coordinator.py::test_rebalances_and_members_are_counted,
+# the check-back calls (they need an application's check-back service) by
+# tests/unit/txn_coordinator/test_prepared.py::test_check_backs_the_prepared_count_and_the_oldest_age_are_reported.
 # The consumers' records lag comes from consumer processes, not from the services this workload drives; its value
 # is proven by test_consumer_records_lag.py (records lag against the LSO at read_committed, the high watermark
 # otherwise).
 PROVEN_ELSEWHERE = {
     "oncelog.consumer.records_lag",
+    "oncelog.transactions.check_backs",
     "oncelog.groups.rebalances",
     "oncelog.partition.isr.expands",
     "oncelog.partition.isr.shrinks",

@@ -199,4 +199,4 @@ def parse_topic_partition(text: str) -> TopicPartition:
 
 
 # the states of a transaction that is open (not yet complete) at its coordinator
-OPEN_STATES = ("ongoing", "prepare_commit", "prepare_abort", "prepare_epoch_fence")
+OPEN_STATES = ("ongoing", "prepared", "prepare_commit", "prepare_abort", "prepare_epoch_fence")

@@ -25,20 +25,46 @@ def register(root: typer.Typer) -> None:
 
 @app.command("list")
 def transactions_list(
-    state: list[str] = typer.Option([], "--state", "-s", help="keep this state (ongoing, prepare_commit, ...)"),
+    state: list[str] = typer.Option([], "--state", "-s", help="keep this state (ongoing, prepared, ...)"),
     older_than_ms: int = typer.Option(0, "--older-than-ms", min=0, help="keep open transactions older than this"),
     bootstrap: str | None = Bootstrap,
     output: Format = output_option(),
 ) -> None:
-    """List transactional ids with their state and producer id.
+    """List transactional ids with their state and producer id; prepared ones (two-phase commit) with their age.
 
-    Example: oncelog transactions list --state ongoing --older-than-ms 60000
+    Example: oncelog transactions list --state prepared
     """
     listed = with_admin(
         bootstrap, lambda admin: admin.list_transactions(states=state or None, older_than_ms=older_than_ms or None)
     )
-    rows = [(t.transactional_id, t.producer_id, t.state, ms_to_text(t.transaction_start_time_ms)) for t in listed]
-    print_rows(rows, ["transactional id", "producer id", "state", "started"], output, title="transactions")
+    now_ms = int(time.time() * 1000)
+    rows = [
+        (
+            t.transactional_id,
+            t.producer_id,
+            t.state,
+            ms_to_text(t.transaction_start_time_ms),
+            ms_to_text(t.prepared_time_ms) if t.state == "prepared" else "-",
+            age_text(now_ms - t.prepared_time_ms) if t.state == "prepared" else "-",
+        )
+        for t in listed
+    ]
+    columns = ["transactional id", "producer id", "state", "started", "prepared", "prepared age"]
+    print_rows(rows, columns, output, title="transactions")
+
+
+def age_text(ms: int) -> str:
+    """A duration for people: ``850 ms``, ``12.3 s``, ``4 min 05 s``, ``3 h 02 min``."""
+    ms = max(0, ms)
+    if ms < 1_000:
+        return f"{ms} ms"
+    if ms < 60_000:
+        return f"{ms / 1000:.1f} s"
+    minutes, seconds = divmod(ms // 1000, 60)
+    if minutes < 60:
+        return f"{minutes} min {seconds:02d} s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes:02d} min"
 
 
 @app.command("describe")

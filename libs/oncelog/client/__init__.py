@@ -38,10 +38,12 @@ from oncelog.client.records import (
     ConsumerGroupMetadata,
     ConsumerRecord,
     OffsetAndMetadata,
+    PreparedTransaction,
     RecordMetadata,
     TopicPartition,
 )
 from oncelog.client.transport import BootstrapError
+from oncelog.client.two_phase import TokenMismatchError
 from oncelog.errors import OncelogError
 
 __all__ = [
@@ -63,12 +65,14 @@ __all__ = [
     "OffsetAndMetadata",
     "OncelogError",
     "PartitionInfo",
+    "PreparedTransaction",
     "Producer",
     "ProducerFencedError",
     "ProducerStateDescription",
     "ReplicaDescription",
     "RecordMetadata",
     "RetriableError",
+    "TokenMismatchError",
     "TopicInfo",
     "TopicPartition",
     "TransactionDescription",

@@ -34,6 +34,7 @@ from oncelog.client.sender import ProduceSettings, Sender, SenderConfig
 from oncelog.client.sequences import ProducerSequences
 from oncelog.client.transaction_manager import TransactionManager, TransactionState
 from oncelog.client.transport import Backoff, Channels, Deadline, IoThread, resolve_bootstrap
+from oncelog.client.two_phase import TwoPhaseCommit, TwoPhaseTransactionManager
 from oncelog.errors import OncelogError, Reason, UnknownTopicOrPartition
 from oncelog.vocabulary import ProducerIdAndEpoch
 
@@ -45,7 +46,7 @@ T = TypeVar("T")
 Serializer = Callable[[Any], bytes | None]
 
 
-class Producer:
+class Producer(TwoPhaseCommit):
     """Send records to oncelog topics; idempotent by default, transactional with ``transactional_id``.
 
     Example:
@@ -194,7 +195,7 @@ class Producer:
         self._txn: TransactionManager | None = None
         if transactional_id is not None:
             assert self._sequences is not None
-            self._txn = TransactionManager(
+            self._txn = TwoPhaseTransactionManager(
                 transactional_id=transactional_id,
                 sequences=self._sequences,
                 accumulator=self._accumulator,
@@ -498,23 +499,6 @@ class Producer:
 
     def _flush(self, deadline: Deadline) -> Coroutine[Any, Any, None]:
         return self._sender.flush(deadline)
-
-    def init_transactions(self, timeout: float | None = None) -> None:
-        """Register the transactional id: fence older instances and finish their open transaction.
-
-        Must be called once, before any other transactional method. May be called again after a
-        :class:`RetriableError`.
-
-        Raises:
-            ProducerFencedError: a newer instance took over concurrently.
-            RetriableError: the coordinator did not answer within ``timeout`` (default ``max_block_ms``).
-            IllegalStateError: not transactional, or already initialised.
-        """
-        self._run(self._init_transactions(timeout))
-
-    def _init_transactions(self, timeout: float | None) -> Coroutine[Any, Any, None]:
-        txn = self._require_transactional("init_transactions()")
-        return txn.init_transactions(self._deadline(timeout))
 
     def begin_transaction(self) -> None:
         """Start a transaction; every record sent until commit or abort belongs to it.

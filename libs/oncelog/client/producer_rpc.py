@@ -17,11 +17,11 @@ import grpc
 
 from oncelog.api.common import v1 as common_pb
 from oncelog.api.storage import v1 as storage_pb
+from oncelog.client.coordinator_client import EndTxnResult
 from oncelog.client.metadata import ClusterMetadata
-from oncelog.client.records import ConsumerGroupMetadata, OffsetAndMetadata, TopicPartition
+from oncelog.client.records import ConsumerGroupMetadata, OffsetAndMetadata, PreparedTransaction, TopicPartition
 from oncelog.client.sender import PartitionResult, ProduceAnswer, ProduceEntry, ProduceSettings
 from oncelog.client.services import GroupMember, GroupOffsetsClient, TransactionCoordinatorClient
-from oncelog.client.transaction_manager import EndTxnResult
 from oncelog.client.transport import Channels
 from oncelog.rpc.errors import from_error_info, from_rpc_error
 from oncelog.vocabulary import ControlType, CoordinatorKind, ProducerIdAndEpoch, Role
@@ -159,6 +159,47 @@ class GrpcProducerTransport:
             address,
             transactional_id,
             identity,
+            ControlType.COMMIT if commit else ControlType.ABORT,
+            wait_for_completion=wait_for_completion,
+            timeout_s=timeout_s,
+        )
+        return EndTxnResult(ended.producer, ended.completed)
+
+    async def init_producer_id_keeping_prepared(
+        self, address: str, transactional_id: str, transaction_timeout_ms: int, *, timeout_s: float
+    ) -> tuple[ProducerIdAndEpoch, PreparedTransaction | None]:
+        result = await self._txn.init_producer_id_keeping_prepared(
+            address, transactional_id, transaction_timeout_ms=transaction_timeout_ms, timeout_s=timeout_s
+        )
+        return result.producer, result.prepared
+
+    async def prepare_transaction(
+        self,
+        address: str,
+        transactional_id: str,
+        identity: ProducerIdAndEpoch,
+        *,
+        check_back_address: str,
+        timeout_s: float,
+    ) -> PreparedTransaction:
+        return await self._txn.prepare_transaction(
+            address, transactional_id, identity, check_back_address=check_back_address, timeout_s=timeout_s
+        )
+
+    async def complete_transaction(
+        self,
+        address: str,
+        identity: ProducerIdAndEpoch,
+        token: PreparedTransaction,
+        *,
+        commit: bool,
+        wait_for_completion: bool,
+        timeout_s: float,
+    ) -> EndTxnResult:
+        ended = await self._txn.complete_transaction(
+            address,
+            identity,
+            token,
             ControlType.COMMIT if commit else ControlType.ABORT,
             wait_for_completion=wait_for_completion,
             timeout_s=timeout_s,

@@ -294,14 +294,16 @@ class TransactionListing:
         transactional_id: the producer's stable id.
         producer_id: its current producer id.
         state: ``empty``, ``ongoing``, ``prepare_commit``, ``prepare_abort``, ``complete_commit``,
-            ``complete_abort``, ``prepare_epoch_fence`` or ``dead``.
+            ``complete_abort``, ``prepare_epoch_fence``, ``dead`` or ``prepared``.
         transaction_start_time_ms: when the open transaction started, -1 if none.
+        prepared_time_ms: when it was prepared (two-phase commit), -1 unless it is or was prepared.
     """
 
     transactional_id: str
     producer_id: int
     state: str
     transaction_start_time_ms: int
+    prepared_time_ms: int = -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -320,6 +322,8 @@ class TransactionDescription:
         coordinator_node_id: the coordinator owning the id's shard.
         coordinator_epoch: that coordinator's epoch on the shard.
         last_update_time_ms: when the state last changed.
+        prepared_time_ms: when it was prepared (two-phase commit), -1 unless it is or was prepared.
+        check_back_address: the check-back service registered when it was prepared, "" if none.
     """
 
     transactional_id: str
@@ -333,6 +337,48 @@ class TransactionDescription:
     coordinator_node_id: str
     coordinator_epoch: int
     last_update_time_ms: int
+    prepared_time_ms: int = -1
+    check_back_address: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedTransaction:
+    """The token of a prepared transaction (two-phase commit, KIP-939): the identity its records carry.
+
+    Store it with the outcome it stands for (the outbox does so in the same database commit as the rows), then pass
+    it to ``Producer.complete_transaction``. :meth:`to_text` / :meth:`from_text` give it a stable string form.
+
+    Attributes:
+        transactional_id: the producer's stable id.
+        producer_id: the producer id of the transaction's records.
+        producer_epoch: the epoch of the transaction's records (the one it was prepared with).
+    """
+
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+
+    def to_text(self) -> str:
+        """``<producer_id>:<producer_epoch>:<transactional_id>``."""
+        return f"{self.producer_id}:{self.producer_epoch}:{self.transactional_id}"
+
+    @classmethod
+    def from_text(cls, text: str) -> PreparedTransaction:
+        """Parse :meth:`to_text`'s form.
+
+        Raises:
+            ValueError: the text is not a token, with what is wrong in it.
+        """
+        parts = text.split(":", 2)
+        if len(parts) != 3 or not parts[2]:
+            raise ValueError(f"{text!r} is not a prepared-transaction token (<producer_id>:<epoch>:<transactional_id>)")
+        try:
+            producer_id, epoch = int(parts[0]), int(parts[1])
+        except ValueError:
+            raise ValueError(f"{text!r}: producer id and epoch of a token are integers") from None
+        if producer_id < 0 or not 0 <= epoch <= 32767:
+            raise ValueError(f"{text!r}: producer id must be >= 0 and epoch within 0..32767")
+        return cls(parts[2], producer_id, epoch)
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,6 +10,9 @@ with the error that ended the transaction, when there is one)::
     IN_TRANSACTION or ABORTABLE_ERROR --abort--> ABORTING_TRANSACTION --completed--> READY
     IN_TRANSACTION or COMMITTING_TRANSACTION --abortable_error--> ABORTABLE_ERROR
     any state --fatal_error--> FATAL_ERROR (final)
+    two-phase commit (:mod:`oncelog.client.two_phase`): IN_TRANSACTION --prepare--> PREPARING_TRANSACTION
+    --prepared--> PREPARED_TRANSACTION (or INITIALIZING --initialized_prepared--> it)
+    --complete--> COMPLETING_TRANSACTION --completed--> READY
 
 Errors: a *fatal* error (the producer was fenced, the coordinator refused the producer id or epoch) ends the
 producer: every later call raises it. An *abortable* error (a batch or an offset commit of the transaction
@@ -33,11 +36,11 @@ import asyncio
 import enum
 import logging
 import threading
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Protocol, TypeVar
+from collections.abc import Awaitable, Callable, Mapping
+from typing import TypeVar
 
 from oncelog.client.accumulator import RecordAccumulator
+from oncelog.client.coordinator_client import CoordinatorClient, EndTxnResult, ProducerIdSource
 from oncelog.client.errors import (
     AbortableError,
     Action,
@@ -90,6 +93,9 @@ class TransactionState(enum.Enum):
     ABORTING_TRANSACTION = "aborting_transaction"
     ABORTABLE_ERROR = "abortable_error"
     FATAL_ERROR = "fatal_error"
+    PREPARING_TRANSACTION = "preparing_transaction"
+    PREPARED_TRANSACTION = "prepared_transaction"
+    COMPLETING_TRANSACTION = "completing_transaction"
 
 
 class TransactionEvent(enum.Enum):
@@ -103,6 +109,10 @@ class TransactionEvent(enum.Enum):
     COMPLETED = "completed"  # EndTxn answered, or the transaction had nothing to end
     ABORTABLE_ERROR = "abortable_error"  # a batch or a call of the transaction failed
     FATAL_ERROR = "fatal_error"  # the producer is finished
+    PREPARE = "prepare_transaction"  # prepare_transaction() (again after a retriable failure)
+    PREPARED = "prepared"  # PrepareTransaction answered
+    INITIALIZED_PREPARED = "initialized_prepared"  # InitProducerId kept a prepared transaction for this instance
+    COMPLETE = "complete_transaction"  # complete_transaction() (again while the outcome is unknown)
 
 
 _S = TransactionState
@@ -129,91 +139,29 @@ TRANSITIONS: Mapping[tuple[TransactionState, TransactionEvent], TransactionState
     (_S.ABORTING_TRANSACTION, _E.ABORTABLE_ERROR): _S.ABORTING_TRANSACTION,
     (_S.ABORTABLE_ERROR, _E.ABORTABLE_ERROR): _S.ABORTABLE_ERROR,
     (_S.FATAL_ERROR, _E.ABORTABLE_ERROR): _S.FATAL_ERROR,
+    (_S.IN_TRANSACTION, _E.PREPARE): _S.PREPARING_TRANSACTION,
+    (_S.PREPARING_TRANSACTION, _E.PREPARE): _S.PREPARING_TRANSACTION,
+    (_S.PREPARING_TRANSACTION, _E.PREPARED): _S.PREPARED_TRANSACTION,
+    (_S.PREPARING_TRANSACTION, _E.ABORTABLE_ERROR): _S.ABORTABLE_ERROR,
+    (_S.INITIALIZING, _E.INITIALIZED_PREPARED): _S.PREPARED_TRANSACTION,
+    (_S.PREPARED_TRANSACTION, _E.COMPLETE): _S.COMPLETING_TRANSACTION,
+    (_S.COMPLETING_TRANSACTION, _E.COMPLETE): _S.COMPLETING_TRANSACTION,
+    (_S.COMPLETING_TRANSACTION, _E.COMPLETED): _S.READY,
+    # prepared records are all written: nothing left to fail but the decision itself
+    (_S.PREPARED_TRANSACTION, _E.ABORTABLE_ERROR): _S.PREPARED_TRANSACTION,
+    (_S.COMPLETING_TRANSACTION, _E.ABORTABLE_ERROR): _S.COMPLETING_TRANSACTION,
     **{(state, _E.FATAL_ERROR): _S.FATAL_ERROR for state in TransactionState},
 }
 """(state, event) → next state; a pair that is missing is illegal."""
 
 
+_SENDING = (_S.IN_TRANSACTION, _S.COMMITTING_TRANSACTION, _S.PREPARING_TRANSACTION)
+"""States whose flush may still add partitions."""
+
+
 def next_state(state: TransactionState, event: TransactionEvent) -> TransactionState | None:
     """The state ``event`` leads to from ``state``, or None when the event is illegal there."""
     return TRANSITIONS.get((state, event))
-
-
-# ------------------------------------------------------------------------------------------------ coordinator
-
-
-@dataclass(frozen=True, slots=True)
-class EndTxnResult:
-    """EndTxn's answer: the identity for the next transaction, and whether every marker is written."""
-
-    identity: ProducerIdAndEpoch
-    completed: bool
-
-
-class ProducerIdSource(Protocol):
-    """InitProducerId, which both the sender (an idempotent producer's id) and the transaction manager call."""
-
-    async def init_producer_id(
-        self,
-        address: str,
-        transactional_id: str,
-        transaction_timeout_ms: int,
-        *,
-        expected: ProducerIdAndEpoch | None,
-        timeout_s: float,
-    ) -> ProducerIdAndEpoch:
-        """InitProducerId at the coordinator at ``address`` ("" as ``transactional_id``: a fresh idempotent id)."""
-        ...
-
-
-class CoordinatorClient(ProducerIdSource, Protocol):
-    """The calls the transaction manager makes. Each raises the server's :class:`~oncelog.errors.OncelogError`."""
-
-    async def find_coordinator(self, key: str, kind: CoordinatorKind) -> str:
-        """Address of the process owning ``key`` (cached until invalidated)."""
-        ...
-
-    def invalidate_coordinator(self, key: str, kind: CoordinatorKind) -> None:
-        """Forget the cached owner of ``key``."""
-        ...
-
-    async def add_partitions_to_txn(
-        self,
-        address: str,
-        transactional_id: str,
-        identity: ProducerIdAndEpoch,
-        partitions: Sequence[TopicPartition],
-        *,
-        timeout_s: float,
-    ) -> None: ...
-
-    async def add_offsets_to_txn(
-        self, address: str, transactional_id: str, identity: ProducerIdAndEpoch, group_id: str, *, timeout_s: float
-    ) -> str:
-        """AddOffsetsToTxn; the address of the group's offsets owner, or "" when the answer names none."""
-        ...
-
-    async def end_txn(
-        self,
-        address: str,
-        transactional_id: str,
-        identity: ProducerIdAndEpoch,
-        *,
-        commit: bool,
-        wait_for_completion: bool,
-        timeout_s: float,
-    ) -> EndTxnResult: ...
-
-    async def txn_offset_commit(
-        self,
-        address: str,
-        transactional_id: str,
-        identity: ProducerIdAndEpoch,
-        group: ConsumerGroupMetadata,
-        offsets: Mapping[TopicPartition, OffsetAndMetadata],
-        *,
-        timeout_s: float,
-    ) -> None: ...
 
 
 # ------------------------------------------------------------------------------------------------ manager
@@ -314,8 +262,8 @@ class TransactionManager:
         with self._lock:
             if self.state is TransactionState.IN_TRANSACTION:
                 return
-            if self.state is TransactionState.COMMITTING_TRANSACTION:
-                raise IllegalStateError("commit_transaction() is in progress; send records in the next transaction")
+            if self.state in (TransactionState.COMMITTING_TRANSACTION, TransactionState.PREPARING_TRANSACTION):
+                raise IllegalStateError("the transaction is committing or preparing; send in the next transaction")
             self._raise_if_failed()
             raise IllegalStateError(self._hint("send()"))
 
@@ -370,7 +318,7 @@ class TransactionManager:
                 AbortableError(f"not sent: the transaction must be aborted ({self.last_error.message})")
             )
             return
-        if state not in (TransactionState.IN_TRANSACTION, TransactionState.COMMITTING_TRANSACTION):
+        if state not in _SENDING:
             return
         if self._pending_partitions and (self._add_task is None or self._add_task.done()):
             self._add_task = asyncio.get_running_loop().create_task(self._add_partitions())

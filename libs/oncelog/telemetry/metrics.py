@@ -191,6 +191,31 @@ TRANSACTIONS_COMPLETED = MetricDefinition(
     ("result",),
     (Role.TXN_COORDINATOR,),
 )
+TRANSACTIONS_PREPARED = MetricDefinition(
+    "oncelog.transactions.prepared",
+    InstrumentKind.GAUGE,
+    "{transaction}",
+    "Prepared transactions (two-phase commit) of a coordinator waiting for their outcome.",
+    (),
+    (Role.TXN_COORDINATOR,),
+)
+TRANSACTIONS_PREPARED_MAX_AGE = MetricDefinition(
+    "oncelog.transactions.prepared.max_age",
+    InstrumentKind.GAUGE,
+    "ms",
+    "Age of a coordinator's oldest prepared transaction (0 when none); the check-back starts at"
+    " check_back_after_ms and max_prepared_ms bounds it.",
+    (),
+    (Role.TXN_COORDINATOR,),
+)
+TRANSACTION_CHECK_BACKS = MetricDefinition(
+    "oncelog.transactions.check_backs",
+    InstrumentKind.COUNTER,
+    "{call}",
+    "CheckTransaction calls to applications, by verdict (commit, rollback, unknown, unreachable).",
+    ("verdict",),
+    (Role.TXN_COORDINATOR,),
+)
 TXN_MARKER_DURATION = MetricDefinition(
     "oncelog.txn.marker.duration",
     InstrumentKind.HISTOGRAM,
@@ -258,6 +283,9 @@ CATALOG: tuple[MetricDefinition, ...] = (
     PARTITION_REPLICA_LAG,
     TRANSACTIONS_OPEN,
     TRANSACTIONS_COMPLETED,
+    TRANSACTIONS_PREPARED,
+    TRANSACTIONS_PREPARED_MAX_AGE,
+    TRANSACTION_CHECK_BACKS,
     TXN_MARKER_DURATION,
     PID_BLOCK_REMAINING,
     GROUP_REBALANCES,
@@ -395,6 +423,15 @@ class OncelogMetrics:
         """Count a transaction that completed; ``result`` is ``commit`` or ``abort``."""
         self._instruments[TRANSACTIONS_COMPLETED.name].add(1, {"result": result})
 
+    def set_transactions_prepared(self, count: int, max_age_ms: int) -> None:
+        """Report a coordinator's prepared transactions and the age of the oldest (0 when none)."""
+        self._instruments[TRANSACTIONS_PREPARED.name].set(count)
+        self._instruments[TRANSACTIONS_PREPARED_MAX_AGE.name].set(max_age_ms)
+
+    def record_check_back(self, verdict: str) -> None:
+        """Count one CheckTransaction call; ``verdict`` is commit, rollback, unknown or unreachable."""
+        self._instruments[TRANSACTION_CHECK_BACKS.name].add(1, {"verdict": verdict})
+
     def record_marker_duration(self, result: str, seconds: float) -> None:
         """Record the time from a durable PREPARE_* until every marker of the transaction is written."""
         self._instruments[TXN_MARKER_DURATION.name].record(seconds, {"result": result})
@@ -480,6 +517,9 @@ __all__ = [
     "RPC_SERVER_DURATION",
     "TRANSACTIONS_COMPLETED",
     "TRANSACTIONS_OPEN",
+    "TRANSACTIONS_PREPARED",
+    "TRANSACTIONS_PREPARED_MAX_AGE",
+    "TRANSACTION_CHECK_BACKS",
     "TXN_MARKER_DURATION",
     "InstrumentKind",
     "MetricDefinition",

@@ -17,6 +17,8 @@ from oncelog.errors import CoordinatorLoadInProgress, CoordinatorNotAvailable, O
 from oncelog.rpc import ChannelFactory, ServiceSpec
 from oncelog.rpc.runner import run_service
 from oncelog.storage.sql import create_engine
+from oncelog.txn_coordinator.check_back import CheckBackPolicy, PreparedTransactionResolver
+from oncelog.txn_coordinator.check_back_client import GrpcTransactionChecker
 from oncelog.txn_coordinator.config import TxnCoordinatorSettings
 from oncelog.txn_coordinator.coordinator import TransactionCoordinator
 from oncelog.txn_coordinator.expiry import TransactionExpirySweeper
@@ -118,6 +120,21 @@ def build(settings: TxnCoordinatorSettings) -> ServiceSpec:
         expiration_check_interval_ms=settings.expiration_check_interval_ms,
         transactional_id_expiration_ms=settings.transactional_id_expiration_ms,
     )
+    checker = GrpcTransactionChecker(channels)
+    resolver = PreparedTransactionResolver(
+        coordinator,
+        checker,
+        wall_clock_ms,
+        CheckBackPolicy(
+            check_back_after_ms=settings.check_back_after_ms,
+            check_back_interval_ms=settings.check_back_interval_ms,
+            check_back_max_attempts=settings.check_back_max_attempts,
+            default_commit=settings.check_back_default == "commit",
+            max_prepared_ms=settings.max_prepared_ms,
+            timeout_ms=settings.check_back_timeout_ms,
+            sweep_interval_ms=settings.check_back_sweep_interval_ms,
+        ),
+    )
     node.spec.add(
         pb.add_TransactionCoordinatorServiceServicer_to_server,
         TransactionCoordinatorServicer(
@@ -130,8 +147,11 @@ def build(settings: TxnCoordinatorSettings) -> ServiceSpec:
         markers.start()
         await leases.start()  # shards are loaded before the server reports SERVING
         sweeper.start()
+        resolver.start()
 
     async def stop() -> None:
+        await resolver.stop()
+        await checker.close()
         await sweeper.stop()
         await leases.stop()
         await markers.close()

@@ -45,6 +45,24 @@ class TxnCoordinatorSettings(ServiceSettings):
         "markers before answering CONCURRENT_TRANSACTIONS (0: answer at once, as Kafka does)",
     )
 
+    max_prepared_ms: int = setting(
+        24 * 3600 * 1000,
+        help="longest a prepared transaction (two-phase commit) may wait for its outcome; then check_back_default "
+        "decides it (the transaction timeout does not apply to prepared transactions)",
+    )
+    check_back_after_ms: int = setting(
+        60_000, help="age of a prepared transaction at which its check-back service is first asked for the outcome"
+    )
+    check_back_interval_ms: int = setting(30_000, help="pause between two check-back calls for one transaction")
+    check_back_max_attempts: int = setting(
+        15, help="check-back calls answered UNKNOWN (or failing) before check_back_default decides the transaction"
+    )
+    check_back_default: str = setting(
+        "abort", help="outcome of a prepared transaction nobody decided (commit or abort; RocketMQ rolls back)"
+    )
+    check_back_timeout_ms: int = setting(5_000, help="deadline of one CheckTransaction call")
+    check_back_sweep_interval_ms: int = setting(1_000, help="period of the check-back sweep")
+
     def validate(self) -> list[str]:
         problems = super().validate()
         if not self.state_database_url:
@@ -65,9 +83,18 @@ class TxnCoordinatorSettings(ServiceSettings):
             "marker_retry_backoff_max_ms",
             "marker_request_timeout_ms",
             "marker_max_participants_per_request",
+            "max_prepared_ms",
+            "check_back_interval_ms",
+            "check_back_max_attempts",
+            "check_back_timeout_ms",
+            "check_back_sweep_interval_ms",
         ):
             if getattr(self, name) <= 0:
                 problems.append(f"{name} must be positive, got {getattr(self, name)}")
+        if self.check_back_default not in ("commit", "abort"):
+            problems.append(f"check_back_default must be commit or abort, got {self.check_back_default!r}")
+        if self.check_back_after_ms < 0:
+            problems.append(f"check_back_after_ms must not be negative, got {self.check_back_after_ms}")
         if self.completion_wait_ms < 0:
             problems.append(f"completion_wait_ms must not be negative, got {self.completion_wait_ms}")
         if self.transaction_max_timeout_ms > 2**31 - 1:

@@ -66,6 +66,7 @@ from oncelog.errors import (
 from oncelog.telemetry.metrics import OncelogMetrics, default_metrics
 from oncelog.vocabulary import ProducerIdAndEpoch, TopicPartition
 
+from .admin import skip_markers
 from .completion_waits import CompletionWaits, ParkedRequest, PreviousTransactionCompleting
 from .metadata import (
     LAST_USABLE_EPOCH,
@@ -75,6 +76,7 @@ from .metadata import (
     TxnTransition,
 )
 from .ports import Clock, EndTxnOutcome, MarkerCompletion, MarkerSink, ProducerIdSource
+from .prepared import PreparedTransactionsMixin, prepare_keep_prepared
 from .state import TransactionResult, TransactionState
 from .state_manager import TransactionDescription, TransactionStateManager, TransactionStore, TxnMetadataCacheEntry
 from .validation import (
@@ -102,7 +104,7 @@ MAX_END_TXN_WAIT_MS = 60_000
 # ---------------------------------------------------------------------------------------------- coordinator
 
 
-class TransactionCoordinator:
+class TransactionCoordinator(PreparedTransactionsMixin):
     """Handles InitProducerId, AddPartitions/AddOffsets, EndTxn, the sweepers and admin requests.
 
     Args:
@@ -192,6 +194,7 @@ class TransactionCoordinator:
         expected_epoch: int | None = None,
         *,
         max_wait_ms: int | None = None,
+        keep_prepared: bool = False,
     ) -> ProducerIdAndEpoch:
         """InitProducerId (design/kafka-semantics.md §2.3): give the caller the identity it must use, fencing older
         instances.
@@ -199,7 +202,9 @@ class TransactionCoordinator:
         ``expected_pid``/``expected_epoch`` are the caller's current identity (KIP-360); both or neither.
         Without a transactional id (idempotent producer) a fresh producer id with epoch 0 is returned.
         While the previous transaction's markers are being written the call is parked (module doc), at most
-        ``completion_wait_ms`` and ``max_wait_ms`` (the caller's remaining deadline).
+        ``completion_wait_ms`` and ``max_wait_ms`` (the caller's remaining deadline). A PREPARED transaction is
+        fenced and aborted like an Ongoing one, unless ``keep_prepared``: then it stays prepared for the new owner
+        (design/kafka-semantics.md §5.7).
 
         Raises:
             InvalidRequest: empty transactional id, or only one of the expected fields given.
@@ -221,11 +226,12 @@ class TransactionCoordinator:
             )
         expected = None if expected_pid is None or expected_epoch is None else (expected_pid, expected_epoch)
         return await self._waits.run_parked(
-            functools.partial(self._init_transactional, transactional_id, txn_timeout_ms, expected), max_wait_ms
+            functools.partial(self._init_transactional, transactional_id, txn_timeout_ms, expected, keep_prepared),
+            max_wait_ms,
         )
 
     async def _init_transactional(
-        self, transactional_id: str, txn_timeout_ms: int, expected: tuple[int, int] | None
+        self, transactional_id: str, txn_timeout_ms: int, expected: tuple[int, int] | None, keep_prepared: bool
     ) -> ProducerIdAndEpoch:
         entry = self._state.entry_for(transactional_id)
         async with self._state.lock(transactional_id):
@@ -238,7 +244,7 @@ class TransactionCoordinator:
                 # Published before the write so a concurrent InitProducerId sees the pending latch.
                 entry.txns[transactional_id] = md
             try:
-                transition = await self._prepare_init(entry, md, txn_timeout_ms, expected)
+                transition = await self._prepare_init(entry, md, txn_timeout_ms, expected, keep_prepared)
             except BaseException:
                 self._state.forget_if_unpersisted(entry, md)
                 raise
@@ -256,6 +262,7 @@ class TransactionCoordinator:
         md: TransactionMetadata,
         txn_timeout_ms: int,
         expected: tuple[int, int] | None,
+        keep_prepared: bool = False,
     ) -> TxnTransition:
         if md.pending_state is not None:
             raise ConcurrentTransactions(f"transactional id {md.transactional_id!r} has a transition in flight")
@@ -268,8 +275,10 @@ class TransactionCoordinator:
             raise self._completing(
                 md, f"transactional id {md.transactional_id!r}: markers of the last transaction are being written"
             )
-        if state is TransactionState.ONGOING:
+        if state is TransactionState.ONGOING or (state is TransactionState.PREPARED and not keep_prepared):
             return md.prepare_fence_and_abort(self._clock())
+        if state is TransactionState.PREPARED:
+            return prepare_keep_prepared(md, txn_timeout_ms, None if expected is None else expected[1], self._clock())
         if state is TransactionState.EMPTY or state.is_complete:
             expected_epoch = None if expected is None else expected[1]
             if md.is_epoch_exhausted and (expected_epoch is None or expected_epoch == md.producer_epoch):
@@ -365,6 +374,8 @@ class TransactionCoordinator:
                 raise ConcurrentTransactions(
                     f"transactional id {transactional_id!r}: the previous transition has not completed"
                 )
+            if md.state is TransactionState.PREPARED:
+                raise InvalidTxnState(f"transactional id {transactional_id!r} is prepared: nothing may be added to it")
             if md.state is TransactionState.ONGOING and partitions <= md.partitions and groups <= md.groups:
                 return  # already participants: nothing to write (Kafka's shortcut)
             transition = md.prepare_add_participants(partitions, groups, self._clock())
@@ -389,11 +400,18 @@ class TransactionCoordinator:
             InvalidTxnState: the request contradicts the state (commit after abort, commit with nothing open).
             ConcurrentTransactions: a transition is in flight or the previous transaction is completing.
         """
-        identity, _ = await self._end_txn(transactional_id, producer_id, producer_epoch, commit)
+        identity, _ = await self._end_txn(transactional_id, producer_id, producer_epoch, commit, None)
         return identity
 
     async def end_txn_and_wait(
-        self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool, max_wait_ms: int | None = None
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        commit: bool,
+        max_wait_ms: int | None = None,
+        *,
+        token: tuple[int, int] | None = None,
     ) -> EndTxnOutcome:
         """EndTxn whose reply also waits until the transaction completed: markers acknowledged, Complete* durable.
 
@@ -408,7 +426,7 @@ class TransactionCoordinator:
                 there waits again.
             OncelogError: as :meth:`end_txn`.
         """
-        identity, pending = await self._end_txn(transactional_id, producer_id, producer_epoch, commit)
+        identity, pending = await self._end_txn(transactional_id, producer_id, producer_epoch, commit, token)
         completed = True
         if pending is not None:
             entry, md, prepared, producer_id, producer_epoch = pending
@@ -419,7 +437,7 @@ class TransactionCoordinator:
         return EndTxnOutcome(identity, completed)
 
     async def _end_txn(
-        self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool
+        self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool, token: tuple[int, int] | None
     ) -> tuple[ProducerIdAndEpoch, _PendingCompletion | None]:
         """EndTxn's decision; also returns what completion to wait for, None when the transaction is complete."""
         if not transactional_id:
@@ -429,7 +447,7 @@ class TransactionCoordinator:
         async with self._state.lock(transactional_id):
             self._state.check_still_owned(entry)
             md = self._state.known(entry, transactional_id)
-            reply = end_txn_reply(md, producer_id, producer_epoch, result)
+            reply = end_txn_reply(md, producer_id, producer_epoch, result, token=token)
             if reply is not None:
                 return reply, self._pending_completion(entry, md)
             next_producer_id = NO_PRODUCER_ID
@@ -541,7 +559,7 @@ class TransactionCoordinator:
     async def abort_transaction(self, transactional_id: str) -> TransactionDescription:
         """Abort the open transaction of ``transactional_id`` on an operator's request (KIP-664).
 
-        An Ongoing transaction is fenced and aborted exactly like a timed-out one. Nothing is done when no
+        An Ongoing or PREPARED transaction is fenced and aborted exactly like a timed-out one. Nothing is done when no
         transaction is open or an abort is already under way. Hanging transactions that have no
         coordinator state at all are aborted on the storage node instead (design/kafka-semantics.md §5.4).
 
@@ -559,17 +577,12 @@ class TransactionCoordinator:
                 raise ConcurrentTransactions(f"transactional id {transactional_id!r} has a transition in flight")
             if md.state is TransactionState.PREPARE_COMMIT:
                 raise InvalidTxnState(f"transactional id {transactional_id!r} is committing; it cannot be aborted")
-            if md.state is not TransactionState.ONGOING:
+            if md.state not in (TransactionState.ONGOING, TransactionState.PREPARED):
                 return TransactionDescription.of(md)
             transition = md.prepare_fence_and_abort(self._clock())
         await self._persist(entry, md, transition)
         self._send_markers(entry, md)
-        log.info(
-            "aborted transaction of %r on request, producer id %d epoch %d",
-            transactional_id,
-            md.producer_id,
-            md.producer_epoch,
-        )
+        log.info("aborted transaction of %r on request, producer %d epoch %d", transactional_id, *client_identity(md))
         return TransactionDescription.of(md)
 
     async def skip_markers(
@@ -590,27 +603,7 @@ class TransactionCoordinator:
             TransactionalIdNotFound: the id is unknown.
             InvalidTxnState: the transaction is not completing.
         """
-        if not transactional_id:
-            raise InvalidRequest("transactional id must not be empty")
-        if not partitions and not groups:
-            raise InvalidRequest("name at least one partition or group whose marker to skip")
-        entry = self._state.entry_for(transactional_id)
-        async with self._state.lock(transactional_id):
-            md = self._state.persisted(entry, transactional_id)
-            if not md.state.is_prepare:
-                raise InvalidTxnState(
-                    f"transactional id {transactional_id!r} is {md.state.name}, not completing: no marker to skip"
-                )
-            strangers = sorted(f"{t}-{p}" for t, p in set(partitions) - md.partitions)
-            strangers += sorted(repr(g) for g in set(groups) - md.groups)
-            if strangers:
-                raise InvalidRequest(
-                    f"{', '.join(strangers)} not a participant of {transactional_id!r}; describe the transaction "
-                    "for its partitions and groups"
-                )
-            skipped = self._markers.skip(transactional_id, partitions, groups)
-        log.warning("skipped markers of %r on request: %s", transactional_id, skipped)
-        return skipped
+        return await skip_markers(self._state, self._markers, transactional_id, partitions, groups)
 
     async def _abort_ifis_timed_out(
         self, entry: TxnMetadataCacheEntry, transactional_id: str, identity: tuple[int, int], now_ms: int

@@ -50,6 +50,22 @@ class IllegalTransitionError(RuntimeError):
     """
 
 
+@dataclass(frozen=True, slots=True)
+class PreparedInfo:
+    """What a PREPARED transaction keeps besides the row (design/kafka-semantics.md §5.7).
+
+    ``epoch`` is the epoch the transaction's records were written with: with the producer id it is the token that
+    names the transaction, and it stays the same when a new instance takes the prepared transaction over (the
+    owner's epoch is bumped then, the token's is not).
+    """
+
+    epoch: int
+    prepared_at: int
+    """When PrepareTransaction was made durable (Unix ms); the check-back and ``max_prepared_ms`` count from it."""
+    check_back_address: str = ""
+    """The application's TransactionCheckService, "" when none was registered."""
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TxnTransition:
     """The complete target row of one transition; this is exactly what the store persists.
@@ -73,6 +89,8 @@ class TxnTransition:
     """Consumer groups whose offsets belong to the transaction (AddOffsetsToTxn)."""
     txn_start_timestamp: int = NO_TIMESTAMP
     txn_last_update_timestamp: int = NO_TIMESTAMP
+    prepared: PreparedInfo | None = None
+    """Set from PrepareTransaction until the transaction completes."""
 
 
 @dataclass(slots=True, kw_only=True)
@@ -96,6 +114,7 @@ class TransactionMetadata:
     groups: set[str] = field(default_factory=set)
     txn_start_timestamp: int = NO_TIMESTAMP
     txn_last_update_timestamp: int = NO_TIMESTAMP
+    prepared: PreparedInfo | None = None
     pending_state: TransactionState | None = None
 
     @classmethod
@@ -141,6 +160,7 @@ class TransactionMetadata:
             groups=frozenset(self.groups),
             txn_start_timestamp=self.txn_start_timestamp,
             txn_last_update_timestamp=self.txn_last_update_timestamp,
+            prepared=self.prepared,
         )
 
     # ------------------------------------------------------------------ prepare
@@ -172,6 +192,15 @@ class TransactionMetadata:
             )
         if epoch != self.producer_epoch and self.is_epoch_exhausted:
             raise IllegalTransitionError(f"{self.transactional_id!r}: epoch {self.producer_epoch} cannot be bumped")
+        if self.state is TransactionState.PREPARED:
+            # keep_prepared: the new owner gets the epoch, the prepared transaction (and its token) stays
+            return self._prepare(
+                TransactionState.PREPARED,
+                producer_epoch=epoch,
+                last_producer_epoch=last_epoch,
+                txn_timeout_ms=txn_timeout_ms,
+                txn_last_update_timestamp=now_ms,
+            )
         return self._prepare(
             TransactionState.EMPTY,
             producer_epoch=epoch,
@@ -219,6 +248,18 @@ class TransactionMetadata:
             txn_last_update_timestamp=now_ms,
         )
 
+    def prepare_prepared(self, now_ms: int, check_back_address: str) -> TxnTransition:
+        """PrepareTransaction: ``Ongoing`` -> ``Prepared`` with the same identity and participants (KIP-939).
+
+        The token is the current producer id and epoch; nothing else changes, so the records already written
+        belong to it, and the transaction timeout stops applying (design/kafka-semantics.md §5.7).
+        """
+        return self._prepare(
+            TransactionState.PREPARED,
+            txn_last_update_timestamp=now_ms,
+            prepared=PreparedInfo(self.producer_epoch, now_ms, check_back_address),
+        )
+
     def prepare_end_transaction(
         self, result: TransactionResult, now_ms: int, *, next_producer_id: int = NO_PRODUCER_ID
     ) -> TxnTransition:
@@ -235,7 +276,7 @@ class TransactionMetadata:
             raise IllegalTransitionError(
                 f"{self.transactional_id!r}: next producer id {next_producer_id} given at epoch {self.producer_epoch}"
             )
-        starts_transaction = self.state is not TransactionState.ONGOING
+        starts_transaction = self.state not in (TransactionState.ONGOING, TransactionState.PREPARED)
         return self._prepare(
             result.prepare_state,
             producer_epoch=self.producer_epoch + 1,
@@ -281,6 +322,7 @@ class TransactionMetadata:
             partitions=frozenset(),
             groups=frozenset(),
             txn_last_update_timestamp=now_ms,
+            prepared=None,
         )
 
     def prepare_dead(self) -> TxnTransition:
@@ -321,6 +363,7 @@ class TransactionMetadata:
         self.groups = set(transition.groups)
         self.txn_start_timestamp = transition.txn_start_timestamp
         self.txn_last_update_timestamp = transition.txn_last_update_timestamp
+        self.prepared = transition.prepared
         self.pending_state = None
 
     # ------------------------------------------------------------------ internals
@@ -362,6 +405,18 @@ class TransactionMetadata:
                 return epoch_ok and not t.partitions and not t.groups and t.txn_start_timestamp == NO_TIMESTAMP
             case TransactionState.ONGOING:
                 return same_identity and same_timeout and t.partitions >= self.partitions and t.groups >= self.groups
+            case TransactionState.PREPARED:
+                # prepared from Ongoing (same identity), or taken over by a new owner (the epoch bumped at most once)
+                kept = self.state is TransactionState.PREPARED and t.prepared == self.prepared
+                made = self.state is TransactionState.ONGOING and same_identity and same_timeout
+                return (
+                    t.prepared is not None
+                    and t.producer_id == self.producer_id
+                    and t.producer_epoch in (self.producer_epoch, self.producer_epoch + 1)
+                    and t.partitions == self.partitions
+                    and t.groups == self.groups
+                    and (kept or (made and t.prepared.epoch == self.producer_epoch))
+                )
             case TransactionState.PREPARE_COMMIT | TransactionState.PREPARE_ABORT:
                 unsure_abort = t.state is TransactionState.PREPARE_ABORT and self.state is not TransactionState.ONGOING
                 return (
@@ -399,6 +454,7 @@ __all__ = [
     "NO_PRODUCER_ID",
     "NO_TIMESTAMP",
     "IllegalTransitionError",
+    "PreparedInfo",
     "TopicPartition",
     "TransactionMetadata",
     "TxnTransition",

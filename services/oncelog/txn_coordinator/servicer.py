@@ -19,6 +19,7 @@ from oncelog.errors import InvalidRequest, UnknownTopicOrPartition
 from oncelog.vocabulary import ProducerIdAndEpoch, Role, TopicPartition
 
 from .coordinator import TransactionCoordinator
+from .prepared import PreparedToken
 from .state import TransactionState
 from .state_manager import TransactionDescription
 from .transaction_log import MAX_TRANSACTIONAL_ID_BYTES
@@ -111,8 +112,14 @@ class TransactionCoordinatorServicer(pb.TransactionCoordinatorServiceServicer):
             expected_pid,
             expected_epoch,
             max_wait_ms=_wait_budget_ms(context),
+            keep_prepared=request.keep_prepared,
         )
-        return pb.InitProducerIdResponse(producer=_identity_pb(identity))
+        response = pb.InitProducerIdResponse(producer=_identity_pb(identity))
+        if request.keep_prepared and transactional_id is not None:
+            token = self._coordinator.prepared_token(transactional_id, identity)
+            if token is not None:
+                response.prepared_transaction.CopyFrom(_token_pb(token))
+        return response
 
     async def AddPartitionsToTxn(
         self, request: pb.AddPartitionsToTxnRequest, context: object
@@ -148,12 +155,7 @@ class TransactionCoordinatorServicer(pb.TransactionCoordinatorServiceServicer):
     async def EndTxn(self, request: pb.EndTxnRequest, context: object) -> pb.EndTxnResponse:
         _check_transactional_id(request.transactional_id)
         producer = _required_producer(request)
-        if request.result == common_pb.TRANSACTION_RESULT_COMMIT:
-            commit = True
-        elif request.result == common_pb.TRANSACTION_RESULT_ABORT:
-            commit = False
-        else:
-            raise InvalidRequest("result must be TRANSACTION_RESULT_COMMIT or TRANSACTION_RESULT_ABORT")
+        commit = _commit_of(request.result)
         if request.wait_for_completion:
             outcome = await self._coordinator.end_txn_and_wait(
                 request.transactional_id,
@@ -167,6 +169,40 @@ class TransactionCoordinatorServicer(pb.TransactionCoordinatorServiceServicer):
             request.transactional_id, producer.producer_id, producer.producer_epoch, commit
         )
         return pb.EndTxnResponse(producer=_identity_pb(identity))
+
+    async def PrepareTransaction(
+        self, request: pb.PrepareTransactionRequest, context: object
+    ) -> pb.PrepareTransactionResponse:
+        _check_transactional_id(request.transactional_id)
+        producer = _required_producer(request)
+        token = await self._coordinator.prepare_transaction(
+            request.transactional_id, producer.producer_id, producer.producer_epoch, request.check_back_address
+        )
+        return pb.PrepareTransactionResponse(prepared_transaction=_token_pb(token))
+
+    async def CompleteTransaction(
+        self, request: pb.CompleteTransactionRequest, context: object
+    ) -> pb.CompleteTransactionResponse:
+        _check_transactional_id(request.transactional_id)
+        producer = _required_producer(request)
+        commit = _commit_of(request.result)
+        if not request.HasField("prepared_transaction"):
+            raise InvalidRequest("prepared_transaction (the token PrepareTransaction returned) is required")
+        token = request.prepared_transaction
+        if token.transactional_id != request.transactional_id:
+            raise InvalidRequest(
+                f"the token names transactional id {token.transactional_id!r}, the request "
+                f"{request.transactional_id!r}; complete a token with a producer of its own transactional id"
+            )
+        outcome = await self._coordinator.end_txn_and_wait(
+            request.transactional_id,
+            producer.producer_id,
+            producer.producer_epoch,
+            commit,
+            max_wait_ms=_wait_budget_ms(context) if request.wait_for_completion else 0,
+            token=(token.producer_id, token.producer_epoch),
+        )
+        return pb.CompleteTransactionResponse(producer=_identity_pb(outcome.producer), completed=outcome.completed)
 
     async def DescribeTransactions(
         self, request: pb.DescribeTransactionsRequest, context: object
@@ -199,6 +235,7 @@ class TransactionCoordinatorServicer(pb.TransactionCoordinatorServiceServicer):
                     producer_id=d.producer_id,
                     state=_state_pb(d.state),
                     transaction_start_time_ms=d.txn_start_timestamp,
+                    prepared_time_ms=d.prepared_at,
                 )
                 for d in listed
             ]
@@ -240,6 +277,8 @@ class TransactionCoordinatorServicer(pb.TransactionCoordinatorServiceServicer):
             coordinator_node_id=self._node_id,
             coordinator_epoch=self._coordinator.owned_shards.get(self._shard_for(d.transactional_id), -1),
             last_update_time_ms=d.txn_last_update_timestamp,
+            prepared_time_ms=d.prepared_at,
+            check_back_address=d.check_back_address,
         )
 
 
@@ -267,11 +306,29 @@ def _check_transactional_id(transactional_id: str) -> None:
 
 
 def _required_producer(
-    request: pb.AddPartitionsToTxnRequest | pb.AddOffsetsToTxnRequest | pb.EndTxnRequest,
+    request: pb.AddPartitionsToTxnRequest
+    | pb.AddOffsetsToTxnRequest
+    | pb.EndTxnRequest
+    | pb.PrepareTransactionRequest
+    | pb.CompleteTransactionRequest,
 ) -> common_pb.ProducerIdentity:
     if not request.HasField("producer"):
         raise InvalidRequest("producer (producer id and epoch from InitProducerId) is required")
     return request.producer
+
+
+def _commit_of(result: common_pb.TransactionResult.ValueType) -> bool:
+    if result == common_pb.TRANSACTION_RESULT_COMMIT:
+        return True
+    if result == common_pb.TRANSACTION_RESULT_ABORT:
+        return False
+    raise InvalidRequest("result must be TRANSACTION_RESULT_COMMIT or TRANSACTION_RESULT_ABORT")
+
+
+def _token_pb(token: PreparedToken) -> pb.PreparedTransaction:
+    return pb.PreparedTransaction(
+        transactional_id=token.transactional_id, producer_id=token.producer_id, producer_epoch=token.producer_epoch
+    )
 
 
 def _identity_pb(identity: ProducerIdAndEpoch) -> common_pb.ProducerIdentity:

@@ -5,13 +5,19 @@ transaction-version-2 additions, because this coordinator bumps the epoch on eve
 
 * ``EMPTY``               <- EMPTY, COMPLETE_COMMIT, COMPLETE_ABORT   (InitProducerId: bump or rotate)
 * ``ONGOING``             <- ONGOING, EMPTY, COMPLETE_COMMIT, COMPLETE_ABORT   (AddPartitions/AddOffsets)
-* ``PREPARE_COMMIT``      <- ONGOING   (EndTxn(commit); the decision is durable from here on)
-* ``PREPARE_ABORT``       <- ONGOING, PREPARE_EPOCH_FENCE, EMPTY, COMPLETE_COMMIT, COMPLETE_ABORT
-  (EndTxn(abort), fencing by InitProducerId or timeout; the last three are "abort when unsure")
+* ``PREPARED``            <- ONGOING, PREPARED   (PrepareTransaction; InitProducerId keeping it bumps the owner's epoch)
+* ``PREPARE_COMMIT``      <- ONGOING, PREPARED   (EndTxn(commit) or CompleteTransaction; durable decision from here)
+* ``PREPARE_ABORT``       <- ONGOING, PREPARED, PREPARE_EPOCH_FENCE, EMPTY, COMPLETE_COMMIT, COMPLETE_ABORT
+  (EndTxn(abort), CompleteTransaction, fencing by InitProducerId or timeout; the last three are "abort when unsure")
 * ``COMPLETE_COMMIT``     <- PREPARE_COMMIT   (every commit marker acknowledged)
 * ``COMPLETE_ABORT``      <- PREPARE_ABORT    (every abort marker acknowledged)
 * ``DEAD``                <- EMPTY, COMPLETE_COMMIT, COMPLETE_ABORT   (expiration; stored as a tombstone)
-* ``PREPARE_EPOCH_FENCE`` <- ONGOING   (transient: the epoch bump that precedes a coordinator-initiated abort)
+* ``PREPARE_EPOCH_FENCE`` <- ONGOING, PREPARED   (transient: the epoch bump that precedes a coordinator-initiated
+  abort; a PREPARED transaction is fenced only by InitProducerId without keep_prepared)
+
+``PREPARED`` is not Kafka's: it is the participant state of an external two-phase commit (KIP-939,
+design/kafka-semantics.md §5.7). The transaction timeout does not apply to it; ``max_prepared_ms`` and the
+check-back do.
 
 ``DEAD`` and ``PREPARE_EPOCH_FENCE`` are never stored as a row's state: the first becomes a deletion,
 the second is only the intermediate step of a fence-and-abort transition whose stored state is
@@ -36,6 +42,7 @@ class TransactionState(enum.Enum):
     COMPLETE_ABORT = 5
     DEAD = 6
     PREPARE_EPOCH_FENCE = 7
+    PREPARED = 8
 
     @property
     def is_prepare(self) -> bool:
@@ -56,7 +63,7 @@ class TransactionState(enum.Enum):
     @property
     def has_open_transaction(self) -> bool:
         """A transaction exists whose outcome has not reached every participant yet."""
-        return self is TransactionState.ONGOING or self in _PREPARE
+        return self in _OPEN
 
     @property
     def is_transient(self) -> bool:
@@ -90,19 +97,21 @@ _PREPARE = frozenset({_S.PREPARE_COMMIT, _S.PREPARE_ABORT})
 _COMPLETE = frozenset({_S.COMPLETE_COMMIT, _S.COMPLETE_ABORT})
 _EXPIRABLE = frozenset({_S.EMPTY, _S.COMPLETE_COMMIT, _S.COMPLETE_ABORT})
 _TRANSIENT = frozenset({_S.DEAD, _S.PREPARE_EPOCH_FENCE})
+_OPEN = frozenset({_S.ONGOING, _S.PREPARED}) | _PREPARE
 
 VALID_PREVIOUS_STATES: Mapping[TransactionState, frozenset[TransactionState]] = MappingProxyType(
     {
         _S.EMPTY: frozenset({_S.EMPTY, _S.COMPLETE_COMMIT, _S.COMPLETE_ABORT}),
         _S.ONGOING: frozenset({_S.ONGOING, _S.EMPTY, _S.COMPLETE_COMMIT, _S.COMPLETE_ABORT}),
-        _S.PREPARE_COMMIT: frozenset({_S.ONGOING}),
+        _S.PREPARED: frozenset({_S.ONGOING, _S.PREPARED}),
+        _S.PREPARE_COMMIT: frozenset({_S.ONGOING, _S.PREPARED}),
         _S.PREPARE_ABORT: frozenset(
-            {_S.ONGOING, _S.PREPARE_EPOCH_FENCE, _S.EMPTY, _S.COMPLETE_COMMIT, _S.COMPLETE_ABORT}
+            {_S.ONGOING, _S.PREPARED, _S.PREPARE_EPOCH_FENCE, _S.EMPTY, _S.COMPLETE_COMMIT, _S.COMPLETE_ABORT}
         ),
         _S.COMPLETE_COMMIT: frozenset({_S.PREPARE_COMMIT}),
         _S.COMPLETE_ABORT: frozenset({_S.PREPARE_ABORT}),
         _S.DEAD: frozenset({_S.EMPTY, _S.COMPLETE_COMMIT, _S.COMPLETE_ABORT}),
-        _S.PREPARE_EPOCH_FENCE: frozenset({_S.ONGOING}),
+        _S.PREPARE_EPOCH_FENCE: frozenset({_S.ONGOING, _S.PREPARED}),
     }
 )
 """Target state -> the states it may be entered from (design/kafka-semantics.md §2.2, with the TV2 column)."""

@@ -82,6 +82,9 @@ class TransactionDescription:
     txn_last_update_timestamp: int
     partitions: frozenset[TopicPartition]
     groups: frozenset[str]
+    prepared_at: int = -1
+    """When the transaction was prepared (two-phase commit), -1 unless it is or was prepared."""
+    check_back_address: str = ""
 
     @classmethod
     def of(cls, metadata: TransactionMetadata) -> TransactionDescription:
@@ -96,6 +99,8 @@ class TransactionDescription:
             txn_last_update_timestamp=metadata.txn_last_update_timestamp,
             partitions=frozenset(metadata.partitions),
             groups=frozenset(metadata.groups),
+            prepared_at=-1 if metadata.prepared is None else metadata.prepared.prepared_at,
+            check_back_address="" if metadata.prepared is None else metadata.prepared.check_back_address,
         )
 
 

@@ -55,7 +55,7 @@ from oncelog.errors import NotCoordinator, OncelogError, StorageUnavailable
 from oncelog.storage.sql import migrate
 from oncelog.vocabulary import TopicPartition
 
-from .metadata import TxnTransition
+from .metadata import PreparedInfo, TxnTransition
 from .state import TransactionState
 
 log = logging.getLogger(__name__)
@@ -84,6 +84,9 @@ transactions = sa.Table(
     sa.Column("group_ids", sa.JSON, nullable=False),  # sorted [group, ...]
     sa.Column("txn_start_timestamp", sa.BigInteger, nullable=False),
     sa.Column("txn_last_update_timestamp", sa.BigInteger, nullable=False),
+    # {"epoch", "prepared_at", "check_back_address"} of a prepared transaction, else NULL
+    # (design/kafka-semantics.md §5.7)
+    sa.Column("prepared", sa.JSON, nullable=True),
 )
 
 shard_epochs = sa.Table(
@@ -93,7 +96,15 @@ shard_epochs = sa.Table(
     sa.Column("coordinator_epoch", sa.Integer, nullable=False),
 )
 
-MIGRATIONS: list[Callable[[Connection], None]] = []
+
+
+def _add_prepared_column(conn: Connection) -> None:
+    """Version 1: the prepared-transaction column (a table created before two-phase commit has none)."""
+    if "prepared" not in {c["name"] for c in sa.inspect(conn).get_columns("transactions")}:
+        conn.execute(sa.text("ALTER TABLE transactions ADD COLUMN prepared JSON"))
+
+
+MIGRATIONS: list[Callable[[Connection], None]] = [_add_prepared_column]
 
 _ROW_COLUMNS = tuple(c.name for c in transactions.columns if c.name != "transactional_id")
 _PARAMETER = re.compile(r"\{(\w+)\}")
@@ -450,6 +461,15 @@ def _row_of(shard: int, t: TxnTransition) -> dict[str, Any]:
         "group_ids": json.dumps(sorted(t.groups)),
         "txn_start_timestamp": t.txn_start_timestamp,
         "txn_last_update_timestamp": t.txn_last_update_timestamp,
+        "prepared": None
+        if t.prepared is None
+        else json.dumps(
+            {
+                "epoch": t.prepared.epoch,
+                "prepared_at": t.prepared.prepared_at,
+                "check_back_address": t.prepared.check_back_address,
+            }
+        ),
     }
 
 
@@ -467,6 +487,11 @@ def _transition_of(row: Any) -> TxnTransition:
         groups=frozenset(row.group_ids),
         txn_start_timestamp=row.txn_start_timestamp,
         txn_last_update_timestamp=row.txn_last_update_timestamp,
+        prepared=None
+        if row.prepared is None
+        else PreparedInfo(
+            int(row.prepared["epoch"]), int(row.prepared["prepared_at"]), str(row.prepared["check_back_address"])
+        ),
     )
 
 

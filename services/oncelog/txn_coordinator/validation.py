@@ -29,9 +29,17 @@ from .state import TransactionResult, TransactionState
 
 
 def end_txn_reply(
-    md: TransactionMetadata, producer_id: int, producer_epoch: int, result: TransactionResult
+    md: TransactionMetadata,
+    producer_id: int,
+    producer_epoch: int,
+    result: TransactionResult,
+    *,
+    token: tuple[int, int] | None = None,
 ) -> ProducerIdAndEpoch | None:
     """Kafka's TV2 ``endTransaction`` validation: the reply to a retry, or None to prepare a decision.
+
+    ``token`` is the (producer id, epoch) of a prepared transaction a CompleteTransaction names; only such a
+    call may end a PREPARED transaction, and it may end nothing else (design/kafka-semantics.md §5.7).
 
     Raises:
         InvalidProducerIdMapping: another producer id.
@@ -70,8 +78,15 @@ def end_txn_reply(
         )
     if md.pending_state is not None:
         raise ConcurrentTransactions(f"transactional id {md.transactional_id!r} has a transition in flight")
+    if token is not None:
+        check_prepared_token(md, token, is_retry)
+    elif state is TransactionState.PREPARED:
+        raise InvalidTxnState(
+            f"transactional id {md.transactional_id!r} is prepared (two-phase commit): finish it with "
+            "complete_transaction(token), not commit/abort_transaction()"
+        )
 
-    if state is TransactionState.ONGOING:
+    if state in (TransactionState.ONGOING, TransactionState.PREPARED):
         return None
     if state.is_prepare:
         if not is_retry:
@@ -93,6 +108,29 @@ def end_txn_reply(
             return None
         raise _contradicts(md, result)
     raise IllegalTransitionError(f"transactional id {md.transactional_id!r} is cached in state {state.name}")
+
+
+def check_prepared_token(md: TransactionMetadata, token: tuple[int, int], is_retry: bool) -> None:
+    """Whether a CompleteTransaction's token names the id's prepared transaction (or one it already decided).
+
+    Raises:
+        InvalidTxnState: the token names another transaction than the one prepared, or none is prepared.
+    """
+    prepared = md.prepared
+    if prepared is not None and token == (md.producer_id, prepared.epoch):
+        return
+    tid = md.transactional_id
+    if prepared is not None:
+        raise InvalidTxnState(
+            f"transactional id {tid!r}: the token (producer id {token[0]}, epoch {token[1]}) does not name its "
+            f"prepared transaction, which is (producer id {md.producer_id}, epoch {prepared.epoch})"
+        )
+    if is_retry:
+        return  # a retried CompleteTransaction whose decision is already complete
+    raise InvalidTxnState(
+        f"transactional id {tid!r} has no prepared transaction (state {md.state.name}): the token (producer id "
+        f"{token[0]}, epoch {token[1]}) was completed already, or prepare_transaction() was never called"
+    )
 
 
 def holds_next_identity(md: TransactionMetadata, producer_id: int, producer_epoch: int) -> bool:
@@ -157,6 +195,7 @@ def _contradicts(md: TransactionMetadata, result: TransactionResult) -> OncelogE
 
 
 __all__ = [
+    "check_prepared_token",
     "client_identity",
     "end_txn_reply",
     "foreign_producer_id",

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from oncelog.client.records import ConsumerGroupMetadata, OffsetAndMetadata, TopicPartition
+from oncelog.client.records import ConsumerGroupMetadata, OffsetAndMetadata, PreparedTransaction, TopicPartition
 from oncelog.client.sender import PartitionResult, ProduceAnswer, ProduceEntry, ProduceSettings
 from oncelog.client.sequences import ProducerIdAndEpoch
 from oncelog.client.transaction_manager import CoordinatorKind, EndTxnResult
@@ -164,6 +164,7 @@ class FakeServices:
         self._next_producer_id = 1000
         self.first_epoch = 0  # the epoch of a newly allocated producer id
         self._identities: dict[str, ProducerIdAndEpoch] = {}
+        self.prepared: dict[str, PreparedTransaction] = {}  # the prepared transaction of each transactional id
 
     # -------------------------------------------------------------------------------- faults
 
@@ -299,6 +300,46 @@ class FakeServices:
         self._check_identity(transactional_id, identity)
         bumped = ProducerIdAndEpoch(identity.producer_id, identity.epoch + 1)  # KIP-890: every EndTxn bumps
         self._identities[transactional_id] = bumped
+        return EndTxnResult(bumped, completed=True)
+
+    async def init_producer_id_keeping_prepared(
+        self, address: str, transactional_id: str, transaction_timeout_ms: int, *, timeout_s: float
+    ) -> tuple[ProducerIdAndEpoch, PreparedTransaction | None]:
+        identity = await self.init_producer_id(
+            address, transactional_id, transaction_timeout_ms, expected=None, timeout_s=timeout_s
+        )
+        return identity, self.prepared.get(transactional_id)
+
+    async def prepare_transaction(
+        self,
+        address: str,
+        transactional_id: str,
+        identity: ProducerIdAndEpoch,
+        *,
+        check_back_address: str,
+        timeout_s: float,
+    ) -> PreparedTransaction:
+        self._call("PrepareTransaction", transactional_id, identity, check_back_address)
+        self._check_identity(transactional_id, identity)
+        token = PreparedTransaction(transactional_id, identity.producer_id, identity.epoch)
+        self.prepared[transactional_id] = token
+        return token
+
+    async def complete_transaction(
+        self,
+        address: str,
+        identity: ProducerIdAndEpoch,
+        token: PreparedTransaction,
+        *,
+        commit: bool,
+        wait_for_completion: bool,
+        timeout_s: float,
+    ) -> EndTxnResult:
+        self._call("CompleteTransaction", token.transactional_id, identity, token, commit)
+        self._check_identity(token.transactional_id, identity)
+        del self.prepared[token.transactional_id]
+        bumped = ProducerIdAndEpoch(identity.producer_id, identity.epoch + 1)
+        self._identities[token.transactional_id] = bumped
         return EndTxnResult(bumped, completed=True)
 
     async def txn_offset_commit(

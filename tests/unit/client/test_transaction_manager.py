@@ -10,17 +10,17 @@ import pytest
 
 from oncelog.client.accumulator import RecordAccumulator
 from oncelog.client.errors import AbortableError, IllegalStateError, ProducerFencedError, RetriableError
-from oncelog.client.records import ConsumerGroupMetadata, OffsetAndMetadata, TopicPartition
+from oncelog.client.records import ConsumerGroupMetadata, OffsetAndMetadata, PreparedTransaction, TopicPartition
 from oncelog.client.sequences import ProducerIdAndEpoch, ProducerSequences
 from oncelog.client.transaction_manager import (
     TRANSITIONS,
     CoordinatorKind,
     TransactionEvent,
-    TransactionManager,
     TransactionState,
     next_state,
 )
 from oncelog.client.transport import Deadline
+from oncelog.client.two_phase import TwoPhaseTransactionManager
 from oncelog.errors import (
     ConcurrentTransactions,
     CoordinatorNotAvailable,
@@ -50,7 +50,7 @@ class Harness:
         self.accumulator = RecordAccumulator(linger_ms=0, sequences=self.sequences)
         self.fatal: list[OncelogError] = []
         self.flushes = 0
-        self.manager = TransactionManager(
+        self.manager = TwoPhaseTransactionManager(
             transactional_id=TID,
             sequences=self.sequences,
             accumulator=self.accumulator,
@@ -82,6 +82,13 @@ class Harness:
     async def abort(self, timeout: float = 5) -> None:
         await self.manager.abort_transaction(self.flush, Deadline(timeout))
 
+    async def prepare(self, timeout: float = 5) -> None:
+        await self.manager.prepare_transaction(self.flush, Deadline(timeout), "")
+
+    async def complete(self, timeout: float = 5) -> None:
+        token = self.manager.prepared or PreparedTransaction(TID, 1, 0)
+        await self.manager.complete_transaction(token, True, Deadline(timeout), False)
+
     async def begin_with_offsets(self) -> None:
         """Open a transaction that the coordinator knows of (its group was added), so ending it calls EndTxn."""
         self.manager.begin_transaction()
@@ -112,6 +119,18 @@ async def reach(state: TransactionState) -> Harness:
         h.services.fail("EndTxn", RequestTimedOut("no answer", definite=False))
         with pytest.raises(RetriableError):
             await (h.commit(timeout=0) if state is S.COMMITTING_TRANSACTION else h.abort(timeout=0))
+    if state in (S.PREPARING_TRANSACTION, S.PREPARED_TRANSACTION, S.COMPLETING_TRANSACTION):
+        await h.begin_with_offsets()
+        if state is S.PREPARING_TRANSACTION:
+            h.services.fail("PrepareTransaction", RequestTimedOut("no answer", definite=False))
+            with pytest.raises(RetriableError):
+                await h.prepare(timeout=0)
+        else:
+            await h.prepare()
+        if state is S.COMPLETING_TRANSACTION:
+            h.services.fail("CompleteTransaction", RequestTimedOut("no answer", definite=False))
+            with pytest.raises(RetriableError):
+                await h.complete(timeout=0)
     assert h.state is state
     return h
 
@@ -137,6 +156,8 @@ OPERATIONS: dict[str, Callable[[Harness], Coroutine[Any, Any, None]]] = {
     "begin": _begin,
     "commit": lambda h: h.commit(),
     "abort": lambda h: h.abort(),
+    "prepare": lambda h: h.prepare(),
+    "complete": lambda h: h.complete(),
     "abortable_error": _abortable,
     "fatal_error": _fatal,
 }
@@ -183,8 +204,38 @@ EXPECTED: dict[TransactionState, dict[str, TransactionState | type[Exception]]] 
         "abortable_error": S.FATAL_ERROR,
     },
 }
-for _row in EXPECTED.values():
+EXPECTED[S.PREPARING_TRANSACTION] = {
+    "init": ISE,
+    "begin": ISE,
+    "commit": ISE,
+    "abort": ISE,  # the prepare may have happened: retry it, then complete
+    "abortable_error": S.ABORTABLE_ERROR,
+    "prepare": S.PREPARED_TRANSACTION,  # the retry of a prepare whose outcome was unknown
+}
+EXPECTED[S.PREPARED_TRANSACTION] = {
+    "init": ISE,
+    "begin": ISE,
+    "commit": ISE,  # only complete_transaction(token) ends a prepared transaction
+    "abort": ISE,
+    "abortable_error": S.PREPARED_TRANSACTION,  # its records are all written: nothing left to fail
+    "prepare": ISE,
+    "complete": S.READY,
+}
+EXPECTED[S.COMPLETING_TRANSACTION] = {
+    "init": ISE,
+    "begin": ISE,
+    "commit": ISE,
+    "abort": ISE,
+    "abortable_error": S.COMPLETING_TRANSACTION,
+    "prepare": ISE,
+    "complete": S.READY,  # the retry of a completion whose outcome was unknown
+}
+for _state, _row in EXPECTED.items():
     _row["fatal_error"] = S.FATAL_ERROR
+    # prepare needs something sent (the harness's IN_TRANSACTION sent nothing); a failed transaction says so
+    _failed = {S.ABORTABLE_ERROR: ABORTABLE, S.FATAL_ERROR: FENCED}.get(_state, ISE)
+    _row.setdefault("prepare", _failed)
+    _row.setdefault("complete", _failed)
 
 
 @pytest.mark.parametrize("operation", list(OPERATIONS))

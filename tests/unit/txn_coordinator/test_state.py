@@ -8,16 +8,18 @@ from oncelog.txn_coordinator.state import VALID_PREVIOUS_STATES, TransactionResu
 
 S = TransactionState
 
-# design/kafka-semantics.md §2.2, written out independently of the implementation: 2024 column plus the TV2 additions.
+# design/kafka-semantics.md §2.2, written out independently of the implementation: 2024 column plus the TV2 additions,
+# plus PREPARED (design/kafka-semantics.md §5.7): entered from Ongoing or kept by a new owner; left by a decision.
 REFERENCE_TABLE = {
     S.EMPTY: {S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT},
     S.ONGOING: {S.ONGOING, S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT},
-    S.PREPARE_COMMIT: {S.ONGOING},
-    S.PREPARE_ABORT: {S.ONGOING, S.PREPARE_EPOCH_FENCE, S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT},
+    S.PREPARED: {S.ONGOING, S.PREPARED},
+    S.PREPARE_COMMIT: {S.ONGOING, S.PREPARED},
+    S.PREPARE_ABORT: {S.ONGOING, S.PREPARED, S.PREPARE_EPOCH_FENCE, S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT},
     S.COMPLETE_COMMIT: {S.PREPARE_COMMIT},
     S.COMPLETE_ABORT: {S.PREPARE_ABORT},
     S.DEAD: {S.EMPTY, S.COMPLETE_ABORT, S.COMPLETE_COMMIT},
-    S.PREPARE_EPOCH_FENCE: {S.ONGOING},
+    S.PREPARE_EPOCH_FENCE: {S.ONGOING, S.PREPARED},
 }
 
 
@@ -36,6 +38,7 @@ def test_state_ids_are_kafkas_transaction_log_ids() -> None:
         "COMPLETE_ABORT": 5,
         "DEAD": 6,
         "PREPARE_EPOCH_FENCE": 7,
+        "PREPARED": 8,  # not Kafka's: the next free id
     }
 
 
@@ -65,6 +68,11 @@ def test_epoch_fence_only_leads_to_prepare_abort() -> None:
     assert followers == {S.PREPARE_ABORT}
 
 
+def test_prepared_leads_only_to_a_decision_a_new_owner_or_a_fence() -> None:
+    followers = {target for target in TransactionState if target.can_follow(S.PREPARED)}
+    assert followers == {S.PREPARED, S.PREPARE_COMMIT, S.PREPARE_ABORT, S.PREPARE_EPOCH_FENCE}
+
+
 def test_dead_is_terminal() -> None:
     assert not any(target.can_follow(S.DEAD) for target in TransactionState)
 
@@ -77,7 +85,12 @@ def test_expirable_states_are_those_without_open_transaction() -> None:
 def test_state_predicates() -> None:
     assert {s for s in TransactionState if s.is_prepare} == {S.PREPARE_COMMIT, S.PREPARE_ABORT}
     assert {s for s in TransactionState if s.is_complete} == {S.COMPLETE_COMMIT, S.COMPLETE_ABORT}
-    assert {s for s in TransactionState if s.has_open_transaction} == {S.ONGOING, S.PREPARE_COMMIT, S.PREPARE_ABORT}
+    assert {s for s in TransactionState if s.has_open_transaction} == {
+        S.ONGOING,
+        S.PREPARED,
+        S.PREPARE_COMMIT,
+        S.PREPARE_ABORT,
+    }
     assert {s for s in TransactionState if s.is_transient} == {S.DEAD, S.PREPARE_EPOCH_FENCE}
 
 

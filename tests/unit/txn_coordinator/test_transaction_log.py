@@ -10,9 +10,9 @@ import sqlalchemy as sa
 
 from oncelog.errors import NotCoordinator
 from oncelog.storage.sql import create_engine
-from oncelog.txn_coordinator.metadata import TxnTransition
+from oncelog.txn_coordinator.metadata import PreparedInfo, TxnTransition
 from oncelog.txn_coordinator.state import TransactionState
-from oncelog.txn_coordinator.transaction_log import TransactionLog
+from oncelog.txn_coordinator.transaction_log import TransactionLog, transactions
 
 from .rows import row, shard_of
 
@@ -61,6 +61,57 @@ async def test_every_field_survives_a_reload(store: TransactionLog, database_url
     loaded = await take_over(other, 0, 2)
     assert loaded == {"0-full": stored}
     other.engine.dispose()
+
+
+async def test_a_prepared_transaction_survives_a_reload_and_its_completion_clears_it(
+    store: TransactionLog, database_url: str
+) -> None:
+    await take_over(store, 0, 1)
+    prepared = row(
+        S.PREPARED,
+        epoch=5,
+        partitions=frozenset({("orders", 0)}),
+        txn_start_timestamp=1_000,
+        prepared=PreparedInfo(4, 1_700_000_000_000, "orders-app:7000"),
+    )
+    await store.write("0-prepared", prepared, 1)
+    other = await open_store(database_url)
+    assert await take_over(other, 0, 2) == {"0-prepared": prepared}
+    completed = row(S.COMPLETE_COMMIT, epoch=6, txn_start_timestamp=1_000)
+    await other.write("0-prepared", completed, 2)
+    assert (await take_over(other, 0, 3))["0-prepared"] == completed
+    other.engine.dispose()
+
+
+async def test_migration_adds_the_prepared_column_to_a_table_made_before_it(database_url: str) -> None:
+    engine = create_engine(database_url)
+    old = sa.MetaData()
+    sa.Table(
+        "transactions",
+        old,
+        *(
+            sa.Column(c.name, c.type, primary_key=c.primary_key, nullable=c.nullable)
+            for c in transactions.columns
+            if c.name != "prepared"
+        ),
+    )
+    old.create_all(engine)
+    with engine.begin() as conn:
+        sa.Table(
+            "schema_version",
+            old,
+            sa.Column("schema_name", sa.String(64), primary_key=True),
+            sa.Column("version", sa.Integer, nullable=False),
+        ).create(conn)
+        conn.execute(sa.text("INSERT INTO schema_version (schema_name, version) VALUES ('txn_coordinator', 0)"))
+    engine.dispose()
+    store = await open_store(database_url)
+    await take_over(store, 0, 1)
+    stored = row(S.PREPARED, partitions=frozenset({("orders", 0)}), prepared=PreparedInfo(0, 5, ""))
+    await store.write("0-t", stored, 1)
+    assert (await take_over(store, 0, 2))["0-t"] == stored
+    await store.close()
+    store.engine.dispose()
 
 
 async def test_a_later_write_replaces_the_row(store: TransactionLog) -> None:

@@ -6,6 +6,7 @@ test helpers builds a request message by hand (Temporal's Python SDK wraps its s
 * :class:`ClusterClient` — ClusterService, served by every process: nodes, topics, leaders, coordinators.
 * :class:`PidAllocatorClient` — PidAllocatorService: blocks of producer ids.
 * :class:`TransactionCoordinatorClient` — TransactionCoordinatorService: producer ids, transactions.
+* :class:`TransactionCheckClient` — TransactionCheckService, an application's check-back of prepared transactions.
 * :class:`PartitionStorageClient` — PartitionStorageService: fetch, offsets, producers, markers.
 * :class:`GroupOffsetsClient` — GroupOffsetsService: committed and transactional offsets, markers.
 
@@ -38,7 +39,14 @@ from oncelog.client.services.storage import (
     OffsetQuery,
     PartitionStorageClient,
 )
-from oncelog.client.services.transactions import EndTxnResult, TransactionCoordinatorClient, TxnMarker, TxnMarkerResult
+from oncelog.client.services.transactions import (
+    EndTxnResult,
+    InitProducerIdResult,
+    TransactionCheckClient,
+    TransactionCoordinatorClient,
+    TxnMarker,
+    TxnMarkerResult,
+)
 from oncelog.client.services.wire import ChannelSource, check_transaction_states, topic_info
 
 __all__ = [
@@ -49,6 +57,7 @@ __all__ = [
     "ClusterClient",
     "Deadline",
     "EndTxnResult",
+    "InitProducerIdResult",
     "FetchPosition",
     "FetchedPartition",
     "GroupMember",
@@ -60,6 +69,7 @@ __all__ = [
     "ProducerIdBlock",
     "Retry",
     "RetryPolicy",
+    "TransactionCheckClient",
     "TransactionCoordinatorClient",
     "TxnMarker",
     "TxnMarkerResult",

@@ -9,6 +9,7 @@ from typing import NamedTuple
 from oncelog.api.common import v1 as common_pb
 from oncelog.api.txn import v1 as txn_pb
 from oncelog.client.records import (
+    PreparedTransaction,
     TransactionDescription,
     TransactionListing,
 )
@@ -39,6 +40,14 @@ class EndTxnResult(NamedTuple):
     """Every participant had its marker before the answer (only asked for with ``wait_for_completion``)."""
 
 
+class InitProducerIdResult(NamedTuple):
+    """The answer to InitProducerId with ``keep_prepared``."""
+
+    producer: ProducerIdAndEpoch
+    prepared: PreparedTransaction | None
+    """The id's prepared transaction the caller now owns, None when there is none."""
+
+
 class TransactionCoordinatorClient(_Client):
     """TransactionCoordinatorService: producer ids, transaction state, markers (design/architecture.md §5)."""
 
@@ -64,6 +73,70 @@ class TransactionCoordinatorClient(_Client):
             request.producer.CopyFrom(_identity_pb(current))
         response = await call(self._stub(address).InitProducerId, request, timeout_s=self._timeout(timeout_s))
         return _identity(response.producer)
+
+    async def init_producer_id_keeping_prepared(
+        self,
+        address: str,
+        transactional_id: str,
+        *,
+        transaction_timeout_ms: int,
+        current: ProducerIdAndEpoch | None = None,
+        timeout_s: float | None = None,
+    ) -> InitProducerIdResult:
+        """InitProducerId that leaves a prepared transaction of the id pending and returns its token (KIP-939)."""
+        request = txn_pb.InitProducerIdRequest(
+            transactional_id=transactional_id, transaction_timeout_ms=transaction_timeout_ms, keep_prepared=True
+        )
+        if current is not None:
+            request.producer.CopyFrom(_identity_pb(current))
+        response = await call(self._stub(address).InitProducerId, request, timeout_s=self._timeout(timeout_s))
+        prepared = _token(response.prepared_transaction) if response.HasField("prepared_transaction") else None
+        return InitProducerIdResult(_identity(response.producer), prepared)
+
+    async def prepare_transaction(
+        self,
+        address: str,
+        transactional_id: str,
+        producer: ProducerIdAndEpoch,
+        *,
+        check_back_address: str = "",
+        timeout_s: float | None = None,
+    ) -> PreparedTransaction:
+        """Make the open transaction prepared (two-phase commit); returns its token."""
+        response = await call(
+            self._stub(address).PrepareTransaction,
+            txn_pb.PrepareTransactionRequest(
+                transactional_id=transactional_id,
+                producer=_identity_pb(producer),
+                check_back_address=check_back_address,
+            ),
+            timeout_s=self._timeout(timeout_s),
+        )
+        return _token(response.prepared_transaction)
+
+    async def complete_transaction(
+        self,
+        address: str,
+        producer: ProducerIdAndEpoch,
+        token: PreparedTransaction,
+        result: ControlType,
+        *,
+        wait_for_completion: bool = False,
+        timeout_s: float | None = None,
+    ) -> EndTxnResult:
+        """Commit or abort the prepared transaction ``token`` names; ``producer`` must own its transactional id."""
+        response = await call(
+            self._stub(address).CompleteTransaction,
+            txn_pb.CompleteTransactionRequest(
+                transactional_id=token.transactional_id,
+                producer=_identity_pb(producer),
+                prepared_transaction=_token_pb(token),
+                result=_RESULT_PB[result],
+                wait_for_completion=wait_for_completion,
+            ),
+            timeout_s=self._timeout(timeout_s),
+        )
+        return EndTxnResult(_identity(response.producer), response.completed)
 
     async def add_partitions_to_txn(
         self,
@@ -154,6 +227,8 @@ class TransactionCoordinatorClient(_Client):
                 coordinator_node_id=d.coordinator_node_id,
                 coordinator_epoch=d.coordinator_epoch,
                 last_update_time_ms=d.last_update_time_ms,
+                prepared_time_ms=d.prepared_time_ms,
+                check_back_address=d.check_back_address,
             )
             for d in response.transactions
         ]
@@ -184,6 +259,7 @@ class TransactionCoordinatorClient(_Client):
                 producer_id=t.producer_id,
                 state=transaction_state_name(t.state),
                 transaction_start_time_ms=t.transaction_start_time_ms,
+                prepared_time_ms=t.prepared_time_ms,
             )
             for t in response.transactions
         ]
@@ -222,6 +298,42 @@ class TransactionCoordinatorClient(_Client):
 
 
 # ------------------------------------------------------------------------------------------- markers (two services)
+
+
+_VERDICTS = {
+    txn_pb.TRANSACTION_CHECK_RESULT_COMMIT: "commit",
+    txn_pb.TRANSACTION_CHECK_RESULT_ROLLBACK: "rollback",
+}
+
+
+class TransactionCheckClient(_Client):
+    """TransactionCheckService, the application's check-back endpoint the coordinator calls
+    (design/kafka-semantics.md §5.7)."""
+
+    async def check_transaction(
+        self, address: str, token: PreparedTransaction, *, timeout_s: float | None = None
+    ) -> str:
+        """The application's verdict on a prepared transaction: ``commit``, ``rollback`` or ``unknown``
+        (UNSPECIFIED and any value this client does not know count as ``unknown``)."""
+        response = await call(
+            txn_pb.TransactionCheckServiceStub(self._channel_for(address)).CheckTransaction,
+            txn_pb.CheckTransactionRequest(
+                transactional_id=token.transactional_id,
+                prepared_transaction=_token_pb(token),
+            ),
+            timeout_s=self._timeout(timeout_s),
+        )
+        return _VERDICTS.get(response.result, "unknown")
+
+
+def _token(token: txn_pb.PreparedTransaction) -> PreparedTransaction:
+    return PreparedTransaction(token.transactional_id, token.producer_id, token.producer_epoch)
+
+
+def _token_pb(token: PreparedTransaction) -> txn_pb.PreparedTransaction:
+    return txn_pb.PreparedTransaction(
+        transactional_id=token.transactional_id, producer_id=token.producer_id, producer_epoch=token.producer_epoch
+    )
 
 
 @dataclass(frozen=True, slots=True)

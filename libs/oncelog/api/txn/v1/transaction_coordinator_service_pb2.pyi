@@ -31,10 +31,13 @@ class InitProducerIdRequest(_message.Message):
     TRANSACTIONAL_ID_FIELD_NUMBER: _builtins.int
     TRANSACTION_TIMEOUT_MS_FIELD_NUMBER: _builtins.int
     PRODUCER_FIELD_NUMBER: _builtins.int
+    KEEP_PREPARED_FIELD_NUMBER: _builtins.int
     transactional_id: _builtins.str
     """transactional_id is the user's stable id; empty asks for a fresh producer id for an idempotent-only producer."""
     transaction_timeout_ms: _builtins.int
     """transaction_timeout_ms bounds how long a transaction may stay open before the coordinator aborts it."""
+    keep_prepared: _builtins.bool
+    """keep_prepared keeps a prepared transaction of the id pending (its token is returned) instead of aborting it."""
     @_builtins.property
     def producer(self) -> _identity_pb2.ProducerIdentity:
         """producer is the caller's current (pid, epoch) when recovering (KIP-360); unset for a fresh start."""
@@ -45,10 +48,11 @@ class InitProducerIdRequest(_message.Message):
         transactional_id: _builtins.str = ...,
         transaction_timeout_ms: _builtins.int = ...,
         producer: _identity_pb2.ProducerIdentity | None = ...,
+        keep_prepared: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["producer", b"producer"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["producer", b"producer", "transaction_timeout_ms", b"transaction_timeout_ms", "transactional_id", b"transactional_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["keep_prepared", b"keep_prepared", "producer", b"producer", "transaction_timeout_ms", b"transaction_timeout_ms", "transactional_id", b"transactional_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -61,18 +65,24 @@ class InitProducerIdResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     PRODUCER_FIELD_NUMBER: _builtins.int
+    PREPARED_TRANSACTION_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def producer(self) -> _identity_pb2.ProducerIdentity:
         """producer is the (pid, epoch) to use from now on."""
+
+    @_builtins.property
+    def prepared_transaction(self) -> _transaction_pb2.PreparedTransaction:
+        """prepared_transaction is the pending prepared transaction kept by keep_prepared; unset when there is none."""
 
     def __init__(
         self,
         *,
         producer: _identity_pb2.ProducerIdentity | None = ...,
+        prepared_transaction: _transaction_pb2.PreparedTransaction | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["producer", b"producer"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["prepared_transaction", b"prepared_transaction", "producer", b"producer"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["producer", b"producer"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["prepared_transaction", b"prepared_transaction", "producer", b"producer"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -469,3 +479,129 @@ class SkipTxnMarkersResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___SkipTxnMarkersResponse: _TypeAlias = SkipTxnMarkersResponse  # noqa: Y015
+
+@_typing.final
+class PrepareTransactionRequest(_message.Message):
+    """PrepareTransactionRequest prepares the open transaction; its records must all have been written."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TRANSACTIONAL_ID_FIELD_NUMBER: _builtins.int
+    PRODUCER_FIELD_NUMBER: _builtins.int
+    CHECK_BACK_ADDRESS_FIELD_NUMBER: _builtins.int
+    transactional_id: _builtins.str
+    """transactional_id is the user's stable id."""
+    check_back_address: _builtins.str
+    """check_back_address is a TransactionCheckService to ask about the outcome if it is not completed in time."""
+    @_builtins.property
+    def producer(self) -> _identity_pb2.ProducerIdentity:
+        """producer is the caller's (pid, epoch)."""
+
+    def __init__(
+        self,
+        *,
+        transactional_id: _builtins.str = ...,
+        producer: _identity_pb2.ProducerIdentity | None = ...,
+        check_back_address: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["producer", b"producer"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["check_back_address", b"check_back_address", "producer", b"producer", "transactional_id", b"transactional_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PrepareTransactionRequest: _TypeAlias = PrepareTransactionRequest  # noqa: Y015
+
+@_typing.final
+class PrepareTransactionResponse(_message.Message):
+    """PrepareTransactionResponse carries the token that completes the prepared transaction."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PREPARED_TRANSACTION_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def prepared_transaction(self) -> _transaction_pb2.PreparedTransaction:
+        """prepared_transaction is the token; store it with the outcome it stands for (e.g. in the same database commit)."""
+
+    def __init__(
+        self,
+        *,
+        prepared_transaction: _transaction_pb2.PreparedTransaction | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["prepared_transaction", b"prepared_transaction"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["prepared_transaction", b"prepared_transaction"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PrepareTransactionResponse: _TypeAlias = PrepareTransactionResponse  # noqa: Y015
+
+@_typing.final
+class CompleteTransactionRequest(_message.Message):
+    """CompleteTransactionRequest commits or aborts the prepared transaction its token names."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TRANSACTIONAL_ID_FIELD_NUMBER: _builtins.int
+    PRODUCER_FIELD_NUMBER: _builtins.int
+    PREPARED_TRANSACTION_FIELD_NUMBER: _builtins.int
+    RESULT_FIELD_NUMBER: _builtins.int
+    WAIT_FOR_COMPLETION_FIELD_NUMBER: _builtins.int
+    transactional_id: _builtins.str
+    """transactional_id is the user's stable id."""
+    result: _marker_pb2.TransactionResult.ValueType
+    """result is COMMIT or ABORT."""
+    wait_for_completion: _builtins.bool
+    """wait_for_completion holds the reply until every marker is written and Complete* is durable, within the deadline."""
+    @_builtins.property
+    def producer(self) -> _identity_pb2.ProducerIdentity:
+        """producer is the caller's current (pid, epoch), which must own the transactional id."""
+
+    @_builtins.property
+    def prepared_transaction(self) -> _transaction_pb2.PreparedTransaction:
+        """prepared_transaction is the token PrepareTransaction (or InitProducerId with keep_prepared) returned."""
+
+    def __init__(
+        self,
+        *,
+        transactional_id: _builtins.str = ...,
+        producer: _identity_pb2.ProducerIdentity | None = ...,
+        prepared_transaction: _transaction_pb2.PreparedTransaction | None = ...,
+        result: _marker_pb2.TransactionResult.ValueType = ...,
+        wait_for_completion: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["prepared_transaction", b"prepared_transaction", "producer", b"producer"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["prepared_transaction", b"prepared_transaction", "producer", b"producer", "result", b"result", "transactional_id", b"transactional_id", "wait_for_completion", b"wait_for_completion"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CompleteTransactionRequest: _TypeAlias = CompleteTransactionRequest  # noqa: Y015
+
+@_typing.final
+class CompleteTransactionResponse(_message.Message):
+    """CompleteTransactionResponse returns the identity for the next transaction, as EndTxnResponse does."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PRODUCER_FIELD_NUMBER: _builtins.int
+    COMPLETED_FIELD_NUMBER: _builtins.int
+    completed: _builtins.bool
+    """completed is true when Complete* was durable before this reply."""
+    @_builtins.property
+    def producer(self) -> _identity_pb2.ProducerIdentity:
+        """producer is the (pid, epoch) to use for the next transaction."""
+
+    def __init__(
+        self,
+        *,
+        producer: _identity_pb2.ProducerIdentity | None = ...,
+        completed: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["producer", b"producer"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["completed", b"completed", "producer", b"producer"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CompleteTransactionResponse: _TypeAlias = CompleteTransactionResponse  # noqa: Y015

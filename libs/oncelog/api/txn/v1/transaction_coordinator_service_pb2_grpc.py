@@ -75,6 +75,16 @@ class TransactionCoordinatorServiceStub:
                 request_serializer=oncelog_dot_api_dot_txn_dot_v1_dot_transaction__coordinator__service__pb2.SkipTxnMarkersRequest.SerializeToString,
                 response_deserializer=oncelog_dot_api_dot_txn_dot_v1_dot_transaction__coordinator__service__pb2.SkipTxnMarkersResponse.FromString,
                 _registered_method=True)
+        self.PrepareTransaction = channel.unary_unary(
+                '/oncelog.api.txn.v1.TransactionCoordinatorService/PrepareTransaction',
+                request_serializer=oncelog_dot_api_dot_txn_dot_v1_dot_transaction__coordinator__service__pb2.PrepareTransactionRequest.SerializeToString,
+                response_deserializer=oncelog_dot_api_dot_txn_dot_v1_dot_transaction__coordinator__service__pb2.PrepareTransactionResponse.FromString,
+                _registered_method=True)
+        self.CompleteTransaction = channel.unary_unary(
+                '/oncelog.api.txn.v1.TransactionCoordinatorService/CompleteTransaction',
+                request_serializer=oncelog_dot_api_dot_txn_dot_v1_dot_transaction__coordinator__service__pb2.CompleteTransactionRequest.SerializeToString,
+                response_deserializer=oncelog_dot_api_dot_txn_dot_v1_dot_transaction__coordinator__service__pb2.CompleteTransactionResponse.FromString,
+                _registered_method=True)
 
 
 class TransactionCoordinatorServiceServicer:
@@ -138,6 +148,20 @@ class TransactionCoordinatorServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def PrepareTransaction(self, request, context):
+        """PrepareTransaction makes the open transaction durably prepared (two-phase commit, KIP-939) and returns its token.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CompleteTransaction(self, request, context):
+        """CompleteTransaction commits or aborts a prepared transaction named by its token.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_TransactionCoordinatorServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -180,6 +204,16 @@ def add_TransactionCoordinatorServiceServicer_to_server(servicer, server):
                     servicer.SkipTxnMarkers,
                     request_deserializer=oncelog_dot_api_dot_txn_dot_v1_dot_transaction__coordinator__service__pb2.SkipTxnMarkersRequest.FromString,
                     response_serializer=oncelog_dot_api_dot_txn_dot_v1_dot_transaction__coordinator__service__pb2.SkipTxnMarkersResponse.SerializeToString,
+            ),
+            'PrepareTransaction': grpc.unary_unary_rpc_method_handler(
+                    servicer.PrepareTransaction,
+                    request_deserializer=oncelog_dot_api_dot_txn_dot_v1_dot_transaction__coordinator__service__pb2.PrepareTransactionRequest.FromString,
+                    response_serializer=oncelog_dot_api_dot_txn_dot_v1_dot_transaction__coordinator__service__pb2.PrepareTransactionResponse.SerializeToString,
+            ),
+            'CompleteTransaction': grpc.unary_unary_rpc_method_handler(
+                    servicer.CompleteTransaction,
+                    request_deserializer=oncelog_dot_api_dot_txn_dot_v1_dot_transaction__coordinator__service__pb2.CompleteTransactionRequest.FromString,
+                    response_serializer=oncelog_dot_api_dot_txn_dot_v1_dot_transaction__coordinator__service__pb2.CompleteTransactionResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -399,6 +433,60 @@ class TransactionCoordinatorService:
             '/oncelog.api.txn.v1.TransactionCoordinatorService/SkipTxnMarkers',
             oncelog_dot_api_dot_txn_dot_v1_dot_transaction__coordinator__service__pb2.SkipTxnMarkersRequest.SerializeToString,
             oncelog_dot_api_dot_txn_dot_v1_dot_transaction__coordinator__service__pb2.SkipTxnMarkersResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PrepareTransaction(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/oncelog.api.txn.v1.TransactionCoordinatorService/PrepareTransaction',
+            oncelog_dot_api_dot_txn_dot_v1_dot_transaction__coordinator__service__pb2.PrepareTransactionRequest.SerializeToString,
+            oncelog_dot_api_dot_txn_dot_v1_dot_transaction__coordinator__service__pb2.PrepareTransactionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CompleteTransaction(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/oncelog.api.txn.v1.TransactionCoordinatorService/CompleteTransaction',
+            oncelog_dot_api_dot_txn_dot_v1_dot_transaction__coordinator__service__pb2.CompleteTransactionRequest.SerializeToString,
+            oncelog_dot_api_dot_txn_dot_v1_dot_transaction__coordinator__service__pb2.CompleteTransactionResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -51,6 +51,10 @@ class TransactionCoordinatorServiceStub:
     """SkipTxnMarkers gives up, by administrator request, on markers a participant will never accept, so a
     transaction stuck completing can finish; the skipped participants never get that transaction's marker.
     """
+    PrepareTransaction: _grpc.UnaryUnaryMultiCallable[_transaction_coordinator_service_pb2.PrepareTransactionRequest, _transaction_coordinator_service_pb2.PrepareTransactionResponse]
+    """PrepareTransaction makes the open transaction durably prepared (two-phase commit, KIP-939) and returns its token."""
+    CompleteTransaction: _grpc.UnaryUnaryMultiCallable[_transaction_coordinator_service_pb2.CompleteTransactionRequest, _transaction_coordinator_service_pb2.CompleteTransactionResponse]
+    """CompleteTransaction commits or aborts a prepared transaction named by its token."""
 
 @_typing.type_check_only
 class TransactionCoordinatorServiceAsyncStub(TransactionCoordinatorServiceStub):
@@ -75,6 +79,10 @@ class TransactionCoordinatorServiceAsyncStub(TransactionCoordinatorServiceStub):
     """SkipTxnMarkers gives up, by administrator request, on markers a participant will never accept, so a
     transaction stuck completing can finish; the skipped participants never get that transaction's marker.
     """
+    PrepareTransaction: _aio.UnaryUnaryMultiCallable[_transaction_coordinator_service_pb2.PrepareTransactionRequest, _transaction_coordinator_service_pb2.PrepareTransactionResponse]  # type: ignore[assignment]
+    """PrepareTransaction makes the open transaction durably prepared (two-phase commit, KIP-939) and returns its token."""
+    CompleteTransaction: _aio.UnaryUnaryMultiCallable[_transaction_coordinator_service_pb2.CompleteTransactionRequest, _transaction_coordinator_service_pb2.CompleteTransactionResponse]  # type: ignore[assignment]
+    """CompleteTransaction commits or aborts a prepared transaction named by its token."""
 
 class TransactionCoordinatorServiceServicer(metaclass=_abc_1.ABCMeta):
     """TransactionCoordinatorService owns transactional ids of its leased shards and drives their markers."""
@@ -144,5 +152,21 @@ class TransactionCoordinatorServiceServicer(metaclass=_abc_1.ABCMeta):
         """SkipTxnMarkers gives up, by administrator request, on markers a participant will never accept, so a
         transaction stuck completing can finish; the skipped participants never get that transaction's marker.
         """
+
+    @_abc_1.abstractmethod
+    def PrepareTransaction(
+        self,
+        request: _transaction_coordinator_service_pb2.PrepareTransactionRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_transaction_coordinator_service_pb2.PrepareTransactionResponse, _abc.Awaitable[_transaction_coordinator_service_pb2.PrepareTransactionResponse]]:
+        """PrepareTransaction makes the open transaction durably prepared (two-phase commit, KIP-939) and returns its token."""
+
+    @_abc_1.abstractmethod
+    def CompleteTransaction(
+        self,
+        request: _transaction_coordinator_service_pb2.CompleteTransactionRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_transaction_coordinator_service_pb2.CompleteTransactionResponse, _abc.Awaitable[_transaction_coordinator_service_pb2.CompleteTransactionResponse]]:
+        """CompleteTransaction commits or aborts a prepared transaction named by its token."""
 
 def add_TransactionCoordinatorServiceServicer_to_server(servicer: TransactionCoordinatorServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -25,17 +25,19 @@ _sym_db = _symbol_database.Default()
 from oncelog.api.common.v1 import partition_pb2 as oncelog_dot_api_dot_common_dot_v1_dot_partition__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n$oncelog/api/txn/v1/transaction.proto\x12\x12oncelog.api.txn.v1\x1a%oncelog/api/common/v1/partition.proto\"\xf7\x02\n\x16TransactionDescription\x12\x18\n\x10transactional_id\x18\x01 \x01(\t\x12\x33\n\x05state\x18\x02 \x01(\x0e\x32$.oncelog.api.txn.v1.TransactionState\x12\x13\n\x0bproducer_id\x18\x03 \x01(\x03\x12\x16\n\x0eproducer_epoch\x18\x04 \x01(\x05\x12\x1e\n\x16transaction_timeout_ms\x18\x05 \x01(\x05\x12!\n\x19transaction_start_time_ms\x18\x06 \x01(\x03\x12\x39\n\npartitions\x18\x07 \x03(\x0b\x32%.oncelog.api.common.v1.TopicPartition\x12\x0e\n\x06groups\x18\x08 \x03(\t\x12\x1b\n\x13\x63oordinator_node_id\x18\t \x01(\t\x12\x19\n\x11\x63oordinator_epoch\x18\n \x01(\x05\x12\x1b\n\x13last_update_time_ms\x18\x0b \x01(\x03\"\x9b\x01\n\x12TransactionListing\x12\x18\n\x10transactional_id\x18\x01 \x01(\t\x12\x13\n\x0bproducer_id\x18\x02 \x01(\x03\x12\x33\n\x05state\x18\x03 \x01(\x0e\x32$.oncelog.api.txn.v1.TransactionState\x12!\n\x19transaction_start_time_ms\x18\x04 \x01(\x03*\xd0\x02\n\x10TransactionState\x12!\n\x1dTRANSACTION_STATE_UNSPECIFIED\x10\x00\x12\x1b\n\x17TRANSACTION_STATE_EMPTY\x10\x01\x12\x1d\n\x19TRANSACTION_STATE_ONGOING\x10\x02\x12$\n TRANSACTION_STATE_PREPARE_COMMIT\x10\x03\x12#\n\x1fTRANSACTION_STATE_PREPARE_ABORT\x10\x04\x12%\n!TRANSACTION_STATE_COMPLETE_COMMIT\x10\x05\x12$\n TRANSACTION_STATE_COMPLETE_ABORT\x10\x06\x12)\n%TRANSACTION_STATE_PREPARE_EPOCH_FENCE\x10\x07\x12\x1a\n\x16TRANSACTION_STATE_DEAD\x10\x08\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n$oncelog/api/txn/v1/transaction.proto\x12\x12oncelog.api.txn.v1\x1a%oncelog/api/common/v1/partition.proto\"\xad\x03\n\x16TransactionDescription\x12\x18\n\x10transactional_id\x18\x01 \x01(\t\x12\x33\n\x05state\x18\x02 \x01(\x0e\x32$.oncelog.api.txn.v1.TransactionState\x12\x13\n\x0bproducer_id\x18\x03 \x01(\x03\x12\x16\n\x0eproducer_epoch\x18\x04 \x01(\x05\x12\x1e\n\x16transaction_timeout_ms\x18\x05 \x01(\x05\x12!\n\x19transaction_start_time_ms\x18\x06 \x01(\x03\x12\x39\n\npartitions\x18\x07 \x03(\x0b\x32%.oncelog.api.common.v1.TopicPartition\x12\x0e\n\x06groups\x18\x08 \x03(\t\x12\x1b\n\x13\x63oordinator_node_id\x18\t \x01(\t\x12\x19\n\x11\x63oordinator_epoch\x18\n \x01(\x05\x12\x1b\n\x13last_update_time_ms\x18\x0b \x01(\x03\x12\x18\n\x10prepared_time_ms\x18\x0c \x01(\x03\x12\x1a\n\x12\x63heck_back_address\x18\r \x01(\t\"\xb5\x01\n\x12TransactionListing\x12\x18\n\x10transactional_id\x18\x01 \x01(\t\x12\x13\n\x0bproducer_id\x18\x02 \x01(\x03\x12\x33\n\x05state\x18\x03 \x01(\x0e\x32$.oncelog.api.txn.v1.TransactionState\x12!\n\x19transaction_start_time_ms\x18\x04 \x01(\x03\x12\x18\n\x10prepared_time_ms\x18\x05 \x01(\x03\"\\\n\x13PreparedTransaction\x12\x18\n\x10transactional_id\x18\x01 \x01(\t\x12\x13\n\x0bproducer_id\x18\x02 \x01(\x03\x12\x16\n\x0eproducer_epoch\x18\x03 \x01(\x05*\xf0\x02\n\x10TransactionState\x12!\n\x1dTRANSACTION_STATE_UNSPECIFIED\x10\x00\x12\x1b\n\x17TRANSACTION_STATE_EMPTY\x10\x01\x12\x1d\n\x19TRANSACTION_STATE_ONGOING\x10\x02\x12$\n TRANSACTION_STATE_PREPARE_COMMIT\x10\x03\x12#\n\x1fTRANSACTION_STATE_PREPARE_ABORT\x10\x04\x12%\n!TRANSACTION_STATE_COMPLETE_COMMIT\x10\x05\x12$\n TRANSACTION_STATE_COMPLETE_ABORT\x10\x06\x12)\n%TRANSACTION_STATE_PREPARE_EPOCH_FENCE\x10\x07\x12\x1a\n\x16TRANSACTION_STATE_DEAD\x10\x08\x12\x1e\n\x1aTRANSACTION_STATE_PREPARED\x10\tb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'oncelog.api.txn.v1.transaction_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_TRANSACTIONSTATE']._serialized_start=636
-  _globals['_TRANSACTIONSTATE']._serialized_end=972
+  _globals['_TRANSACTIONSTATE']._serialized_start=810
+  _globals['_TRANSACTIONSTATE']._serialized_end=1178
   _globals['_TRANSACTIONDESCRIPTION']._serialized_start=100
-  _globals['_TRANSACTIONDESCRIPTION']._serialized_end=475
-  _globals['_TRANSACTIONLISTING']._serialized_start=478
-  _globals['_TRANSACTIONLISTING']._serialized_end=633
+  _globals['_TRANSACTIONDESCRIPTION']._serialized_end=529
+  _globals['_TRANSACTIONLISTING']._serialized_start=532
+  _globals['_TRANSACTIONLISTING']._serialized_end=713
+  _globals['_PREPAREDTRANSACTION']._serialized_start=715
+  _globals['_PREPAREDTRANSACTION']._serialized_end=807
 # @@protoc_insertion_point(module_scope)

@@ -44,6 +44,8 @@ class _TransactionStateEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Tran
     """TRANSACTION_STATE_PREPARE_EPOCH_FENCE means the coordinator is fencing the epoch before aborting."""
     TRANSACTION_STATE_DEAD: _TransactionState.ValueType  # 8
     """TRANSACTION_STATE_DEAD means the transactional id expired and is being removed."""
+    TRANSACTION_STATE_PREPARED: _TransactionState.ValueType  # 9
+    """TRANSACTION_STATE_PREPARED means the transaction is prepared (two-phase commit, KIP-939) and waits for its outcome."""
 
 class TransactionState(_TransactionState, metaclass=_TransactionStateEnumTypeWrapper):
     """TransactionState is the coordinator's state of one transactional id (Kafka's TransactionState)."""
@@ -66,6 +68,8 @@ TRANSACTION_STATE_PREPARE_EPOCH_FENCE: TransactionState.ValueType  # 7
 """TRANSACTION_STATE_PREPARE_EPOCH_FENCE means the coordinator is fencing the epoch before aborting."""
 TRANSACTION_STATE_DEAD: TransactionState.ValueType  # 8
 """TRANSACTION_STATE_DEAD means the transactional id expired and is being removed."""
+TRANSACTION_STATE_PREPARED: TransactionState.ValueType  # 9
+"""TRANSACTION_STATE_PREPARED means the transaction is prepared (two-phase commit, KIP-939) and waits for its outcome."""
 Global___TransactionState: _TypeAlias = TransactionState  # noqa: Y015
 
 @_typing.final
@@ -85,6 +89,8 @@ class TransactionDescription(_message.Message):
     COORDINATOR_NODE_ID_FIELD_NUMBER: _builtins.int
     COORDINATOR_EPOCH_FIELD_NUMBER: _builtins.int
     LAST_UPDATE_TIME_MS_FIELD_NUMBER: _builtins.int
+    PREPARED_TIME_MS_FIELD_NUMBER: _builtins.int
+    CHECK_BACK_ADDRESS_FIELD_NUMBER: _builtins.int
     transactional_id: _builtins.str
     """transactional_id is the user's stable id."""
     state: Global___TransactionState.ValueType
@@ -103,6 +109,10 @@ class TransactionDescription(_message.Message):
     """coordinator_epoch is that node's lease epoch on the shard."""
     last_update_time_ms: _builtins.int
     """last_update_time_ms is when the state last changed (Unix ms)."""
+    prepared_time_ms: _builtins.int
+    """prepared_time_ms is when the transaction was prepared (Unix ms), -1 unless it is or was prepared."""
+    check_back_address: _builtins.str
+    """check_back_address is the TransactionCheckService the coordinator asks about the prepared transaction."""
     @_builtins.property
     def partitions(self) -> _containers.RepeatedCompositeFieldContainer[_partition_pb2.TopicPartition]:
         """partitions lists the partitions added to the open or completing transaction."""
@@ -125,10 +135,12 @@ class TransactionDescription(_message.Message):
         coordinator_node_id: _builtins.str = ...,
         coordinator_epoch: _builtins.int = ...,
         last_update_time_ms: _builtins.int = ...,
+        prepared_time_ms: _builtins.int = ...,
+        check_back_address: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["coordinator_epoch", b"coordinator_epoch", "coordinator_node_id", b"coordinator_node_id", "groups", b"groups", "last_update_time_ms", b"last_update_time_ms", "partitions", b"partitions", "producer_epoch", b"producer_epoch", "producer_id", b"producer_id", "state", b"state", "transaction_start_time_ms", b"transaction_start_time_ms", "transaction_timeout_ms", b"transaction_timeout_ms", "transactional_id", b"transactional_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["check_back_address", b"check_back_address", "coordinator_epoch", b"coordinator_epoch", "coordinator_node_id", b"coordinator_node_id", "groups", b"groups", "last_update_time_ms", b"last_update_time_ms", "partitions", b"partitions", "prepared_time_ms", b"prepared_time_ms", "producer_epoch", b"producer_epoch", "producer_id", b"producer_id", "state", b"state", "transaction_start_time_ms", b"transaction_start_time_ms", "transaction_timeout_ms", b"transaction_timeout_ms", "transactional_id", b"transactional_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -144,6 +156,7 @@ class TransactionListing(_message.Message):
     PRODUCER_ID_FIELD_NUMBER: _builtins.int
     STATE_FIELD_NUMBER: _builtins.int
     TRANSACTION_START_TIME_MS_FIELD_NUMBER: _builtins.int
+    PREPARED_TIME_MS_FIELD_NUMBER: _builtins.int
     transactional_id: _builtins.str
     """transactional_id is the user's stable id."""
     producer_id: _builtins.int
@@ -152,6 +165,8 @@ class TransactionListing(_message.Message):
     """state is the current state."""
     transaction_start_time_ms: _builtins.int
     """transaction_start_time_ms is when the open transaction started (Unix ms), -1 if none."""
+    prepared_time_ms: _builtins.int
+    """prepared_time_ms is when the transaction was prepared (Unix ms), -1 unless it is or was prepared."""
     def __init__(
         self,
         *,
@@ -159,11 +174,42 @@ class TransactionListing(_message.Message):
         producer_id: _builtins.int = ...,
         state: Global___TransactionState.ValueType = ...,
         transaction_start_time_ms: _builtins.int = ...,
+        prepared_time_ms: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["producer_id", b"producer_id", "state", b"state", "transaction_start_time_ms", b"transaction_start_time_ms", "transactional_id", b"transactional_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["prepared_time_ms", b"prepared_time_ms", "producer_id", b"producer_id", "state", b"state", "transaction_start_time_ms", b"transaction_start_time_ms", "transactional_id", b"transactional_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___TransactionListing: _TypeAlias = TransactionListing  # noqa: Y015
+
+@_typing.final
+class PreparedTransaction(_message.Message):
+    """PreparedTransaction is the token of a prepared transaction: the identity its records were written with."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TRANSACTIONAL_ID_FIELD_NUMBER: _builtins.int
+    PRODUCER_ID_FIELD_NUMBER: _builtins.int
+    PRODUCER_EPOCH_FIELD_NUMBER: _builtins.int
+    transactional_id: _builtins.str
+    """transactional_id is the user's stable id."""
+    producer_id: _builtins.int
+    """producer_id is the producer id the transaction's records carry."""
+    producer_epoch: _builtins.int
+    """producer_epoch is the epoch the transaction's records carry (the epoch it was prepared with)."""
+    def __init__(
+        self,
+        *,
+        transactional_id: _builtins.str = ...,
+        producer_id: _builtins.int = ...,
+        producer_epoch: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["producer_epoch", b"producer_epoch", "producer_id", b"producer_id", "transactional_id", b"transactional_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PreparedTransaction: _TypeAlias = PreparedTransaction  # noqa: Y015

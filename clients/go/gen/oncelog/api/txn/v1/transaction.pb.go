@@ -46,6 +46,8 @@ const (
 	TransactionState_TRANSACTION_STATE_PREPARE_EPOCH_FENCE TransactionState = 7
 	// TRANSACTION_STATE_DEAD means the transactional id expired and is being removed.
 	TransactionState_TRANSACTION_STATE_DEAD TransactionState = 8
+	// TRANSACTION_STATE_PREPARED means the transaction is prepared (two-phase commit, KIP-939) and waits for its outcome.
+	TransactionState_TRANSACTION_STATE_PREPARED TransactionState = 9
 )
 
 // Enum value maps for TransactionState.
@@ -60,6 +62,7 @@ var (
 		6: "TRANSACTION_STATE_COMPLETE_ABORT",
 		7: "TRANSACTION_STATE_PREPARE_EPOCH_FENCE",
 		8: "TRANSACTION_STATE_DEAD",
+		9: "TRANSACTION_STATE_PREPARED",
 	}
 	TransactionState_value = map[string]int32{
 		"TRANSACTION_STATE_UNSPECIFIED":         0,
@@ -71,6 +74,7 @@ var (
 		"TRANSACTION_STATE_COMPLETE_ABORT":      6,
 		"TRANSACTION_STATE_PREPARE_EPOCH_FENCE": 7,
 		"TRANSACTION_STATE_DEAD":                8,
+		"TRANSACTION_STATE_PREPARED":            9,
 	}
 )
 
@@ -126,6 +130,10 @@ type TransactionDescription struct {
 	CoordinatorEpoch int32 `protobuf:"varint,10,opt,name=coordinator_epoch,json=coordinatorEpoch,proto3" json:"coordinator_epoch,omitempty"`
 	// last_update_time_ms is when the state last changed (Unix ms).
 	LastUpdateTimeMs int64 `protobuf:"varint,11,opt,name=last_update_time_ms,json=lastUpdateTimeMs,proto3" json:"last_update_time_ms,omitempty"`
+	// prepared_time_ms is when the transaction was prepared (Unix ms), -1 unless it is or was prepared.
+	PreparedTimeMs int64 `protobuf:"varint,12,opt,name=prepared_time_ms,json=preparedTimeMs,proto3" json:"prepared_time_ms,omitempty"`
+	// check_back_address is the TransactionCheckService the coordinator asks about the prepared transaction.
+	CheckBackAddress string `protobuf:"bytes,13,opt,name=check_back_address,json=checkBackAddress,proto3" json:"check_back_address,omitempty"`
 	unknownFields    protoimpl.UnknownFields
 	sizeCache        protoimpl.SizeCache
 }
@@ -237,6 +245,20 @@ func (x *TransactionDescription) GetLastUpdateTimeMs() int64 {
 	return 0
 }
 
+func (x *TransactionDescription) GetPreparedTimeMs() int64 {
+	if x != nil {
+		return x.PreparedTimeMs
+	}
+	return 0
+}
+
+func (x *TransactionDescription) GetCheckBackAddress() string {
+	if x != nil {
+		return x.CheckBackAddress
+	}
+	return ""
+}
+
 // TransactionListing is one row of ListTransactions.
 type TransactionListing struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -248,8 +270,10 @@ type TransactionListing struct {
 	State TransactionState `protobuf:"varint,3,opt,name=state,proto3,enum=oncelog.api.txn.v1.TransactionState" json:"state,omitempty"`
 	// transaction_start_time_ms is when the open transaction started (Unix ms), -1 if none.
 	TransactionStartTimeMs int64 `protobuf:"varint,4,opt,name=transaction_start_time_ms,json=transactionStartTimeMs,proto3" json:"transaction_start_time_ms,omitempty"`
-	unknownFields          protoimpl.UnknownFields
-	sizeCache              protoimpl.SizeCache
+	// prepared_time_ms is when the transaction was prepared (Unix ms), -1 unless it is or was prepared.
+	PreparedTimeMs int64 `protobuf:"varint,5,opt,name=prepared_time_ms,json=preparedTimeMs,proto3" json:"prepared_time_ms,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *TransactionListing) Reset() {
@@ -310,11 +334,82 @@ func (x *TransactionListing) GetTransactionStartTimeMs() int64 {
 	return 0
 }
 
+func (x *TransactionListing) GetPreparedTimeMs() int64 {
+	if x != nil {
+		return x.PreparedTimeMs
+	}
+	return 0
+}
+
+// PreparedTransaction is the token of a prepared transaction: the identity its records were written with.
+type PreparedTransaction struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// transactional_id is the user's stable id.
+	TransactionalId string `protobuf:"bytes,1,opt,name=transactional_id,json=transactionalId,proto3" json:"transactional_id,omitempty"`
+	// producer_id is the producer id the transaction's records carry.
+	ProducerId int64 `protobuf:"varint,2,opt,name=producer_id,json=producerId,proto3" json:"producer_id,omitempty"`
+	// producer_epoch is the epoch the transaction's records carry (the epoch it was prepared with).
+	ProducerEpoch int32 `protobuf:"varint,3,opt,name=producer_epoch,json=producerEpoch,proto3" json:"producer_epoch,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PreparedTransaction) Reset() {
+	*x = PreparedTransaction{}
+	mi := &file_oncelog_api_txn_v1_transaction_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PreparedTransaction) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PreparedTransaction) ProtoMessage() {}
+
+func (x *PreparedTransaction) ProtoReflect() protoreflect.Message {
+	mi := &file_oncelog_api_txn_v1_transaction_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PreparedTransaction.ProtoReflect.Descriptor instead.
+func (*PreparedTransaction) Descriptor() ([]byte, []int) {
+	return file_oncelog_api_txn_v1_transaction_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *PreparedTransaction) GetTransactionalId() string {
+	if x != nil {
+		return x.TransactionalId
+	}
+	return ""
+}
+
+func (x *PreparedTransaction) GetProducerId() int64 {
+	if x != nil {
+		return x.ProducerId
+	}
+	return 0
+}
+
+func (x *PreparedTransaction) GetProducerEpoch() int32 {
+	if x != nil {
+		return x.ProducerEpoch
+	}
+	return 0
+}
+
 var File_oncelog_api_txn_v1_transaction_proto protoreflect.FileDescriptor
 
 const file_oncelog_api_txn_v1_transaction_proto_rawDesc = "" +
 	"\n" +
-	"$oncelog/api/txn/v1/transaction.proto\x12\x12oncelog.api.txn.v1\x1a%oncelog/api/common/v1/partition.proto\"\xa3\x04\n" +
+	"$oncelog/api/txn/v1/transaction.proto\x12\x12oncelog.api.txn.v1\x1a%oncelog/api/common/v1/partition.proto\"\xfb\x04\n" +
 	"\x16TransactionDescription\x12)\n" +
 	"\x10transactional_id\x18\x01 \x01(\tR\x0ftransactionalId\x12:\n" +
 	"\x05state\x18\x02 \x01(\x0e2$.oncelog.api.txn.v1.TransactionStateR\x05state\x12\x1f\n" +
@@ -330,13 +425,21 @@ const file_oncelog_api_txn_v1_transaction_proto_rawDesc = "" +
 	"\x13coordinator_node_id\x18\t \x01(\tR\x11coordinatorNodeId\x12+\n" +
 	"\x11coordinator_epoch\x18\n" +
 	" \x01(\x05R\x10coordinatorEpoch\x12-\n" +
-	"\x13last_update_time_ms\x18\v \x01(\x03R\x10lastUpdateTimeMs\"\xd7\x01\n" +
+	"\x13last_update_time_ms\x18\v \x01(\x03R\x10lastUpdateTimeMs\x12(\n" +
+	"\x10prepared_time_ms\x18\f \x01(\x03R\x0epreparedTimeMs\x12,\n" +
+	"\x12check_back_address\x18\r \x01(\tR\x10checkBackAddress\"\x81\x02\n" +
 	"\x12TransactionListing\x12)\n" +
 	"\x10transactional_id\x18\x01 \x01(\tR\x0ftransactionalId\x12\x1f\n" +
 	"\vproducer_id\x18\x02 \x01(\x03R\n" +
 	"producerId\x12:\n" +
 	"\x05state\x18\x03 \x01(\x0e2$.oncelog.api.txn.v1.TransactionStateR\x05state\x129\n" +
-	"\x19transaction_start_time_ms\x18\x04 \x01(\x03R\x16transactionStartTimeMs*\xd0\x02\n" +
+	"\x19transaction_start_time_ms\x18\x04 \x01(\x03R\x16transactionStartTimeMs\x12(\n" +
+	"\x10prepared_time_ms\x18\x05 \x01(\x03R\x0epreparedTimeMs\"\x88\x01\n" +
+	"\x13PreparedTransaction\x12)\n" +
+	"\x10transactional_id\x18\x01 \x01(\tR\x0ftransactionalId\x12\x1f\n" +
+	"\vproducer_id\x18\x02 \x01(\x03R\n" +
+	"producerId\x12%\n" +
+	"\x0eproducer_epoch\x18\x03 \x01(\x05R\rproducerEpoch*\xf0\x02\n" +
 	"\x10TransactionState\x12!\n" +
 	"\x1dTRANSACTION_STATE_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17TRANSACTION_STATE_EMPTY\x10\x01\x12\x1d\n" +
@@ -346,7 +449,8 @@ const file_oncelog_api_txn_v1_transaction_proto_rawDesc = "" +
 	"!TRANSACTION_STATE_COMPLETE_COMMIT\x10\x05\x12$\n" +
 	" TRANSACTION_STATE_COMPLETE_ABORT\x10\x06\x12)\n" +
 	"%TRANSACTION_STATE_PREPARE_EPOCH_FENCE\x10\a\x12\x1a\n" +
-	"\x16TRANSACTION_STATE_DEAD\x10\bb\x06proto3"
+	"\x16TRANSACTION_STATE_DEAD\x10\b\x12\x1e\n" +
+	"\x1aTRANSACTION_STATE_PREPARED\x10\tb\x06proto3"
 
 var (
 	file_oncelog_api_txn_v1_transaction_proto_rawDescOnce sync.Once
@@ -361,16 +465,17 @@ func file_oncelog_api_txn_v1_transaction_proto_rawDescGZIP() []byte {
 }
 
 var file_oncelog_api_txn_v1_transaction_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_oncelog_api_txn_v1_transaction_proto_msgTypes = make([]protoimpl.MessageInfo, 2)
+var file_oncelog_api_txn_v1_transaction_proto_msgTypes = make([]protoimpl.MessageInfo, 3)
 var file_oncelog_api_txn_v1_transaction_proto_goTypes = []any{
 	(TransactionState)(0),          // 0: oncelog.api.txn.v1.TransactionState
 	(*TransactionDescription)(nil), // 1: oncelog.api.txn.v1.TransactionDescription
 	(*TransactionListing)(nil),     // 2: oncelog.api.txn.v1.TransactionListing
-	(*v1.TopicPartition)(nil),      // 3: oncelog.api.common.v1.TopicPartition
+	(*PreparedTransaction)(nil),    // 3: oncelog.api.txn.v1.PreparedTransaction
+	(*v1.TopicPartition)(nil),      // 4: oncelog.api.common.v1.TopicPartition
 }
 var file_oncelog_api_txn_v1_transaction_proto_depIdxs = []int32{
 	0, // 0: oncelog.api.txn.v1.TransactionDescription.state:type_name -> oncelog.api.txn.v1.TransactionState
-	3, // 1: oncelog.api.txn.v1.TransactionDescription.partitions:type_name -> oncelog.api.common.v1.TopicPartition
+	4, // 1: oncelog.api.txn.v1.TransactionDescription.partitions:type_name -> oncelog.api.common.v1.TopicPartition
 	0, // 2: oncelog.api.txn.v1.TransactionListing.state:type_name -> oncelog.api.txn.v1.TransactionState
 	3, // [3:3] is the sub-list for method output_type
 	3, // [3:3] is the sub-list for method input_type
@@ -390,7 +495,7 @@ func file_oncelog_api_txn_v1_transaction_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_oncelog_api_txn_v1_transaction_proto_rawDesc), len(file_oncelog_api_txn_v1_transaction_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   2,
+			NumMessages:   3,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

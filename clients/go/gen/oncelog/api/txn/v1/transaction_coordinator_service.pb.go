@@ -32,7 +32,9 @@ type InitProducerIdRequest struct {
 	// transaction_timeout_ms bounds how long a transaction may stay open before the coordinator aborts it.
 	TransactionTimeoutMs int32 `protobuf:"varint,2,opt,name=transaction_timeout_ms,json=transactionTimeoutMs,proto3" json:"transaction_timeout_ms,omitempty"`
 	// producer is the caller's current (pid, epoch) when recovering (KIP-360); unset for a fresh start.
-	Producer      *v1.ProducerIdentity `protobuf:"bytes,3,opt,name=producer,proto3" json:"producer,omitempty"`
+	Producer *v1.ProducerIdentity `protobuf:"bytes,3,opt,name=producer,proto3" json:"producer,omitempty"`
+	// keep_prepared keeps a prepared transaction of the id pending (its token is returned) instead of aborting it.
+	KeepPrepared  bool `protobuf:"varint,4,opt,name=keep_prepared,json=keepPrepared,proto3" json:"keep_prepared,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -88,13 +90,22 @@ func (x *InitProducerIdRequest) GetProducer() *v1.ProducerIdentity {
 	return nil
 }
 
+func (x *InitProducerIdRequest) GetKeepPrepared() bool {
+	if x != nil {
+		return x.KeepPrepared
+	}
+	return false
+}
+
 // InitProducerIdResponse carries the identity the producer must stamp on its writes.
 type InitProducerIdResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// producer is the (pid, epoch) to use from now on.
-	Producer      *v1.ProducerIdentity `protobuf:"bytes,1,opt,name=producer,proto3" json:"producer,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Producer *v1.ProducerIdentity `protobuf:"bytes,1,opt,name=producer,proto3" json:"producer,omitempty"`
+	// prepared_transaction is the pending prepared transaction kept by keep_prepared; unset when there is none.
+	PreparedTransaction *PreparedTransaction `protobuf:"bytes,2,opt,name=prepared_transaction,json=preparedTransaction,proto3" json:"prepared_transaction,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *InitProducerIdResponse) Reset() {
@@ -130,6 +141,13 @@ func (*InitProducerIdResponse) Descriptor() ([]byte, []int) {
 func (x *InitProducerIdResponse) GetProducer() *v1.ProducerIdentity {
 	if x != nil {
 		return x.Producer
+	}
+	return nil
+}
+
+func (x *InitProducerIdResponse) GetPreparedTransaction() *PreparedTransaction {
+	if x != nil {
+		return x.PreparedTransaction
 	}
 	return nil
 }
@@ -895,17 +913,266 @@ func (x *SkipTxnMarkersResponse) GetGroups() []string {
 	return nil
 }
 
+// PrepareTransactionRequest prepares the open transaction; its records must all have been written.
+type PrepareTransactionRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// transactional_id is the user's stable id.
+	TransactionalId string `protobuf:"bytes,1,opt,name=transactional_id,json=transactionalId,proto3" json:"transactional_id,omitempty"`
+	// producer is the caller's (pid, epoch).
+	Producer *v1.ProducerIdentity `protobuf:"bytes,2,opt,name=producer,proto3" json:"producer,omitempty"`
+	// check_back_address is a TransactionCheckService to ask about the outcome if it is not completed in time.
+	CheckBackAddress string `protobuf:"bytes,3,opt,name=check_back_address,json=checkBackAddress,proto3" json:"check_back_address,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *PrepareTransactionRequest) Reset() {
+	*x = PrepareTransactionRequest{}
+	mi := &file_oncelog_api_txn_v1_transaction_coordinator_service_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PrepareTransactionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PrepareTransactionRequest) ProtoMessage() {}
+
+func (x *PrepareTransactionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_oncelog_api_txn_v1_transaction_coordinator_service_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PrepareTransactionRequest.ProtoReflect.Descriptor instead.
+func (*PrepareTransactionRequest) Descriptor() ([]byte, []int) {
+	return file_oncelog_api_txn_v1_transaction_coordinator_service_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *PrepareTransactionRequest) GetTransactionalId() string {
+	if x != nil {
+		return x.TransactionalId
+	}
+	return ""
+}
+
+func (x *PrepareTransactionRequest) GetProducer() *v1.ProducerIdentity {
+	if x != nil {
+		return x.Producer
+	}
+	return nil
+}
+
+func (x *PrepareTransactionRequest) GetCheckBackAddress() string {
+	if x != nil {
+		return x.CheckBackAddress
+	}
+	return ""
+}
+
+// PrepareTransactionResponse carries the token that completes the prepared transaction.
+type PrepareTransactionResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// prepared_transaction is the token; store it with the outcome it stands for (e.g. in the same database commit).
+	PreparedTransaction *PreparedTransaction `protobuf:"bytes,1,opt,name=prepared_transaction,json=preparedTransaction,proto3" json:"prepared_transaction,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
+}
+
+func (x *PrepareTransactionResponse) Reset() {
+	*x = PrepareTransactionResponse{}
+	mi := &file_oncelog_api_txn_v1_transaction_coordinator_service_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PrepareTransactionResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PrepareTransactionResponse) ProtoMessage() {}
+
+func (x *PrepareTransactionResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_oncelog_api_txn_v1_transaction_coordinator_service_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PrepareTransactionResponse.ProtoReflect.Descriptor instead.
+func (*PrepareTransactionResponse) Descriptor() ([]byte, []int) {
+	return file_oncelog_api_txn_v1_transaction_coordinator_service_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *PrepareTransactionResponse) GetPreparedTransaction() *PreparedTransaction {
+	if x != nil {
+		return x.PreparedTransaction
+	}
+	return nil
+}
+
+// CompleteTransactionRequest commits or aborts the prepared transaction its token names.
+type CompleteTransactionRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// transactional_id is the user's stable id.
+	TransactionalId string `protobuf:"bytes,1,opt,name=transactional_id,json=transactionalId,proto3" json:"transactional_id,omitempty"`
+	// producer is the caller's current (pid, epoch), which must own the transactional id.
+	Producer *v1.ProducerIdentity `protobuf:"bytes,2,opt,name=producer,proto3" json:"producer,omitempty"`
+	// prepared_transaction is the token PrepareTransaction (or InitProducerId with keep_prepared) returned.
+	PreparedTransaction *PreparedTransaction `protobuf:"bytes,3,opt,name=prepared_transaction,json=preparedTransaction,proto3" json:"prepared_transaction,omitempty"`
+	// result is COMMIT or ABORT.
+	Result v1.TransactionResult `protobuf:"varint,4,opt,name=result,proto3,enum=oncelog.api.common.v1.TransactionResult" json:"result,omitempty"`
+	// wait_for_completion holds the reply until every marker is written and Complete* is durable, within the deadline.
+	WaitForCompletion bool `protobuf:"varint,5,opt,name=wait_for_completion,json=waitForCompletion,proto3" json:"wait_for_completion,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *CompleteTransactionRequest) Reset() {
+	*x = CompleteTransactionRequest{}
+	mi := &file_oncelog_api_txn_v1_transaction_coordinator_service_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CompleteTransactionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CompleteTransactionRequest) ProtoMessage() {}
+
+func (x *CompleteTransactionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_oncelog_api_txn_v1_transaction_coordinator_service_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CompleteTransactionRequest.ProtoReflect.Descriptor instead.
+func (*CompleteTransactionRequest) Descriptor() ([]byte, []int) {
+	return file_oncelog_api_txn_v1_transaction_coordinator_service_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *CompleteTransactionRequest) GetTransactionalId() string {
+	if x != nil {
+		return x.TransactionalId
+	}
+	return ""
+}
+
+func (x *CompleteTransactionRequest) GetProducer() *v1.ProducerIdentity {
+	if x != nil {
+		return x.Producer
+	}
+	return nil
+}
+
+func (x *CompleteTransactionRequest) GetPreparedTransaction() *PreparedTransaction {
+	if x != nil {
+		return x.PreparedTransaction
+	}
+	return nil
+}
+
+func (x *CompleteTransactionRequest) GetResult() v1.TransactionResult {
+	if x != nil {
+		return x.Result
+	}
+	return v1.TransactionResult(0)
+}
+
+func (x *CompleteTransactionRequest) GetWaitForCompletion() bool {
+	if x != nil {
+		return x.WaitForCompletion
+	}
+	return false
+}
+
+// CompleteTransactionResponse returns the identity for the next transaction, as EndTxnResponse does.
+type CompleteTransactionResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// producer is the (pid, epoch) to use for the next transaction.
+	Producer *v1.ProducerIdentity `protobuf:"bytes,1,opt,name=producer,proto3" json:"producer,omitempty"`
+	// completed is true when Complete* was durable before this reply.
+	Completed     bool `protobuf:"varint,2,opt,name=completed,proto3" json:"completed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CompleteTransactionResponse) Reset() {
+	*x = CompleteTransactionResponse{}
+	mi := &file_oncelog_api_txn_v1_transaction_coordinator_service_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CompleteTransactionResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CompleteTransactionResponse) ProtoMessage() {}
+
+func (x *CompleteTransactionResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_oncelog_api_txn_v1_transaction_coordinator_service_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CompleteTransactionResponse.ProtoReflect.Descriptor instead.
+func (*CompleteTransactionResponse) Descriptor() ([]byte, []int) {
+	return file_oncelog_api_txn_v1_transaction_coordinator_service_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *CompleteTransactionResponse) GetProducer() *v1.ProducerIdentity {
+	if x != nil {
+		return x.Producer
+	}
+	return nil
+}
+
+func (x *CompleteTransactionResponse) GetCompleted() bool {
+	if x != nil {
+		return x.Completed
+	}
+	return false
+}
+
 var File_oncelog_api_txn_v1_transaction_coordinator_service_proto protoreflect.FileDescriptor
 
 const file_oncelog_api_txn_v1_transaction_coordinator_service_proto_rawDesc = "" +
 	"\n" +
-	"8oncelog/api/txn/v1/transaction_coordinator_service.proto\x12\x12oncelog.api.txn.v1\x1a$oncelog/api/common/v1/identity.proto\x1a\"oncelog/api/common/v1/marker.proto\x1a%oncelog/api/common/v1/partition.proto\x1a$oncelog/api/txn/v1/transaction.proto\"\xbd\x01\n" +
+	"8oncelog/api/txn/v1/transaction_coordinator_service.proto\x12\x12oncelog.api.txn.v1\x1a$oncelog/api/common/v1/identity.proto\x1a\"oncelog/api/common/v1/marker.proto\x1a%oncelog/api/common/v1/partition.proto\x1a$oncelog/api/txn/v1/transaction.proto\"\xe2\x01\n" +
 	"\x15InitProducerIdRequest\x12)\n" +
 	"\x10transactional_id\x18\x01 \x01(\tR\x0ftransactionalId\x124\n" +
 	"\x16transaction_timeout_ms\x18\x02 \x01(\x05R\x14transactionTimeoutMs\x12C\n" +
-	"\bproducer\x18\x03 \x01(\v2'.oncelog.api.common.v1.ProducerIdentityR\bproducer\"]\n" +
+	"\bproducer\x18\x03 \x01(\v2'.oncelog.api.common.v1.ProducerIdentityR\bproducer\x12#\n" +
+	"\rkeep_prepared\x18\x04 \x01(\bR\fkeepPrepared\"\xb9\x01\n" +
 	"\x16InitProducerIdResponse\x12C\n" +
-	"\bproducer\x18\x01 \x01(\v2'.oncelog.api.common.v1.ProducerIdentityR\bproducer\"\xd2\x01\n" +
+	"\bproducer\x18\x01 \x01(\v2'.oncelog.api.common.v1.ProducerIdentityR\bproducer\x12Z\n" +
+	"\x14prepared_transaction\x18\x02 \x01(\v2'.oncelog.api.txn.v1.PreparedTransactionR\x13preparedTransaction\"\xd2\x01\n" +
 	"\x19AddPartitionsToTxnRequest\x12)\n" +
 	"\x10transactional_id\x18\x01 \x01(\tR\x0ftransactionalId\x12C\n" +
 	"\bproducer\x18\x02 \x01(\v2'.oncelog.api.common.v1.ProducerIdentityR\bproducer\x12E\n" +
@@ -954,7 +1221,22 @@ const file_oncelog_api_txn_v1_transaction_coordinator_service_proto_rawDesc = ""
 	"\n" +
 	"partitions\x18\x01 \x03(\v2%.oncelog.api.common.v1.TopicPartitionR\n" +
 	"partitions\x12\x16\n" +
-	"\x06groups\x18\x02 \x03(\tR\x06groups2\xfc\x06\n" +
+	"\x06groups\x18\x02 \x03(\tR\x06groups\"\xb9\x01\n" +
+	"\x19PrepareTransactionRequest\x12)\n" +
+	"\x10transactional_id\x18\x01 \x01(\tR\x0ftransactionalId\x12C\n" +
+	"\bproducer\x18\x02 \x01(\v2'.oncelog.api.common.v1.ProducerIdentityR\bproducer\x12,\n" +
+	"\x12check_back_address\x18\x03 \x01(\tR\x10checkBackAddress\"x\n" +
+	"\x1aPrepareTransactionResponse\x12Z\n" +
+	"\x14prepared_transaction\x18\x01 \x01(\v2'.oncelog.api.txn.v1.PreparedTransactionR\x13preparedTransaction\"\xda\x02\n" +
+	"\x1aCompleteTransactionRequest\x12)\n" +
+	"\x10transactional_id\x18\x01 \x01(\tR\x0ftransactionalId\x12C\n" +
+	"\bproducer\x18\x02 \x01(\v2'.oncelog.api.common.v1.ProducerIdentityR\bproducer\x12Z\n" +
+	"\x14prepared_transaction\x18\x03 \x01(\v2'.oncelog.api.txn.v1.PreparedTransactionR\x13preparedTransaction\x12@\n" +
+	"\x06result\x18\x04 \x01(\x0e2(.oncelog.api.common.v1.TransactionResultR\x06result\x12.\n" +
+	"\x13wait_for_completion\x18\x05 \x01(\bR\x11waitForCompletion\"\x80\x01\n" +
+	"\x1bCompleteTransactionResponse\x12C\n" +
+	"\bproducer\x18\x01 \x01(\v2'.oncelog.api.common.v1.ProducerIdentityR\bproducer\x12\x1c\n" +
+	"\tcompleted\x18\x02 \x01(\bR\tcompleted2\xe9\b\n" +
 	"\x1dTransactionCoordinatorService\x12g\n" +
 	"\x0eInitProducerId\x12).oncelog.api.txn.v1.InitProducerIdRequest\x1a*.oncelog.api.txn.v1.InitProducerIdResponse\x12s\n" +
 	"\x12AddPartitionsToTxn\x12-.oncelog.api.txn.v1.AddPartitionsToTxnRequest\x1a..oncelog.api.txn.v1.AddPartitionsToTxnResponse\x12j\n" +
@@ -963,7 +1245,9 @@ const file_oncelog_api_txn_v1_transaction_coordinator_service_proto_rawDesc = ""
 	"\x14DescribeTransactions\x12/.oncelog.api.txn.v1.DescribeTransactionsRequest\x1a0.oncelog.api.txn.v1.DescribeTransactionsResponse\x12m\n" +
 	"\x10ListTransactions\x12+.oncelog.api.txn.v1.ListTransactionsRequest\x1a,.oncelog.api.txn.v1.ListTransactionsResponse\x12m\n" +
 	"\x10AbortTransaction\x12+.oncelog.api.txn.v1.AbortTransactionRequest\x1a,.oncelog.api.txn.v1.AbortTransactionResponse\x12g\n" +
-	"\x0eSkipTxnMarkers\x12).oncelog.api.txn.v1.SkipTxnMarkersRequest\x1a*.oncelog.api.txn.v1.SkipTxnMarkersResponseb\x06proto3"
+	"\x0eSkipTxnMarkers\x12).oncelog.api.txn.v1.SkipTxnMarkersRequest\x1a*.oncelog.api.txn.v1.SkipTxnMarkersResponse\x12s\n" +
+	"\x12PrepareTransaction\x12-.oncelog.api.txn.v1.PrepareTransactionRequest\x1a..oncelog.api.txn.v1.PrepareTransactionResponse\x12v\n" +
+	"\x13CompleteTransaction\x12..oncelog.api.txn.v1.CompleteTransactionRequest\x1a/.oncelog.api.txn.v1.CompleteTransactionResponseb\x06proto3"
 
 var (
 	file_oncelog_api_txn_v1_transaction_coordinator_service_proto_rawDescOnce sync.Once
@@ -977,7 +1261,7 @@ func file_oncelog_api_txn_v1_transaction_coordinator_service_proto_rawDescGZIP()
 	return file_oncelog_api_txn_v1_transaction_coordinator_service_proto_rawDescData
 }
 
-var file_oncelog_api_txn_v1_transaction_coordinator_service_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
+var file_oncelog_api_txn_v1_transaction_coordinator_service_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_oncelog_api_txn_v1_transaction_coordinator_service_proto_goTypes = []any{
 	(*InitProducerIdRequest)(nil),        // 0: oncelog.api.txn.v1.InitProducerIdRequest
 	(*InitProducerIdResponse)(nil),       // 1: oncelog.api.txn.v1.InitProducerIdResponse
@@ -995,50 +1279,66 @@ var file_oncelog_api_txn_v1_transaction_coordinator_service_proto_goTypes = []an
 	(*AbortTransactionResponse)(nil),     // 13: oncelog.api.txn.v1.AbortTransactionResponse
 	(*SkipTxnMarkersRequest)(nil),        // 14: oncelog.api.txn.v1.SkipTxnMarkersRequest
 	(*SkipTxnMarkersResponse)(nil),       // 15: oncelog.api.txn.v1.SkipTxnMarkersResponse
-	(*v1.ProducerIdentity)(nil),          // 16: oncelog.api.common.v1.ProducerIdentity
-	(*v1.TopicPartition)(nil),            // 17: oncelog.api.common.v1.TopicPartition
-	(v1.TransactionResult)(0),            // 18: oncelog.api.common.v1.TransactionResult
-	(*TransactionDescription)(nil),       // 19: oncelog.api.txn.v1.TransactionDescription
-	(TransactionState)(0),                // 20: oncelog.api.txn.v1.TransactionState
-	(*TransactionListing)(nil),           // 21: oncelog.api.txn.v1.TransactionListing
+	(*PrepareTransactionRequest)(nil),    // 16: oncelog.api.txn.v1.PrepareTransactionRequest
+	(*PrepareTransactionResponse)(nil),   // 17: oncelog.api.txn.v1.PrepareTransactionResponse
+	(*CompleteTransactionRequest)(nil),   // 18: oncelog.api.txn.v1.CompleteTransactionRequest
+	(*CompleteTransactionResponse)(nil),  // 19: oncelog.api.txn.v1.CompleteTransactionResponse
+	(*v1.ProducerIdentity)(nil),          // 20: oncelog.api.common.v1.ProducerIdentity
+	(*PreparedTransaction)(nil),          // 21: oncelog.api.txn.v1.PreparedTransaction
+	(*v1.TopicPartition)(nil),            // 22: oncelog.api.common.v1.TopicPartition
+	(v1.TransactionResult)(0),            // 23: oncelog.api.common.v1.TransactionResult
+	(*TransactionDescription)(nil),       // 24: oncelog.api.txn.v1.TransactionDescription
+	(TransactionState)(0),                // 25: oncelog.api.txn.v1.TransactionState
+	(*TransactionListing)(nil),           // 26: oncelog.api.txn.v1.TransactionListing
 }
 var file_oncelog_api_txn_v1_transaction_coordinator_service_proto_depIdxs = []int32{
-	16, // 0: oncelog.api.txn.v1.InitProducerIdRequest.producer:type_name -> oncelog.api.common.v1.ProducerIdentity
-	16, // 1: oncelog.api.txn.v1.InitProducerIdResponse.producer:type_name -> oncelog.api.common.v1.ProducerIdentity
-	16, // 2: oncelog.api.txn.v1.AddPartitionsToTxnRequest.producer:type_name -> oncelog.api.common.v1.ProducerIdentity
-	17, // 3: oncelog.api.txn.v1.AddPartitionsToTxnRequest.partitions:type_name -> oncelog.api.common.v1.TopicPartition
-	17, // 4: oncelog.api.txn.v1.AddPartitionsToTxnResponse.partitions:type_name -> oncelog.api.common.v1.TopicPartition
-	16, // 5: oncelog.api.txn.v1.AddOffsetsToTxnRequest.producer:type_name -> oncelog.api.common.v1.ProducerIdentity
-	16, // 6: oncelog.api.txn.v1.EndTxnRequest.producer:type_name -> oncelog.api.common.v1.ProducerIdentity
-	18, // 7: oncelog.api.txn.v1.EndTxnRequest.result:type_name -> oncelog.api.common.v1.TransactionResult
-	16, // 8: oncelog.api.txn.v1.EndTxnResponse.producer:type_name -> oncelog.api.common.v1.ProducerIdentity
-	19, // 9: oncelog.api.txn.v1.DescribeTransactionsResponse.transactions:type_name -> oncelog.api.txn.v1.TransactionDescription
-	20, // 10: oncelog.api.txn.v1.ListTransactionsRequest.states:type_name -> oncelog.api.txn.v1.TransactionState
-	21, // 11: oncelog.api.txn.v1.ListTransactionsResponse.transactions:type_name -> oncelog.api.txn.v1.TransactionListing
-	16, // 12: oncelog.api.txn.v1.AbortTransactionResponse.producer:type_name -> oncelog.api.common.v1.ProducerIdentity
-	17, // 13: oncelog.api.txn.v1.SkipTxnMarkersRequest.partitions:type_name -> oncelog.api.common.v1.TopicPartition
-	17, // 14: oncelog.api.txn.v1.SkipTxnMarkersResponse.partitions:type_name -> oncelog.api.common.v1.TopicPartition
-	0,  // 15: oncelog.api.txn.v1.TransactionCoordinatorService.InitProducerId:input_type -> oncelog.api.txn.v1.InitProducerIdRequest
-	2,  // 16: oncelog.api.txn.v1.TransactionCoordinatorService.AddPartitionsToTxn:input_type -> oncelog.api.txn.v1.AddPartitionsToTxnRequest
-	4,  // 17: oncelog.api.txn.v1.TransactionCoordinatorService.AddOffsetsToTxn:input_type -> oncelog.api.txn.v1.AddOffsetsToTxnRequest
-	6,  // 18: oncelog.api.txn.v1.TransactionCoordinatorService.EndTxn:input_type -> oncelog.api.txn.v1.EndTxnRequest
-	8,  // 19: oncelog.api.txn.v1.TransactionCoordinatorService.DescribeTransactions:input_type -> oncelog.api.txn.v1.DescribeTransactionsRequest
-	10, // 20: oncelog.api.txn.v1.TransactionCoordinatorService.ListTransactions:input_type -> oncelog.api.txn.v1.ListTransactionsRequest
-	12, // 21: oncelog.api.txn.v1.TransactionCoordinatorService.AbortTransaction:input_type -> oncelog.api.txn.v1.AbortTransactionRequest
-	14, // 22: oncelog.api.txn.v1.TransactionCoordinatorService.SkipTxnMarkers:input_type -> oncelog.api.txn.v1.SkipTxnMarkersRequest
-	1,  // 23: oncelog.api.txn.v1.TransactionCoordinatorService.InitProducerId:output_type -> oncelog.api.txn.v1.InitProducerIdResponse
-	3,  // 24: oncelog.api.txn.v1.TransactionCoordinatorService.AddPartitionsToTxn:output_type -> oncelog.api.txn.v1.AddPartitionsToTxnResponse
-	5,  // 25: oncelog.api.txn.v1.TransactionCoordinatorService.AddOffsetsToTxn:output_type -> oncelog.api.txn.v1.AddOffsetsToTxnResponse
-	7,  // 26: oncelog.api.txn.v1.TransactionCoordinatorService.EndTxn:output_type -> oncelog.api.txn.v1.EndTxnResponse
-	9,  // 27: oncelog.api.txn.v1.TransactionCoordinatorService.DescribeTransactions:output_type -> oncelog.api.txn.v1.DescribeTransactionsResponse
-	11, // 28: oncelog.api.txn.v1.TransactionCoordinatorService.ListTransactions:output_type -> oncelog.api.txn.v1.ListTransactionsResponse
-	13, // 29: oncelog.api.txn.v1.TransactionCoordinatorService.AbortTransaction:output_type -> oncelog.api.txn.v1.AbortTransactionResponse
-	15, // 30: oncelog.api.txn.v1.TransactionCoordinatorService.SkipTxnMarkers:output_type -> oncelog.api.txn.v1.SkipTxnMarkersResponse
-	23, // [23:31] is the sub-list for method output_type
-	15, // [15:23] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	20, // 0: oncelog.api.txn.v1.InitProducerIdRequest.producer:type_name -> oncelog.api.common.v1.ProducerIdentity
+	20, // 1: oncelog.api.txn.v1.InitProducerIdResponse.producer:type_name -> oncelog.api.common.v1.ProducerIdentity
+	21, // 2: oncelog.api.txn.v1.InitProducerIdResponse.prepared_transaction:type_name -> oncelog.api.txn.v1.PreparedTransaction
+	20, // 3: oncelog.api.txn.v1.AddPartitionsToTxnRequest.producer:type_name -> oncelog.api.common.v1.ProducerIdentity
+	22, // 4: oncelog.api.txn.v1.AddPartitionsToTxnRequest.partitions:type_name -> oncelog.api.common.v1.TopicPartition
+	22, // 5: oncelog.api.txn.v1.AddPartitionsToTxnResponse.partitions:type_name -> oncelog.api.common.v1.TopicPartition
+	20, // 6: oncelog.api.txn.v1.AddOffsetsToTxnRequest.producer:type_name -> oncelog.api.common.v1.ProducerIdentity
+	20, // 7: oncelog.api.txn.v1.EndTxnRequest.producer:type_name -> oncelog.api.common.v1.ProducerIdentity
+	23, // 8: oncelog.api.txn.v1.EndTxnRequest.result:type_name -> oncelog.api.common.v1.TransactionResult
+	20, // 9: oncelog.api.txn.v1.EndTxnResponse.producer:type_name -> oncelog.api.common.v1.ProducerIdentity
+	24, // 10: oncelog.api.txn.v1.DescribeTransactionsResponse.transactions:type_name -> oncelog.api.txn.v1.TransactionDescription
+	25, // 11: oncelog.api.txn.v1.ListTransactionsRequest.states:type_name -> oncelog.api.txn.v1.TransactionState
+	26, // 12: oncelog.api.txn.v1.ListTransactionsResponse.transactions:type_name -> oncelog.api.txn.v1.TransactionListing
+	20, // 13: oncelog.api.txn.v1.AbortTransactionResponse.producer:type_name -> oncelog.api.common.v1.ProducerIdentity
+	22, // 14: oncelog.api.txn.v1.SkipTxnMarkersRequest.partitions:type_name -> oncelog.api.common.v1.TopicPartition
+	22, // 15: oncelog.api.txn.v1.SkipTxnMarkersResponse.partitions:type_name -> oncelog.api.common.v1.TopicPartition
+	20, // 16: oncelog.api.txn.v1.PrepareTransactionRequest.producer:type_name -> oncelog.api.common.v1.ProducerIdentity
+	21, // 17: oncelog.api.txn.v1.PrepareTransactionResponse.prepared_transaction:type_name -> oncelog.api.txn.v1.PreparedTransaction
+	20, // 18: oncelog.api.txn.v1.CompleteTransactionRequest.producer:type_name -> oncelog.api.common.v1.ProducerIdentity
+	21, // 19: oncelog.api.txn.v1.CompleteTransactionRequest.prepared_transaction:type_name -> oncelog.api.txn.v1.PreparedTransaction
+	23, // 20: oncelog.api.txn.v1.CompleteTransactionRequest.result:type_name -> oncelog.api.common.v1.TransactionResult
+	20, // 21: oncelog.api.txn.v1.CompleteTransactionResponse.producer:type_name -> oncelog.api.common.v1.ProducerIdentity
+	0,  // 22: oncelog.api.txn.v1.TransactionCoordinatorService.InitProducerId:input_type -> oncelog.api.txn.v1.InitProducerIdRequest
+	2,  // 23: oncelog.api.txn.v1.TransactionCoordinatorService.AddPartitionsToTxn:input_type -> oncelog.api.txn.v1.AddPartitionsToTxnRequest
+	4,  // 24: oncelog.api.txn.v1.TransactionCoordinatorService.AddOffsetsToTxn:input_type -> oncelog.api.txn.v1.AddOffsetsToTxnRequest
+	6,  // 25: oncelog.api.txn.v1.TransactionCoordinatorService.EndTxn:input_type -> oncelog.api.txn.v1.EndTxnRequest
+	8,  // 26: oncelog.api.txn.v1.TransactionCoordinatorService.DescribeTransactions:input_type -> oncelog.api.txn.v1.DescribeTransactionsRequest
+	10, // 27: oncelog.api.txn.v1.TransactionCoordinatorService.ListTransactions:input_type -> oncelog.api.txn.v1.ListTransactionsRequest
+	12, // 28: oncelog.api.txn.v1.TransactionCoordinatorService.AbortTransaction:input_type -> oncelog.api.txn.v1.AbortTransactionRequest
+	14, // 29: oncelog.api.txn.v1.TransactionCoordinatorService.SkipTxnMarkers:input_type -> oncelog.api.txn.v1.SkipTxnMarkersRequest
+	16, // 30: oncelog.api.txn.v1.TransactionCoordinatorService.PrepareTransaction:input_type -> oncelog.api.txn.v1.PrepareTransactionRequest
+	18, // 31: oncelog.api.txn.v1.TransactionCoordinatorService.CompleteTransaction:input_type -> oncelog.api.txn.v1.CompleteTransactionRequest
+	1,  // 32: oncelog.api.txn.v1.TransactionCoordinatorService.InitProducerId:output_type -> oncelog.api.txn.v1.InitProducerIdResponse
+	3,  // 33: oncelog.api.txn.v1.TransactionCoordinatorService.AddPartitionsToTxn:output_type -> oncelog.api.txn.v1.AddPartitionsToTxnResponse
+	5,  // 34: oncelog.api.txn.v1.TransactionCoordinatorService.AddOffsetsToTxn:output_type -> oncelog.api.txn.v1.AddOffsetsToTxnResponse
+	7,  // 35: oncelog.api.txn.v1.TransactionCoordinatorService.EndTxn:output_type -> oncelog.api.txn.v1.EndTxnResponse
+	9,  // 36: oncelog.api.txn.v1.TransactionCoordinatorService.DescribeTransactions:output_type -> oncelog.api.txn.v1.DescribeTransactionsResponse
+	11, // 37: oncelog.api.txn.v1.TransactionCoordinatorService.ListTransactions:output_type -> oncelog.api.txn.v1.ListTransactionsResponse
+	13, // 38: oncelog.api.txn.v1.TransactionCoordinatorService.AbortTransaction:output_type -> oncelog.api.txn.v1.AbortTransactionResponse
+	15, // 39: oncelog.api.txn.v1.TransactionCoordinatorService.SkipTxnMarkers:output_type -> oncelog.api.txn.v1.SkipTxnMarkersResponse
+	17, // 40: oncelog.api.txn.v1.TransactionCoordinatorService.PrepareTransaction:output_type -> oncelog.api.txn.v1.PrepareTransactionResponse
+	19, // 41: oncelog.api.txn.v1.TransactionCoordinatorService.CompleteTransaction:output_type -> oncelog.api.txn.v1.CompleteTransactionResponse
+	32, // [32:42] is the sub-list for method output_type
+	22, // [22:32] is the sub-list for method input_type
+	22, // [22:22] is the sub-list for extension type_name
+	22, // [22:22] is the sub-list for extension extendee
+	0,  // [0:22] is the sub-list for field type_name
 }
 
 func init() { file_oncelog_api_txn_v1_transaction_coordinator_service_proto_init() }
@@ -1053,7 +1353,7 @@ func file_oncelog_api_txn_v1_transaction_coordinator_service_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_oncelog_api_txn_v1_transaction_coordinator_service_proto_rawDesc), len(file_oncelog_api_txn_v1_transaction_coordinator_service_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   16,
+			NumMessages:   20,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -29,6 +29,8 @@ const (
 	TransactionCoordinatorService_ListTransactions_FullMethodName     = "/oncelog.api.txn.v1.TransactionCoordinatorService/ListTransactions"
 	TransactionCoordinatorService_AbortTransaction_FullMethodName     = "/oncelog.api.txn.v1.TransactionCoordinatorService/AbortTransaction"
 	TransactionCoordinatorService_SkipTxnMarkers_FullMethodName       = "/oncelog.api.txn.v1.TransactionCoordinatorService/SkipTxnMarkers"
+	TransactionCoordinatorService_PrepareTransaction_FullMethodName   = "/oncelog.api.txn.v1.TransactionCoordinatorService/PrepareTransaction"
+	TransactionCoordinatorService_CompleteTransaction_FullMethodName  = "/oncelog.api.txn.v1.TransactionCoordinatorService/CompleteTransaction"
 )
 
 // TransactionCoordinatorServiceClient is the client API for TransactionCoordinatorService service.
@@ -54,6 +56,10 @@ type TransactionCoordinatorServiceClient interface {
 	// SkipTxnMarkers gives up, by administrator request, on markers a participant will never accept, so a
 	// transaction stuck completing can finish; the skipped participants never get that transaction's marker.
 	SkipTxnMarkers(ctx context.Context, in *SkipTxnMarkersRequest, opts ...grpc.CallOption) (*SkipTxnMarkersResponse, error)
+	// PrepareTransaction makes the open transaction durably prepared (two-phase commit, KIP-939) and returns its token.
+	PrepareTransaction(ctx context.Context, in *PrepareTransactionRequest, opts ...grpc.CallOption) (*PrepareTransactionResponse, error)
+	// CompleteTransaction commits or aborts a prepared transaction named by its token.
+	CompleteTransaction(ctx context.Context, in *CompleteTransactionRequest, opts ...grpc.CallOption) (*CompleteTransactionResponse, error)
 }
 
 type transactionCoordinatorServiceClient struct {
@@ -144,6 +150,26 @@ func (c *transactionCoordinatorServiceClient) SkipTxnMarkers(ctx context.Context
 	return out, nil
 }
 
+func (c *transactionCoordinatorServiceClient) PrepareTransaction(ctx context.Context, in *PrepareTransactionRequest, opts ...grpc.CallOption) (*PrepareTransactionResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PrepareTransactionResponse)
+	err := c.cc.Invoke(ctx, TransactionCoordinatorService_PrepareTransaction_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *transactionCoordinatorServiceClient) CompleteTransaction(ctx context.Context, in *CompleteTransactionRequest, opts ...grpc.CallOption) (*CompleteTransactionResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CompleteTransactionResponse)
+	err := c.cc.Invoke(ctx, TransactionCoordinatorService_CompleteTransaction_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // TransactionCoordinatorServiceServer is the server API for TransactionCoordinatorService service.
 // All implementations must embed UnimplementedTransactionCoordinatorServiceServer
 // for forward compatibility.
@@ -167,6 +193,10 @@ type TransactionCoordinatorServiceServer interface {
 	// SkipTxnMarkers gives up, by administrator request, on markers a participant will never accept, so a
 	// transaction stuck completing can finish; the skipped participants never get that transaction's marker.
 	SkipTxnMarkers(context.Context, *SkipTxnMarkersRequest) (*SkipTxnMarkersResponse, error)
+	// PrepareTransaction makes the open transaction durably prepared (two-phase commit, KIP-939) and returns its token.
+	PrepareTransaction(context.Context, *PrepareTransactionRequest) (*PrepareTransactionResponse, error)
+	// CompleteTransaction commits or aborts a prepared transaction named by its token.
+	CompleteTransaction(context.Context, *CompleteTransactionRequest) (*CompleteTransactionResponse, error)
 	mustEmbedUnimplementedTransactionCoordinatorServiceServer()
 }
 
@@ -200,6 +230,12 @@ func (UnimplementedTransactionCoordinatorServiceServer) AbortTransaction(context
 }
 func (UnimplementedTransactionCoordinatorServiceServer) SkipTxnMarkers(context.Context, *SkipTxnMarkersRequest) (*SkipTxnMarkersResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method SkipTxnMarkers not implemented")
+}
+func (UnimplementedTransactionCoordinatorServiceServer) PrepareTransaction(context.Context, *PrepareTransactionRequest) (*PrepareTransactionResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method PrepareTransaction not implemented")
+}
+func (UnimplementedTransactionCoordinatorServiceServer) CompleteTransaction(context.Context, *CompleteTransactionRequest) (*CompleteTransactionResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CompleteTransaction not implemented")
 }
 func (UnimplementedTransactionCoordinatorServiceServer) mustEmbedUnimplementedTransactionCoordinatorServiceServer() {
 }
@@ -367,6 +403,42 @@ func _TransactionCoordinatorService_SkipTxnMarkers_Handler(srv interface{}, ctx 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _TransactionCoordinatorService_PrepareTransaction_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PrepareTransactionRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TransactionCoordinatorServiceServer).PrepareTransaction(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: TransactionCoordinatorService_PrepareTransaction_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TransactionCoordinatorServiceServer).PrepareTransaction(ctx, req.(*PrepareTransactionRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _TransactionCoordinatorService_CompleteTransaction_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CompleteTransactionRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TransactionCoordinatorServiceServer).CompleteTransaction(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: TransactionCoordinatorService_CompleteTransaction_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TransactionCoordinatorServiceServer).CompleteTransaction(ctx, req.(*CompleteTransactionRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // TransactionCoordinatorService_ServiceDesc is the grpc.ServiceDesc for TransactionCoordinatorService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -405,6 +477,14 @@ var TransactionCoordinatorService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "SkipTxnMarkers",
 			Handler:    _TransactionCoordinatorService_SkipTxnMarkers_Handler,
+		},
+		{
+			MethodName: "PrepareTransaction",
+			Handler:    _TransactionCoordinatorService_PrepareTransaction_Handler,
+		},
+		{
+			MethodName: "CompleteTransaction",
+			Handler:    _TransactionCoordinatorService_CompleteTransaction_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
