@@ -238,8 +238,12 @@ class GroupCoordinator:
         """Answer a heartbeat that changes nothing without blocking, or None when it needs :meth:`handle_heartbeat`.
 
         For callers on an event loop: it takes no lock that a slow operation may hold, reads no store and writes
-        nothing, so the common heartbeat costs no thread hop (design/consumer-groups.md §8).
+        nothing, so the common heartbeat costs no thread hop (design/consumer-groups.md §5.1).
+
+        Raises:
+            InvalidRequest, InvalidRegularExpression, UnsupportedAssignor: as :meth:`heartbeat`.
         """
+        request = self._validated(request)  # bad input gets the same precise error on the fast path
         group_id = request.group_id
         if request.member_epoch <= JOIN_EPOCH or request.regex or group_id in self._staged:
             return None

@@ -11,13 +11,14 @@ from __future__ import annotations
 import tempfile
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from oncelog.catalog import shard_for
-from oncelog.errors import StorageUnavailable, UnknownMemberId
+from oncelog.errors import InvalidRequest, StorageUnavailable, UnknownMemberId, UnsupportedAssignor
 from oncelog.group_offsets.group_coordinator import GroupCoordinator, HeartbeatRequest, HeartbeatResponse
 from oncelog.group_offsets.offset_manager import ShardFence, ShardFenced, TopicPartition
 from oncelog.group_offsets.offset_store import SqlOffsetStore
@@ -124,6 +125,11 @@ def test_a_steady_heartbeat_waits_for_nothing_and_writes_nothing(store: Counting
     assert durable is None and answer.assignment == member.assignment
     assert groups.steady_heartbeat(request) == answer
     assert store.writes == writes
+    # the fast path refuses bad input as precisely as the full one
+    with pytest.raises(UnsupportedAssignor):
+        groups.steady_heartbeat(replace(request, assignor="roundrobin"))
+    with pytest.raises(InvalidRequest):
+        groups.steady_heartbeat(replace(request, owned=frozenset({TopicPartition("", 0)})))
 
 
 def test_a_failed_write_answers_none_of_its_heartbeats_and_the_group_is_read_again(store: CountingStore) -> None:
