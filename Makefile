@@ -6,7 +6,7 @@ EXTRAS ?= dev,postgres,spark
 STAMP := $(VENV)/.installed-$(shell echo "$(EXTRAS)" | tr ',' '-')
 PYTEST_ARGS ?=
 
-.PHONY: torture run demo cluster test test-repeat dev gen-protos record-vectors api-docs check-protos lint typecheck bench clean venv
+.PHONY: torture mutants run demo cluster test test-repeat dev gen-protos record-vectors api-docs check-protos lint typecheck bench clean venv
 
 venv: $(STAMP)
 
@@ -47,7 +47,11 @@ test-repeat: $(STAMP)
 
 ## torture: 30 minutes of `oncelog torture` with every fault kind (history and report in .oncelog-torture/)
 torture: $(STAMP)
-	$(VENV)/bin/oncelog torture --minutes 30 --nemesis kill,pause,partition,flaky,disk
+	$(VENV)/bin/oncelog torture --minutes 30 --nemesis kill,pause,partition,flaky,disk,fsync,zombie,lag-kill
+
+## mutants: the mutation campaign: every deliberate bug of oncelog.torture.mutants must fail a torture run within 5 runs
+mutants: $(STAMP)
+	$(PY) -m pytest -m campaign -v tests/integration/test_torture_mutants.py
 
 ## gen-protos: regenerate the committed Python and Go code from proto/ (the Go plugins come from the Go module proxy)
 gen-protos: $(STAMP)

@@ -26,7 +26,7 @@ def _run(tmp_path: Path, **overrides: object) -> TortureResult:
 def test_bounded_run_under_kill_pause_and_partition_finds_no_anomaly(tmp_path: Path) -> None:
     result = _run(
         tmp_path,
-        seconds=40,
+        seconds=30,
         nemesis=("kill", "pause", "partition"),
         quiet_s=2,
         gap_s=1,

@@ -25,7 +25,8 @@ def torture(
     nemesis: str = typer.Option(
         "kill,pause,partition",
         "--nemesis",
-        help="faults, comma-separated: kill, pause, partition, flaky, disk, catalog (PostgreSQL only); none",
+        help="faults, comma-separated: kill, pause, partition, flaky, disk, fsync, zombie, lag-kill, catalog"
+        " (PostgreSQL only); none",
     ),
     workloads: str = typer.Option(
         "append,idem,bank,ctp,abandon,readers",

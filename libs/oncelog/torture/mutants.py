@@ -28,10 +28,10 @@ XOPTION = "oncelog_mutant"
 
 MUTANTS: dict[str, str] = {
     "skip-dedup": "partition storage appends a retried idempotent batch again instead of answering its first offset",
-    "ack-before-fsync": "partition storage acknowledges acks=all writes before the followers have them (HW not waited)",
+    "ack-before-durable": "partition storage acknowledges writes before they are fsynced and on the in-sync replicas",
     "marker-one-partition": "the coordinator writes a transaction's commit marker to only the first partition",
     "lso-ignores-open": "the last stable offset ignores open transactions (read_committed sees uncommitted data)",
-    "serve-above-hw": "fetches return records above the high watermark to consumers",
+    "serve-above-hw": "read_uncommitted fetches return records above the high watermark",
     "offsets-outside-txn": "transactional offset commits become visible at once, not with the commit marker",
     "no-epoch-check": "partition storage accepts produce requests of a fenced (older) producer epoch",
     "abort-as-commit": "the coordinator writes COMMIT markers for aborted transactions",

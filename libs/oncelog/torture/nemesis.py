@@ -4,8 +4,12 @@ Kinds (design/torture.md §3.2): ``kill`` (SIGKILL one process, restart it after
 (SIGSTOP, then SIGCONT: a process that wakes up believing it still leads), ``partition`` (isolate one process
 through the proxies, both ways or one way), ``flaky`` (drop a share of the chunks on the clients' links to
 storage: replies lost after the write applied, so producers retry), ``disk`` (SIGKILL a storage node, delete its
-data directory, restart it empty: it must copy everything back from its replicas) and ``catalog``
-(restart the PostgreSQL catalog, when the cluster runs on one). Every fault start and stop is a ``nemesis``
+data directory, restart it empty: it must copy everything back from its replicas), ``catalog``
+(restart the PostgreSQL catalog, when the cluster runs on one), ``zombie`` (the clients' writes to storage arrive
+late while another instance takes over a live transactional id: the old instance is a zombie whose late writes
+must be refused), ``fsync`` (a storage node's fsyncs become slow, or fail with EIO and the node is restarted) and
+``lag-kill`` (replication between storage nodes slowed, then a storage node killed: whatever
+it acknowledged must already be on the survivors). Every fault start and stop is a ``nemesis``
 event of the history (``action``, ``fault``, ``targets``), so a report can draw them and a seed replays them.
 """
 
@@ -26,7 +30,9 @@ from oncelog.testing import LocalCluster
 from oncelog.torture.proxy import CLIENT, FaultProxy, Rule
 from oncelog.vocabulary import Role
 
-KINDS = ("kill", "pause", "partition", "flaky", "disk", "catalog")
+KINDS = ("kill", "pause", "partition", "flaky", "disk", "fsync", "catalog", "zombie", "lag-kill")
+FSYNC_CONTROL = "fsync-faults"
+"""Folder (under the cluster's data directory) of the slow/failing fsync switches (torture/fsync_hook)."""
 
 
 @dataclass
@@ -50,6 +56,7 @@ class Nemesis:
         record: called with ``(action, fault, targets, detail)`` at each start and stop (the history writer).
         quiet_s: no fault in the first seconds; gap_s / hold_s: mean pause between faults and how long one lasts.
         catalog_restart: restarts the catalog database (``catalog`` kind); None disables that kind.
+        hijack: runs InitProducerId for a live transactional id of the workloads (``zombie`` kind).
     """
 
     def __init__(
@@ -64,6 +71,7 @@ class Nemesis:
         gap_s: float = 2.0,
         hold_s: float = 3.0,
         catalog_restart: Callable[[], None] | None = None,
+        hijack: Callable[[], None] | None = None,
     ) -> None:
         unknown = set(kinds) - set(KINDS)
         if unknown:
@@ -75,6 +83,7 @@ class Nemesis:
         self.record = record
         self.quiet_s, self.gap_s, self.hold_s = quiet_s, gap_s, hold_s
         self.catalog_restart = catalog_restart
+        self.hijack = hijack
         self.episodes: list[Episode] = []
         self.errors: list[str] = []
         self._stop = threading.Event()
@@ -170,6 +179,45 @@ class Nemesis:
                 shutil.rmtree(data_dir, ignore_errors=True)
             self._stop.wait(hold)
             self._restart(target)
+        elif kind == "zombie":
+            delay = self.rng.choice([0.3, 0.6, 1.0])
+            episode = self._begin(kind, list(storage), {"produce_delay_s": delay})
+            for target in storage:
+                self.proxy.set_rule(CLIENT, target, Rule("delay", ("request",), delay_s=delay))
+            deadline = time.monotonic() + hold
+            while time.monotonic() < deadline and not self._stop.is_set():
+                if self.hijack is not None:
+                    self.hijack()
+                self._stop.wait(self.rng.uniform(0.2, 0.8))
+            for target in storage:
+                self.proxy.clear(CLIENT, target)
+        elif kind == "lag-kill":
+            target = self.rng.choice(storage)
+            delay = self.rng.choice([0.5, 1.0])
+            episode = self._begin(kind, [target], {"replication_delay_s": delay})
+            for source in storage:
+                for destination in storage:
+                    if source != destination:
+                        self.proxy.set_rule(source, destination, Rule("delay", delay_s=delay))
+            self._stop.wait(min(hold, 2 * delay))
+            self.cluster.kill(target)
+            for source in storage:
+                self.proxy.clear(source=source, destination=None)
+            self._stop.wait(hold)
+            self._restart(target)
+        elif kind == "fsync":
+            target = self.rng.choice(storage)
+            mode = self.rng.choice(["slow", "fail"])
+            seconds = self.rng.choice([0.05, 0.2, 0.5])
+            episode = self._begin(kind, [target], {"mode": mode, **({"seconds": seconds} if mode == "slow" else {})})
+            switch = self.cluster.data_dir / FSYNC_CONTROL / target / mode
+            switch.parent.mkdir(parents=True, exist_ok=True)
+            switch.write_text(str(seconds))
+            self._stop.wait(hold)
+            switch.unlink(missing_ok=True)
+            if mode == "fail":  # after a failed fsync the page cache is unknown: the node must restart
+                self.cluster.kill(target)
+                self._restart(target)
         elif kind == "catalog":
             assert self.catalog_restart is not None
             episode = self._begin(kind, ["catalog"], {})

@@ -79,7 +79,8 @@ def _inode_of_local_port(port: int) -> str | None:
                 next(rows, None)
                 for row in rows:
                     parts = row.split()
-                    if len(parts) > 9 and parts[1].endswith(needle):
+                    # a closed connection that used the same port lingers in TIME_WAIT with inode 0: skip it
+                    if len(parts) > 9 and parts[1].endswith(needle) and parts[9] != "0":
                         return parts[9]
         except OSError:
             continue

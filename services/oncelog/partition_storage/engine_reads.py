@@ -12,6 +12,7 @@ from oncelog.errors import InvalidRequest, OffsetOutOfRange
 from oncelog.partition_storage.engine_types import FetchResult, OffsetSpec
 from oncelog.partition_storage.partition_log import PartitionLog
 from oncelog.partition_storage.txn_index import AbortedTxn, TransactionIndex, collect_aborted_txns
+from oncelog.torture import mutants
 
 __all__ = ["find_offset", "read_fetch"]
 
@@ -38,7 +39,8 @@ def read_fetch(
     start, end = log_.log_start_offset, log_.log_end_offset
     if not start <= offset <= end:
         raise OffsetOutOfRange(f"fetch offset {offset} is outside [{start}, {end}] of {log_.directory.name}")
-    data, next_offset = log_.read(offset, max_bytes, lso if committed else high_watermark)
+    bound = end if mutants.active("serve-above-hw") and not committed else high_watermark
+    data, next_offset = log_.read(offset, max_bytes, lso if committed else bound)
     aborted: tuple[AbortedTxn, ...] = ()
     if committed and data:
         aborted = tuple(collect_aborted_txns(_indexes_from(log_, indexes, offset), offset, next_offset))

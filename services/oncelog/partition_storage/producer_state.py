@@ -55,6 +55,7 @@ from oncelog.partition_storage.producer_entries import (
 )
 from oncelog.partition_storage.producer_snapshot import SNAPSHOT_VERSION, decode_snapshot, encode_snapshot
 from oncelog.partition_storage.txn_index import AbortedTxn
+from oncelog.torture import mutants
 from oncelog.vocabulary import ControlType
 
 __all__ = [
@@ -174,8 +175,9 @@ class ProducerAppendInfo:
             raise ValueError(f"invalid offsets [{first_offset}, {last_offset}] for producer {producer_id}")
         origin = self.origin
         current = self._current(producer_id)
-        self._check_producer_epoch(current, producer_epoch, first_offset, strict=False)
-        if origin is AppendOrigin.CLIENT:
+        if not mutants.active("no-epoch-check"):
+            self._check_producer_epoch(current, producer_epoch, first_offset, strict=False)
+        if origin is AppendOrigin.CLIENT and not mutants.active("skip-dedup"):
             self._check_sequence(current, producer_epoch, first_seq, first_offset)
 
         txn_first_offset = current.current_txn_first_offset
@@ -390,7 +392,7 @@ class ProducerStateManager:
         answer with the returned offsets and timestamp and write nothing. No error code is involved.
         """
         entry = self._producers.get(producer_id)
-        if entry is None or entry.producer_epoch != producer_epoch:
+        if entry is None or entry.producer_epoch != producer_epoch or mutants.active("skip-dedup"):
             return None
         return entry.find_batch(first_seq, last_seq)
 
@@ -430,7 +432,7 @@ class ProducerStateManager:
     def last_stable_offset(self, high_watermark: int) -> int:
         """The LSO: the first unstable offset if below ``high_watermark``, else ``high_watermark``
         (design/kafka-semantics.md §4.3)."""
-        first_unstable = self.first_unstable_offset()
+        first_unstable = None if mutants.active("lso-ignores-open") else self.first_unstable_offset()
         return high_watermark if first_unstable is None else min(first_unstable, high_watermark)
 
     def has_late_transaction(self, max_transaction_timeout_ms: int, now_ms: int | None = None) -> bool:

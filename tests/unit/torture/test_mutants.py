@@ -8,6 +8,7 @@ import sys
 import pytest
 
 from oncelog.torture import mutants
+from oncelog.torture.campaign import PLANS
 
 
 def test_environment_variable_alone_is_ignored_and_logged(
@@ -48,3 +49,9 @@ def test_the_test_process_itself_runs_no_mutant() -> None:
     assert not any(mutants.active(name) for name in mutants.MUTANTS)
     assert mutants.interpreter_options("") == ()
     assert mutants.service_env("") == {}
+
+
+def test_every_mutant_has_a_campaign_plan_naming_the_classes_it_must_trip() -> None:
+    assert set(PLANS) == set(mutants.MUTANTS)
+    assert len(mutants.MUTANTS) >= 8
+    assert all(plan.expect for plan in PLANS.values())
