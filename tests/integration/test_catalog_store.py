@@ -286,6 +286,25 @@ def test_alter_partition_is_conditional_on_the_epochs_it_saw(store: CatalogStore
     assert offline is not None and offline.leader_node_id == "" and offline.isr == (followers[0],)
 
 
+def test_a_reassignment_adds_replicas_then_drops_the_unlisted_ones_moving_the_leader(store: CatalogStore) -> None:
+    _storage_nodes(store, 4)
+    store.create_topics([("moving", 1, {}, 3)], now_ms=1)
+    seen = store.partition("moving", 0)
+    [spare] = [n.node_id for n in store.list_nodes(1) if n.node_id not in seen.replicas]
+    grown = store.reassign_replicas("moving", 0, [*seen.replicas, spare], now_ms=1)
+    assert (grown.replicas, grown.isr, grown.leader_node_id) == ((*seen.replicas, spare), seen.isr, seen.leader_node_id)
+    assert grown.partition_epoch == seen.partition_epoch + 1 and grown.leader_epoch == seen.leader_epoch
+    with pytest.raises(InvalidRequest, match="changed since partition epoch"):
+        store.reassign_replicas("moving", 0, [spare], now_ms=1, partition_epoch=grown.partition_epoch + 1)
+    caught_up = store.alter_partition("moving", grown, isr=[*seen.isr, spare])
+    assert caught_up is not None
+    target = [*seen.replicas[1:], spare]
+    moved = store.reassign_replicas("moving", 0, target, now_ms=1, partition_epoch=caught_up.partition_epoch)
+    assert (list(moved.replicas), list(moved.isr)) == (target, target)
+    assert moved.leader_node_id == seen.replicas[1] and moved.leader_epoch == seen.leader_epoch + 1
+    assert store.partition("moving", 0) == moved
+
+
 def test_racing_alter_partitions_have_one_winner(store: CatalogStore) -> None:
     _storage_nodes(store, 3)
     store.create_topics([("race", 1, {}, 3)], now_ms=1)

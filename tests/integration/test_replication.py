@@ -761,3 +761,47 @@ def test_property_read_committed_never_above_the_hw_and_in_sync_replicas_end_ide
         missing = [(o, p, s) for o, p, s in writer.acked if headers.get(o) != (p, s)]
         assert not missing, f"seed {seed}, faults {faults}: acknowledged batches lost {missing[:5]}"
         assert len(writer.acked) >= PROPERTY_FAULTS * 4 and len(final) >= len(writer.acked)
+
+
+def test_reassign_moves_a_partition_off_its_leaders_node_and_loses_no_acknowledged_write(tmp_path: Path) -> None:
+    """Decommissioning a node (`oncelog partitions reassign`): four storage nodes, a partition on three of them;
+    its leader's node is replaced by the spare one. The spare copies the log and joins the ISR before the old node
+    is dropped, leadership moves to a listed in-sync replica, the old node can then die without holding up an
+    acks=all write, and every acknowledged batch is on the new node, byte-identical to the new leader's log."""
+    env = {"ONCELOG_PARTITION_STORAGE_REPLICA_LAG_TIME_MAX_MS": str(LAG_MS)}
+    with LocalCluster(tmp_path, storage_nodes=4, services=("partition-storage",), env=env) as cluster:
+        admin = cluster_pb.ClusterServiceStub(sync_channel(cluster.bootstrap))
+        spec = cluster_pb.TopicSpec(name="moved", partitions=1, replication_factor=3)
+        admin.CreateTopics(cluster_pb.CreateTopicsRequest(topics=[spec]), timeout=30)
+        before = partition(cluster, "moved")
+        leaving = before.leader_node_id
+        [spare] = [node.node_id for node in cluster.nodes if node.node_id not in before.replica_node_ids]
+        acked = [produce(cluster, leaving, seq, topic="moved") for seq in range(10)]
+        target = [n for n in before.replica_node_ids if n != leaving] + [spare]
+
+        def reassign(*replicas: str) -> Any:
+            live = next(node.address for node in cluster.nodes if node.alive())
+            return CliRunner().invoke(
+                cli, ["partitions", "reassign", "moved", "0", "--replicas", ",".join(replicas), "-b", live]
+            )
+
+        refused = reassign(target[0], "storage-node-that-does-not-exist")
+        assert (
+            refused.exit_code == 1 and "storage-node-that-does-not-exist is not a live storage node" in refused.output
+        )
+        assert list(partition(cluster, "moved").replica_node_ids) == list(before.replica_node_ids), "nothing changed"
+        moved = reassign(*target)
+        assert moved.exit_code == 0, moved.output
+        after = partition(cluster, "moved")
+        assert (list(after.replica_node_ids), set(after.isr_node_ids)) == (target, set(target))
+        assert after.leader_node_id in target and after.leader_epoch > before.leader_epoch
+        acked += [produce(cluster, after.leader_node_id, seq, topic="moved") for seq in range(10, 15)]
+        cluster.kill(leaving)  # decommissioned: no longer a replica, so no acks=all write waits for it
+        acked.append(produce(cluster, after.leader_node_id, 15, topic="moved"))
+        copied = logged_batches(cluster, spare, "moved")
+        assert all(offset in copied for offset in acked), f"acknowledged {acked}, the new node has {sorted(copied)}"
+        deadline = time.monotonic() + 30
+        while copied != logged_batches(cluster, after.leader_node_id, "moved"):  # its last fetch may be in flight
+            assert time.monotonic() < deadline, "the new replica never matched the leader's log"
+            time.sleep(0.1)
+            copied = logged_batches(cluster, spare, "moved")

@@ -1,4 +1,4 @@
-"""Pure replica rules: replication-factor checks and replica placement over storage nodes.
+"""Pure replica rules: replication-factor checks, replica placement over storage nodes, reassignment steps.
 
 Placement follows Kafka's ``AdminUtils.assignReplicasToBrokers`` (design/replication.md §1): the first replica of each
 partition goes round-robin over the nodes from a per-topic starting point (so replication factor 1 places leaders
@@ -13,7 +13,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from oncelog.errors import InvalidReplicationFactor
+from oncelog.catalog.records import PartitionRecord
+from oncelog.errors import InvalidReplicationFactor, InvalidRequest
 
 MAX_REPLICATION_FACTOR = 32_767  # Kafka's int16 wire limit
 
@@ -121,3 +122,30 @@ def elect_leader(replicas: Sequence[str], isr: Sequence[str], live: set[str], *,
             return Election(stale[0], (stale[0],))
         return Election("", tuple(isr))
     return Election(candidates[0], tuple(r for r in replicas if r in isr and r in live))
+
+
+def reassignment_step(name: str, seen: PartitionRecord, wanted: Sequence[str], live: set[str]) -> tuple[list[str], str]:
+    """The ISR and leader a partition gets when its replicas become ``wanted`` (a step of a reassignment): the
+    listed in-sync replicas, and the current leader if listed, else the first listed in-sync replica.
+
+    Raises:
+        InvalidRequest: no replicas or duplicates, a node not among the ``live`` storage nodes, the partition is
+            offline, or no listed replica is in sync (add them next to the current replicas first).
+    """
+    if not wanted or len(set(wanted)) != len(wanted):
+        raise InvalidRequest(f"replicas {list(wanted)} of {name} must be distinct storage nodes, at least one")
+    unknown = [n for n in wanted if n not in live]
+    if unknown:
+        raise InvalidRequest(
+            f"{', '.join(unknown)} is not a live storage node; live storage nodes: {', '.join(sorted(live)) or 'none'}"
+        )
+    if not seen.leader_node_id:
+        raise InvalidRequest(f"{name} is offline: bring an in-sync replica back before moving it")
+    isr = [n for n in wanted if n in seen.isr]
+    leader = seen.leader_node_id if seen.leader_node_id in wanted else next(iter(isr), "")
+    if not leader:
+        raise InvalidRequest(
+            f"none of {list(wanted)} is in sync for {name} (ISR {list(seen.isr)}): add the new replicas next to "
+            "the current ones first and wait until they join the ISR"
+        )
+    return isr, leader

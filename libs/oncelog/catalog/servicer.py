@@ -6,7 +6,7 @@ import asyncio
 from collections.abc import Callable
 
 from oncelog.api.cluster import v1 as pb
-from oncelog.catalog.store import CatalogStore, NodeRecord, TopicRecord
+from oncelog.catalog.store import CatalogStore, NodeRecord, PartitionRecord, TopicRecord
 from oncelog.errors import CoordinatorNotAvailable, InvalidRequest
 from oncelog.vocabulary import Role
 
@@ -124,6 +124,20 @@ class ClusterServicer(pb.ClusterServiceServicer):
         altered = await asyncio.to_thread(self.store.alter_configs, alterations, validate_only=request.validate_only)
         return pb.IncrementalAlterConfigsResponse(topics=[_configs(t) for t in altered])
 
+    async def AlterPartitionReplicas(
+        self, request: pb.AlterPartitionReplicasRequest, context: object
+    ) -> pb.AlterPartitionReplicasResponse:
+        updated = await asyncio.to_thread(
+            self.store.reassign_replicas,
+            request.topic,
+            request.partition,
+            list(request.replica_node_ids),
+            self.clock(),
+            partition_epoch=request.partition_epoch,
+        )
+        addresses = await self._live_addresses()
+        return pb.AlterPartitionReplicasResponse(partition=_partition_metadata(updated, addresses))
+
     async def _live_addresses(self, *, external: bool | None = None) -> dict[str, str]:
         """Live nodes' addresses on this servicer's listener (or on the one ``external`` names)."""
         nodes = await asyncio.to_thread(self.store.list_nodes, self.clock())
@@ -148,18 +162,19 @@ def _topic(t: TopicRecord, addresses: dict[str, str]) -> pb.TopicMetadata:
         name=t.name,
         topic_id=t.topic_id,
         configs=t.config.to_map(),
-        partitions=[
-            pb.PartitionMetadata(
-                partition=p.partition,
-                leader_node_id=p.leader_node_id,
-                leader_address=addresses.get(p.leader_node_id, ""),
-                leader_epoch=p.leader_epoch,
-                replica_node_ids=list(p.replicas),
-                isr_node_ids=list(p.isr),
-                partition_epoch=p.partition_epoch,
-            )
-            for p in t.partitions
-        ],
+        partitions=[_partition_metadata(p, addresses) for p in t.partitions],
+    )
+
+
+def _partition_metadata(p: PartitionRecord, addresses: dict[str, str]) -> pb.PartitionMetadata:
+    return pb.PartitionMetadata(
+        partition=p.partition,
+        leader_node_id=p.leader_node_id,
+        leader_address=addresses.get(p.leader_node_id, ""),
+        leader_epoch=p.leader_epoch,
+        replica_node_ids=list(p.replicas),
+        isr_node_ids=list(p.isr),
+        partition_epoch=p.partition_epoch,
     )
 
 

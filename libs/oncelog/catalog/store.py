@@ -9,7 +9,7 @@ ownership and coordinator epochs, the producer-id counter, requester epochs) cha
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
@@ -23,7 +23,7 @@ from oncelog.catalog.records import (
     ShardRound,
     TopicRecord,
 )
-from oncelog.catalog.replicas import StorageNode, place_replicas, validate_replication_factor
+from oncelog.catalog.replicas import StorageNode, place_replicas, reassignment_step, validate_replication_factor
 from oncelog.catalog.shard_table import CoordinatorShardTable
 from oncelog.catalog.topics import (
     KAFKA_CONFIG_NAMES,
@@ -495,8 +495,10 @@ class CatalogStore(CoordinatorShardTable):
         leader_node_id: str | None = None,
         controller: tuple[str, int, int] | None = None,
         move_live_leader: bool = False,
+        replicas: Iterable[str] | None = None,
     ) -> PartitionRecord | None:
-        """Change a partition's ISR and/or leader if it is still exactly as ``seen`` (Kafka's AlterPartition).
+        """Change a partition's ISR and/or leader (and, for a reassignment, its replicas) if it is still exactly as
+        ``seen`` (Kafka's AlterPartition; AlterPartitionReassignments for ``replicas``).
 
         The update is conditional on the leader, leader epoch and partition epoch of ``seen``; the partition
         epoch grows by one, and the leader epoch too when the leader changes. Returns the new record, or None
@@ -516,19 +518,22 @@ class CatalogStore(CoordinatorShardTable):
             UnknownTopicOrPartition: the partition does not exist.
         """
         new_isr = tuple(seen.isr if isr is None else isr)
+        new_replicas = tuple(seen.replicas if replicas is None else replicas)
         leader = seen.leader_node_id if leader_node_id is None else leader_node_id
-        strangers = [n for n in new_isr if n not in seen.replicas]
+        if not new_replicas or len(set(new_replicas)) != len(new_replicas):
+            raise InvalidRequest(
+                f"replicas {list(new_replicas)} of {topic}-{seen.partition} must be distinct, at least one"
+            )
+        strangers = [n for n in new_isr if n not in new_replicas]
         if strangers or len(set(new_isr)) != len(new_isr):
             raise InvalidRequest(
                 f"ISR {list(new_isr)} of {topic}-{seen.partition} must list distinct members of the replicas "
-                f"{list(seen.replicas)}"
+                f"{list(new_replicas)}"
             )
         if leader and leader not in new_isr:
             raise InvalidRequest(f"leader {leader!r} of {topic}-{seen.partition} must be in the ISR {list(new_isr)}")
         leader_epoch = seen.leader_epoch + (1 if leader != seen.leader_node_id else 0)
-        updated = PartitionRecord(
-            seen.partition, leader, leader_epoch, seen.replicas, new_isr, seen.partition_epoch + 1
-        )
+        updated = PartitionRecord(seen.partition, leader, leader_epoch, new_replicas, new_isr, seen.partition_epoch + 1)
         with self._begin() as conn:
             if controller is not None and not _holds_controller_lease(conn, *controller):
                 return None
@@ -552,6 +557,7 @@ class CatalogStore(CoordinatorShardTable):
                 .values(
                     leader_node_id=leader,
                     leader_epoch=leader_epoch,
+                    replicas=list(new_replicas),
                     isr=list(new_isr),
                     partition_epoch=updated.partition_epoch,
                 )
@@ -566,6 +572,37 @@ class CatalogStore(CoordinatorShardTable):
         if exists is None:
             raise UnknownTopicOrPartition(f"{topic}-{seen.partition} does not exist (deleted?)")
         return None
+
+    def reassign_replicas(
+        self, topic: str, partition: int, replicas: Sequence[str], now_ms: int, *, partition_epoch: int = 0
+    ) -> PartitionRecord:
+        """One step of a reassignment (Kafka's AlterPartitionReassignments): give the partition ``replicas``.
+
+        The ISR keeps the listed members only; a leader that is not listed hands over to the first listed in-sync
+        replica (a new leader epoch). A reassignment adds the new replicas next to the current ones first, waits
+        until they are in the ISR, then lists the target replicas alone. Conditional as :meth:`alter_partition`
+        (re-read and retried when a leader changed the ISR meanwhile); ``partition_epoch`` > 0 also requires the
+        row to be still at that epoch.
+
+        Raises:
+            InvalidRequest: no replicas, duplicates, a node that is not a live storage node, the partition is
+                offline or changed since ``partition_epoch``, or no listed replica is in sync.
+            UnknownTopicOrPartition: the partition does not exist.
+        """
+        wanted = tuple(replicas)
+        live = {n.node_id for n in self.list_nodes(now_ms, role=Role.PARTITION_STORAGE)}
+        for _ in range(10):
+            seen = self.partition(topic, partition)
+            if partition_epoch and seen.partition_epoch != partition_epoch:
+                raise InvalidRequest(
+                    f"{topic}-{partition} changed since partition epoch {partition_epoch} (now "
+                    f"{seen.partition_epoch}): describe it again and retry"
+                )
+            isr, leader = reassignment_step(f"{topic}-{partition}", seen, wanted, live)
+            updated = self.alter_partition(topic, seen, isr=isr, leader_node_id=leader, replicas=wanted)
+            if updated is not None:
+                return updated
+        raise InvalidRequest(f"{topic}-{partition} kept changing while being reassigned; retry")
 
 
 CONTROLLER_ROLE = "controller"

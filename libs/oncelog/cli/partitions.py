@@ -4,25 +4,27 @@
 replicas, each replica's lag behind the leader's log end, high watermark and last stable offset (all asked of the
 leader), and a status: ``ok``, ``UNDER-REPLICATED`` (fewer in-sync replicas than replicas) or ``OFFLINE`` (no live
 leader). Each leader also exports the lag as the metric ``oncelog_partition_replica_lag`` (docs/replication.md).
+``reassign`` moves a partition's replicas (add, catch up, drop), as to decommission a storage node.
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import typer
 from rich.table import Table
 from rich.text import Text
 
-from oncelog.cli.common import Bootstrap, with_admin
-from oncelog.cli.output import Format, output_option, print_rows, print_table
+from oncelog.cli.common import Bootstrap, CommandFailed, with_admin
+from oncelog.cli.output import Format, err, output_option, print_rows, print_table, stdout_console
 from oncelog.cli.topics import _partition_rows
 from oncelog.client import AdminClient
 from oncelog.client.metadata import PartitionInfo, TopicInfo
 from oncelog.errors import OncelogError
 from oncelog.vocabulary import TopicPartition
 
-app = typer.Typer(help="Show the replication state of partitions.", no_args_is_help=True)
+app = typer.Typer(help="Show the replication state of partitions and move them between nodes.", no_args_is_help=True)
 
 COLUMNS = [
     *("topic", "partition", "leader", "leader epoch", "replicas", "in sync", "replica lag"),
@@ -110,3 +112,57 @@ def partitions_describe(
         style = _STYLES[row[-1]]
         table.add_row(*(Text(_cell(v), style=style) for v in row))
     print_table(table)
+
+
+@app.command("reassign")
+def partitions_reassign(
+    topic: str = typer.Argument(..., help="the partition's topic"),
+    partition: int = typer.Argument(..., min=0, help="the partition index"),
+    replicas: str = typer.Option(
+        ..., "--replicas", help="the storage nodes that should hold it, comma-separated, preferred leader first"
+    ),
+    wait_s: float = typer.Option(300, "--wait", min=0, help="seconds to wait for new replicas to join the ISR"),
+    bootstrap: str | None = Bootstrap,
+) -> None:
+    """Move a partition to other storage nodes, as to decommission one: add the new replicas next to the current
+    ones, wait until they have copied the log and joined the ISR, then drop the replicas not listed (a leader not
+    listed hands over to a listed in-sync replica first). Each step is a conditional catalog update; interrupted,
+    the partition keeps its extra replicas and running the command again finishes it.
+
+    Example: oncelog partitions reassign orders 0 --replicas storage-1,storage-2,storage-4
+    """
+    target = [n.strip() for n in replicas.split(",") if n.strip()]
+
+    def reassign(admin: AdminClient) -> PartitionInfo:
+        current = _partition(admin, topic, partition)
+        adding = [n for n in target if n not in current.replicas]
+        if adding:
+            step = admin.alter_partition_replicas(topic, partition, [*current.replicas, *adding])
+            err().print(
+                Text(f"{topic}-{partition}: copying to {', '.join(adding)} (replicas {', '.join(step.replicas)})")
+            )
+            deadline = time.monotonic() + wait_s
+            while not set(target) <= set((step := _partition(admin, topic, partition)).isr):
+                if time.monotonic() > deadline:
+                    raise CommandFailed(
+                        f"{topic}-{partition}: {', '.join(n for n in target if n not in step.isr)} did not join the "
+                        f"ISR ({', '.join(step.isr)}) within {wait_s:g} s; the partition keeps replicas "
+                        f"{', '.join(step.replicas)}: run the command again to finish, or reassign it back"
+                    )
+                time.sleep(0.5)  # polling the catalog: the leader adds caught-up replicas to the ISR on its own
+        return admin.alter_partition_replicas(topic, partition, target)
+
+    done = with_admin(bootstrap, reassign)
+    stdout_console().print(
+        Text(
+            f"{topic}-{partition}: replicas {', '.join(done.replicas)}, in sync {', '.join(done.isr)}, leader "
+            f"{done.leader_node_id} (epoch {done.leader_epoch})"
+        )
+    )
+
+
+def _partition(admin: AdminClient, topic: str, partition: int) -> PartitionInfo:
+    partitions = admin.describe_topics([topic])[topic].partitions
+    if partition >= len(partitions):
+        raise CommandFailed(f"{topic} has {len(partitions)} partition(s); there is no partition {partition}")
+    return partitions[partition]

@@ -26,6 +26,7 @@ from oncelog.client.records import (
     ConfigEntry,
     NewTopic,
     OffsetAndMetadata,
+    PartitionInfo,
     ProducerStateDescription,
     ReplicaDescription,
     TopicInfo,
@@ -254,6 +255,26 @@ class AdminClient:
         )
         return {t.name: t for t in topics}
 
+    def alter_partition_replicas(
+        self,
+        topic: str,
+        partition: int,
+        replicas: Sequence[str],
+        *,
+        partition_epoch: int = 0,
+        timeout: float | None = None,
+    ) -> PartitionInfo:
+        """Give one partition these replicas, preferred leader first: one step of a reassignment (``oncelog
+        partitions reassign``). Raises InvalidRequest for a node that is not a live storage node, no listed replica
+        in sync, an offline partition, or one changed since ``partition_epoch`` (> 0)."""
+        wanted = list(replicas)
+        return self._on_cluster(
+            lambda cluster, address, timeout_s: cluster.alter_partition_replicas(
+                address, topic, partition, wanted, partition_epoch=partition_epoch, timeout_s=timeout_s
+            ),
+            timeout,
+        )
+
     def describe_configs(
         self, topics: Iterable[str] | None = None, *, timeout: float | None = None
     ) -> dict[str, list[ConfigEntry]]:
@@ -369,8 +390,7 @@ class AdminClient:
     def describe_replicas(
         self, partitions: Iterable[TopicPartition | tuple[str, int]], *, timeout: float | None = None
     ) -> dict[TopicPartition, list[ReplicaDescription]]:
-        """Each partition's replicas as its leader sees them, leader first: log end, lag behind the leader's log
-        end, in sync or not, and how long ago each follower was last caught up."""
+        """Each partition's replicas as its leader sees them, leader first (log end, lag, in sync, last caught up)."""
         wanted = [TopicPartition(*tp) for tp in partitions]
 
         async def describe(deadline: Deadline) -> dict[TopicPartition, list[ReplicaDescription]]:

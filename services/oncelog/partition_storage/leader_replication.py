@@ -85,7 +85,13 @@ class LeaderReplication:
 
     def _attach_replication(self, key: PartitionKey, assignment: PartitionAssignment, engine: PartitionEngine) -> None:
         """Give an open engine of a replicated partition its role: leader state, or a fetcher copying it."""
-        if not assignment.replicated or self._fetchers is None:
+        if self._fetchers is None:
+            return
+        if not assignment.replicated:
+            if self._stop_leading(key):  # reassigned down to one replica: acknowledge on this node alone again
+                engine.high_watermark_limit = engine.acknowledge_check = engine.leadership_check = None
+                engine.refresh_high_watermark()
+            self._fetchers.unfollow(*key)
             return
         if assignment.leader_node_id == self._node_id:
             self._fetchers.unfollow(*key)
@@ -107,6 +113,8 @@ class LeaderReplication:
                 engine.leadership_check = functools.partial(self._check_leading, key)
                 log.info("%s-%d: leading at epoch %d with ISR %s", *key, assignment.leader_epoch, list(assignment.isr))
             else:
+                for removed in state.set_replicas(assignment.replicas):  # a reassignment step moved replicas
+                    self._metrics.set_replica_lag(*key, removed, 0)
                 state.set_isr(assignment.isr)
             self._metrics.set_under_replicated(*key, len(state.isr) < len(assignment.replicas))
             engine.refresh_high_watermark()

@@ -134,6 +134,18 @@ class LeaderReplicaState:
         state.leader_end_at_last_fetch = leader_end_offset
         state.last_fetch_ms = now
 
+    def set_replicas(self, replicas: Iterable[str]) -> list[str]:
+        """The catalog changed the replicas (a reassignment step): track new followers from scratch, forget removed
+        ones (call :meth:`set_isr` with the catalog's ISR next); returns the removed followers."""
+        wanted = [n for n in replicas if n != self.leader_id]
+        removed = [n for n in self._followers if n not in wanted]
+        for node_id in removed:
+            del self._followers[node_id]
+        for node_id in wanted:
+            self._followers.setdefault(node_id, FollowerState(node_id))
+        self._isr = self._isr - set(removed)
+        return removed
+
     def set_isr(self, isr: Iterable[str]) -> None:
         """The catalog accepted a new ISR (or the leader just started with one)."""
         members = frozenset(isr)

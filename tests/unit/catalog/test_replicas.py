@@ -6,8 +6,9 @@ from collections import Counter
 
 import pytest
 
-from oncelog.catalog.replicas import StorageNode, place_replicas, validate_replication_factor
-from oncelog.errors import InvalidReplicationFactor, Reason
+from oncelog.catalog.records import PartitionRecord
+from oncelog.catalog.replicas import StorageNode, place_replicas, reassignment_step, validate_replication_factor
+from oncelog.errors import InvalidReplicationFactor, InvalidRequest, Reason
 
 
 def nodes(*ids: str, racks: str = "") -> list[StorageNode]:
@@ -87,3 +88,31 @@ def test_election_without_a_live_in_sync_replica_goes_offline_and_keeps_the_isr(
     from oncelog.catalog.replicas import Election, elect_leader
 
     assert elect_leader(["a", "b", "c"], ["a"], {"b", "c"}) == Election("", ("a",))
+
+
+def test_a_reassignment_step_keeps_the_listed_in_sync_replicas_and_moves_an_unlisted_leader() -> None:
+    seen = PartitionRecord(0, "n1", 3, ("n1", "n2", "n3"), ("n1", "n2", "n3"), 7)
+    live = {"n1", "n2", "n3", "n4"}
+    assert reassignment_step("t-0", seen, ["n1", "n2", "n3", "n4"], live) == (["n1", "n2", "n3"], "n1")
+    assert reassignment_step("t-0", seen, ["n4", "n2", "n3"], live) == (["n2", "n3"], "n2"), "n4 is not in sync yet"
+
+
+@pytest.mark.parametrize(
+    ("replicas", "message"),
+    [
+        ([], "must be distinct storage nodes, at least one"),
+        (["n1", "n1"], "must be distinct storage nodes, at least one"),
+        (["n1", "n9"], "n9 is not a live storage node; live storage nodes: n1, n2, n3, n4"),
+        (["n4"], r"none of \['n4'\] is in sync for t-0 \(ISR \['n1', 'n2', 'n3'\]\): add the new replicas next to"),
+    ],
+)
+def test_a_reassignment_step_refuses_what_would_lose_data_or_names_no_node(replicas: list[str], message: str) -> None:
+    seen = PartitionRecord(0, "n1", 3, ("n1", "n2", "n3"), ("n1", "n2", "n3"), 7)
+    with pytest.raises(InvalidRequest, match=message):
+        reassignment_step("t-0", seen, replicas, {"n1", "n2", "n3", "n4"})
+
+
+def test_an_offline_partition_is_not_reassigned() -> None:
+    seen = PartitionRecord(0, "", 3, ("n1", "n2"), ("n1",), 7)
+    with pytest.raises(InvalidRequest, match="t-0 is offline"):
+        reassignment_step("t-0", seen, ["n1", "n3"], {"n1", "n2", "n3"})

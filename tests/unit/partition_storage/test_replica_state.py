@@ -122,3 +122,20 @@ def test_isr_members_must_be_replicas() -> None:
         state.set_isr(["a", "z"])
     with pytest.raises(KeyError):
         state.record_fetch("z", 1, 0, leader_end_offset=0)
+
+
+def test_a_reassignment_adds_a_follower_that_joins_once_caught_up_and_drops_one_whose_lag_no_longer_counts() -> None:
+    state = leader(Clock(), hw=5)
+    for follower in ("b", "c"):
+        state.record_fetch(follower, 1, 5, leader_end_offset=5)
+    assert state.set_replicas(["a", "b", "c", "d"]) == []
+    state.record_fetch("d", 1, 5, leader_end_offset=9)  # the new replica copies; unknown before set_replicas
+    assert state.ready_to_join() == {"d"}
+    state.set_isr(["a", "b", "c", "d"])
+    assert state.set_replicas(["a", "b", "d"]) == ["c"]
+    assert state.isr == {"a", "b", "d"}, "a dropped replica leaves the ISR at once"
+    for follower in ("b", "d"):
+        state.record_fetch(follower, 1, 9, leader_end_offset=9)
+    assert state.update_high_watermark(9) == 9, "the dropped replica (still at 5) holds nothing back"
+    with pytest.raises(KeyError):
+        state.record_fetch("c", 1, 9, leader_end_offset=9)

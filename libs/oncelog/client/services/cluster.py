@@ -12,6 +12,7 @@ from oncelog.client.records import (
     ConfigEntry,
     NewTopic,
     NodeInfo,
+    PartitionInfo,
     TopicInfo,
 )
 from oncelog.client.services.retry import call
@@ -138,6 +139,26 @@ class ClusterClient(_Client):
             timeout_s=self._timeout(timeout_s),
         )
         return [topic_info(t) for t in response.topics]
+
+    async def alter_partition_replicas(
+        self,
+        address: str,
+        topic: str,
+        partition: int,
+        replicas: Sequence[str],
+        *,
+        partition_epoch: int = 0,
+        timeout_s: float | None = None,
+    ) -> PartitionInfo:
+        """Give one partition these replicas (a step of a reassignment); returns its new catalog row."""
+        response = await call(
+            self._stub(address).AlterPartitionReplicas,
+            cluster_pb.AlterPartitionReplicasRequest(
+                topic=topic, partition=partition, replica_node_ids=list(replicas), partition_epoch=partition_epoch
+            ),
+            timeout_s=self._timeout(timeout_s),
+        )
+        return topic_info(cluster_pb.TopicMetadata(name=topic, partitions=[response.partition])).partitions[0]
 
     async def describe_configs(
         self, address: str, topics: Iterable[str] = (), *, timeout_s: float | None = None

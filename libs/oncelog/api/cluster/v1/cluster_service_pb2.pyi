@@ -676,6 +676,70 @@ class CreatePartitionsResponse(_message.Message):
 Global___CreatePartitionsResponse: _TypeAlias = CreatePartitionsResponse  # noqa: Y015
 
 @_typing.final
+class AlterPartitionReplicasRequest(_message.Message):
+    """AlterPartitionReplicasRequest names one partition and the replicas it should have. A reassignment takes two
+    steps: first the current replicas plus the new ones (they copy the log and join the ISR), then the target list
+    (the others stop holding the partition). The ISR keeps only listed replicas; a leader not listed hands over to
+    the first listed in-sync replica.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_FIELD_NUMBER: _builtins.int
+    PARTITION_FIELD_NUMBER: _builtins.int
+    REPLICA_NODE_IDS_FIELD_NUMBER: _builtins.int
+    PARTITION_EPOCH_FIELD_NUMBER: _builtins.int
+    topic: _builtins.str
+    """topic is the partition's topic."""
+    partition: _builtins.int
+    """partition is the partition index."""
+    partition_epoch: _builtins.int
+    """partition_epoch is the epoch the caller saw; the change applies only if it is still current (0: no check)."""
+    @_builtins.property
+    def replica_node_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """replica_node_ids lists the storage nodes that should hold the partition, the preferred leader first."""
+
+    def __init__(
+        self,
+        *,
+        topic: _builtins.str = ...,
+        partition: _builtins.int = ...,
+        replica_node_ids: _abc.Iterable[_builtins.str] | None = ...,
+        partition_epoch: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["partition", b"partition", "partition_epoch", b"partition_epoch", "replica_node_ids", b"replica_node_ids", "topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AlterPartitionReplicasRequest: _TypeAlias = AlterPartitionReplicasRequest  # noqa: Y015
+
+@_typing.final
+class AlterPartitionReplicasResponse(_message.Message):
+    """AlterPartitionReplicasResponse describes the partition after the change."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PARTITION_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def partition(self) -> Global___PartitionMetadata:
+        """partition is the partition's new catalog row."""
+
+    def __init__(
+        self,
+        *,
+        partition: Global___PartitionMetadata | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["partition", b"partition"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["partition", b"partition"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AlterPartitionReplicasResponse: _TypeAlias = AlterPartitionReplicasResponse  # noqa: Y015
+
+@_typing.final
 class ConfigEntry(_message.Message):
     """ConfigEntry is one setting of a topic."""
 

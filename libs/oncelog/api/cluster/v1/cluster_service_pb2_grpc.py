@@ -75,6 +75,11 @@ class ClusterServiceStub:
                 request_serializer=oncelog_dot_api_dot_cluster_dot_v1_dot_cluster__service__pb2.IncrementalAlterConfigsRequest.SerializeToString,
                 response_deserializer=oncelog_dot_api_dot_cluster_dot_v1_dot_cluster__service__pb2.IncrementalAlterConfigsResponse.FromString,
                 _registered_method=True)
+        self.AlterPartitionReplicas = channel.unary_unary(
+                '/oncelog.api.cluster.v1.ClusterService/AlterPartitionReplicas',
+                request_serializer=oncelog_dot_api_dot_cluster_dot_v1_dot_cluster__service__pb2.AlterPartitionReplicasRequest.SerializeToString,
+                response_deserializer=oncelog_dot_api_dot_cluster_dot_v1_dot_cluster__service__pb2.AlterPartitionReplicasResponse.FromString,
+                _registered_method=True)
 
 
 class ClusterServiceServicer:
@@ -137,6 +142,13 @@ class ClusterServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def AlterPartitionReplicas(self, request, context):
+        """AlterPartitionReplicas sets the replicas of one partition (a step of a reassignment) with a conditional update.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ClusterServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -179,6 +191,11 @@ def add_ClusterServiceServicer_to_server(servicer, server):
                     servicer.IncrementalAlterConfigs,
                     request_deserializer=oncelog_dot_api_dot_cluster_dot_v1_dot_cluster__service__pb2.IncrementalAlterConfigsRequest.FromString,
                     response_serializer=oncelog_dot_api_dot_cluster_dot_v1_dot_cluster__service__pb2.IncrementalAlterConfigsResponse.SerializeToString,
+            ),
+            'AlterPartitionReplicas': grpc.unary_unary_rpc_method_handler(
+                    servicer.AlterPartitionReplicas,
+                    request_deserializer=oncelog_dot_api_dot_cluster_dot_v1_dot_cluster__service__pb2.AlterPartitionReplicasRequest.FromString,
+                    response_serializer=oncelog_dot_api_dot_cluster_dot_v1_dot_cluster__service__pb2.AlterPartitionReplicasResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -398,6 +415,33 @@ class ClusterService:
             '/oncelog.api.cluster.v1.ClusterService/IncrementalAlterConfigs',
             oncelog_dot_api_dot_cluster_dot_v1_dot_cluster__service__pb2.IncrementalAlterConfigsRequest.SerializeToString,
             oncelog_dot_api_dot_cluster_dot_v1_dot_cluster__service__pb2.IncrementalAlterConfigsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AlterPartitionReplicas(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/oncelog.api.cluster.v1.ClusterService/AlterPartitionReplicas',
+            oncelog_dot_api_dot_cluster_dot_v1_dot_cluster__service__pb2.AlterPartitionReplicasRequest.SerializeToString,
+            oncelog_dot_api_dot_cluster_dot_v1_dot_cluster__service__pb2.AlterPartitionReplicasResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -49,6 +49,8 @@ class ClusterServiceStub:
     """DescribeConfigs lists every setting of topics with its value and where the value comes from."""
     IncrementalAlterConfigs: _grpc.UnaryUnaryMultiCallable[_cluster_service_pb2.IncrementalAlterConfigsRequest, _cluster_service_pb2.IncrementalAlterConfigsResponse]
     """IncrementalAlterConfigs sets or deletes individual topic settings; storage nodes apply them on their next refresh."""
+    AlterPartitionReplicas: _grpc.UnaryUnaryMultiCallable[_cluster_service_pb2.AlterPartitionReplicasRequest, _cluster_service_pb2.AlterPartitionReplicasResponse]
+    """AlterPartitionReplicas sets the replicas of one partition (a step of a reassignment) with a conditional update."""
 
 @_typing.type_check_only
 class ClusterServiceAsyncStub(ClusterServiceStub):
@@ -71,6 +73,8 @@ class ClusterServiceAsyncStub(ClusterServiceStub):
     """DescribeConfigs lists every setting of topics with its value and where the value comes from."""
     IncrementalAlterConfigs: _aio.UnaryUnaryMultiCallable[_cluster_service_pb2.IncrementalAlterConfigsRequest, _cluster_service_pb2.IncrementalAlterConfigsResponse]  # type: ignore[assignment]
     """IncrementalAlterConfigs sets or deletes individual topic settings; storage nodes apply them on their next refresh."""
+    AlterPartitionReplicas: _aio.UnaryUnaryMultiCallable[_cluster_service_pb2.AlterPartitionReplicasRequest, _cluster_service_pb2.AlterPartitionReplicasResponse]  # type: ignore[assignment]
+    """AlterPartitionReplicas sets the replicas of one partition (a step of a reassignment) with a conditional update."""
 
 class ClusterServiceServicer(metaclass=_abc_1.ABCMeta):
     """ClusterService answers catalog questions; any service address is therefore a valid bootstrap address."""
@@ -138,5 +142,13 @@ class ClusterServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_cluster_service_pb2.IncrementalAlterConfigsResponse, _abc.Awaitable[_cluster_service_pb2.IncrementalAlterConfigsResponse]]:
         """IncrementalAlterConfigs sets or deletes individual topic settings; storage nodes apply them on their next refresh."""
+
+    @_abc_1.abstractmethod
+    def AlterPartitionReplicas(
+        self,
+        request: _cluster_service_pb2.AlterPartitionReplicasRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_cluster_service_pb2.AlterPartitionReplicasResponse, _abc.Awaitable[_cluster_service_pb2.AlterPartitionReplicasResponse]]:
+        """AlterPartitionReplicas sets the replicas of one partition (a step of a reassignment) with a conditional update."""
 
 def add_ClusterServiceServicer_to_server(servicer: ClusterServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -1268,6 +1268,128 @@ func (x *CreatePartitionsResponse) GetTopics() []*TopicMetadata {
 	return nil
 }
 
+// AlterPartitionReplicasRequest names one partition and the replicas it should have. A reassignment takes two
+// steps: first the current replicas plus the new ones (they copy the log and join the ISR), then the target list
+// (the others stop holding the partition). The ISR keeps only listed replicas; a leader not listed hands over to
+// the first listed in-sync replica.
+type AlterPartitionReplicasRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// topic is the partition's topic.
+	Topic string `protobuf:"bytes,1,opt,name=topic,proto3" json:"topic,omitempty"`
+	// partition is the partition index.
+	Partition int32 `protobuf:"varint,2,opt,name=partition,proto3" json:"partition,omitempty"`
+	// replica_node_ids lists the storage nodes that should hold the partition, the preferred leader first.
+	ReplicaNodeIds []string `protobuf:"bytes,3,rep,name=replica_node_ids,json=replicaNodeIds,proto3" json:"replica_node_ids,omitempty"`
+	// partition_epoch is the epoch the caller saw; the change applies only if it is still current (0: no check).
+	PartitionEpoch int32 `protobuf:"varint,4,opt,name=partition_epoch,json=partitionEpoch,proto3" json:"partition_epoch,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *AlterPartitionReplicasRequest) Reset() {
+	*x = AlterPartitionReplicasRequest{}
+	mi := &file_oncelog_api_cluster_v1_cluster_service_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AlterPartitionReplicasRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AlterPartitionReplicasRequest) ProtoMessage() {}
+
+func (x *AlterPartitionReplicasRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_oncelog_api_cluster_v1_cluster_service_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AlterPartitionReplicasRequest.ProtoReflect.Descriptor instead.
+func (*AlterPartitionReplicasRequest) Descriptor() ([]byte, []int) {
+	return file_oncelog_api_cluster_v1_cluster_service_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *AlterPartitionReplicasRequest) GetTopic() string {
+	if x != nil {
+		return x.Topic
+	}
+	return ""
+}
+
+func (x *AlterPartitionReplicasRequest) GetPartition() int32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+func (x *AlterPartitionReplicasRequest) GetReplicaNodeIds() []string {
+	if x != nil {
+		return x.ReplicaNodeIds
+	}
+	return nil
+}
+
+func (x *AlterPartitionReplicasRequest) GetPartitionEpoch() int32 {
+	if x != nil {
+		return x.PartitionEpoch
+	}
+	return 0
+}
+
+// AlterPartitionReplicasResponse describes the partition after the change.
+type AlterPartitionReplicasResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// partition is the partition's new catalog row.
+	Partition     *PartitionMetadata `protobuf:"bytes,1,opt,name=partition,proto3" json:"partition,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AlterPartitionReplicasResponse) Reset() {
+	*x = AlterPartitionReplicasResponse{}
+	mi := &file_oncelog_api_cluster_v1_cluster_service_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AlterPartitionReplicasResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AlterPartitionReplicasResponse) ProtoMessage() {}
+
+func (x *AlterPartitionReplicasResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_oncelog_api_cluster_v1_cluster_service_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AlterPartitionReplicasResponse.ProtoReflect.Descriptor instead.
+func (*AlterPartitionReplicasResponse) Descriptor() ([]byte, []int) {
+	return file_oncelog_api_cluster_v1_cluster_service_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *AlterPartitionReplicasResponse) GetPartition() *PartitionMetadata {
+	if x != nil {
+		return x.Partition
+	}
+	return nil
+}
+
 // ConfigEntry is one setting of a topic.
 type ConfigEntry struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1283,7 +1405,7 @@ type ConfigEntry struct {
 
 func (x *ConfigEntry) Reset() {
 	*x = ConfigEntry{}
-	mi := &file_oncelog_api_cluster_v1_cluster_service_proto_msgTypes[17]
+	mi := &file_oncelog_api_cluster_v1_cluster_service_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1295,7 +1417,7 @@ func (x *ConfigEntry) String() string {
 func (*ConfigEntry) ProtoMessage() {}
 
 func (x *ConfigEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_oncelog_api_cluster_v1_cluster_service_proto_msgTypes[17]
+	mi := &file_oncelog_api_cluster_v1_cluster_service_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1308,7 +1430,7 @@ func (x *ConfigEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigEntry.ProtoReflect.Descriptor instead.
 func (*ConfigEntry) Descriptor() ([]byte, []int) {
-	return file_oncelog_api_cluster_v1_cluster_service_proto_rawDescGZIP(), []int{17}
+	return file_oncelog_api_cluster_v1_cluster_service_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ConfigEntry) GetName() string {
@@ -1345,7 +1467,7 @@ type TopicConfigs struct {
 
 func (x *TopicConfigs) Reset() {
 	*x = TopicConfigs{}
-	mi := &file_oncelog_api_cluster_v1_cluster_service_proto_msgTypes[18]
+	mi := &file_oncelog_api_cluster_v1_cluster_service_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1357,7 +1479,7 @@ func (x *TopicConfigs) String() string {
 func (*TopicConfigs) ProtoMessage() {}
 
 func (x *TopicConfigs) ProtoReflect() protoreflect.Message {
-	mi := &file_oncelog_api_cluster_v1_cluster_service_proto_msgTypes[18]
+	mi := &file_oncelog_api_cluster_v1_cluster_service_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1370,7 +1492,7 @@ func (x *TopicConfigs) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopicConfigs.ProtoReflect.Descriptor instead.
 func (*TopicConfigs) Descriptor() ([]byte, []int) {
-	return file_oncelog_api_cluster_v1_cluster_service_proto_rawDescGZIP(), []int{18}
+	return file_oncelog_api_cluster_v1_cluster_service_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *TopicConfigs) GetTopic() string {
@@ -1398,7 +1520,7 @@ type DescribeConfigsRequest struct {
 
 func (x *DescribeConfigsRequest) Reset() {
 	*x = DescribeConfigsRequest{}
-	mi := &file_oncelog_api_cluster_v1_cluster_service_proto_msgTypes[19]
+	mi := &file_oncelog_api_cluster_v1_cluster_service_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1410,7 +1532,7 @@ func (x *DescribeConfigsRequest) String() string {
 func (*DescribeConfigsRequest) ProtoMessage() {}
 
 func (x *DescribeConfigsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_oncelog_api_cluster_v1_cluster_service_proto_msgTypes[19]
+	mi := &file_oncelog_api_cluster_v1_cluster_service_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1423,7 +1545,7 @@ func (x *DescribeConfigsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeConfigsRequest.ProtoReflect.Descriptor instead.
 func (*DescribeConfigsRequest) Descriptor() ([]byte, []int) {
-	return file_oncelog_api_cluster_v1_cluster_service_proto_rawDescGZIP(), []int{19}
+	return file_oncelog_api_cluster_v1_cluster_service_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *DescribeConfigsRequest) GetTopics() []string {
@@ -1444,7 +1566,7 @@ type DescribeConfigsResponse struct {
 
 func (x *DescribeConfigsResponse) Reset() {
 	*x = DescribeConfigsResponse{}
-	mi := &file_oncelog_api_cluster_v1_cluster_service_proto_msgTypes[20]
+	mi := &file_oncelog_api_cluster_v1_cluster_service_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1456,7 +1578,7 @@ func (x *DescribeConfigsResponse) String() string {
 func (*DescribeConfigsResponse) ProtoMessage() {}
 
 func (x *DescribeConfigsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_oncelog_api_cluster_v1_cluster_service_proto_msgTypes[20]
+	mi := &file_oncelog_api_cluster_v1_cluster_service_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1469,7 +1591,7 @@ func (x *DescribeConfigsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeConfigsResponse.ProtoReflect.Descriptor instead.
 func (*DescribeConfigsResponse) Descriptor() ([]byte, []int) {
-	return file_oncelog_api_cluster_v1_cluster_service_proto_rawDescGZIP(), []int{20}
+	return file_oncelog_api_cluster_v1_cluster_service_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *DescribeConfigsResponse) GetTopics() []*TopicConfigs {
@@ -1494,7 +1616,7 @@ type AlterConfigOp struct {
 
 func (x *AlterConfigOp) Reset() {
 	*x = AlterConfigOp{}
-	mi := &file_oncelog_api_cluster_v1_cluster_service_proto_msgTypes[21]
+	mi := &file_oncelog_api_cluster_v1_cluster_service_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1506,7 +1628,7 @@ func (x *AlterConfigOp) String() string {
 func (*AlterConfigOp) ProtoMessage() {}
 
 func (x *AlterConfigOp) ProtoReflect() protoreflect.Message {
-	mi := &file_oncelog_api_cluster_v1_cluster_service_proto_msgTypes[21]
+	mi := &file_oncelog_api_cluster_v1_cluster_service_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1519,7 +1641,7 @@ func (x *AlterConfigOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AlterConfigOp.ProtoReflect.Descriptor instead.
 func (*AlterConfigOp) Descriptor() ([]byte, []int) {
-	return file_oncelog_api_cluster_v1_cluster_service_proto_rawDescGZIP(), []int{21}
+	return file_oncelog_api_cluster_v1_cluster_service_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *AlterConfigOp) GetName() string {
@@ -1556,7 +1678,7 @@ type TopicConfigAlteration struct {
 
 func (x *TopicConfigAlteration) Reset() {
 	*x = TopicConfigAlteration{}
-	mi := &file_oncelog_api_cluster_v1_cluster_service_proto_msgTypes[22]
+	mi := &file_oncelog_api_cluster_v1_cluster_service_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1568,7 +1690,7 @@ func (x *TopicConfigAlteration) String() string {
 func (*TopicConfigAlteration) ProtoMessage() {}
 
 func (x *TopicConfigAlteration) ProtoReflect() protoreflect.Message {
-	mi := &file_oncelog_api_cluster_v1_cluster_service_proto_msgTypes[22]
+	mi := &file_oncelog_api_cluster_v1_cluster_service_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1581,7 +1703,7 @@ func (x *TopicConfigAlteration) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopicConfigAlteration.ProtoReflect.Descriptor instead.
 func (*TopicConfigAlteration) Descriptor() ([]byte, []int) {
-	return file_oncelog_api_cluster_v1_cluster_service_proto_rawDescGZIP(), []int{22}
+	return file_oncelog_api_cluster_v1_cluster_service_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *TopicConfigAlteration) GetTopic() string {
@@ -1611,7 +1733,7 @@ type IncrementalAlterConfigsRequest struct {
 
 func (x *IncrementalAlterConfigsRequest) Reset() {
 	*x = IncrementalAlterConfigsRequest{}
-	mi := &file_oncelog_api_cluster_v1_cluster_service_proto_msgTypes[23]
+	mi := &file_oncelog_api_cluster_v1_cluster_service_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1623,7 +1745,7 @@ func (x *IncrementalAlterConfigsRequest) String() string {
 func (*IncrementalAlterConfigsRequest) ProtoMessage() {}
 
 func (x *IncrementalAlterConfigsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_oncelog_api_cluster_v1_cluster_service_proto_msgTypes[23]
+	mi := &file_oncelog_api_cluster_v1_cluster_service_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1636,7 +1758,7 @@ func (x *IncrementalAlterConfigsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IncrementalAlterConfigsRequest.ProtoReflect.Descriptor instead.
 func (*IncrementalAlterConfigsRequest) Descriptor() ([]byte, []int) {
-	return file_oncelog_api_cluster_v1_cluster_service_proto_rawDescGZIP(), []int{23}
+	return file_oncelog_api_cluster_v1_cluster_service_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *IncrementalAlterConfigsRequest) GetTopics() []*TopicConfigAlteration {
@@ -1664,7 +1786,7 @@ type IncrementalAlterConfigsResponse struct {
 
 func (x *IncrementalAlterConfigsResponse) Reset() {
 	*x = IncrementalAlterConfigsResponse{}
-	mi := &file_oncelog_api_cluster_v1_cluster_service_proto_msgTypes[24]
+	mi := &file_oncelog_api_cluster_v1_cluster_service_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1676,7 +1798,7 @@ func (x *IncrementalAlterConfigsResponse) String() string {
 func (*IncrementalAlterConfigsResponse) ProtoMessage() {}
 
 func (x *IncrementalAlterConfigsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_oncelog_api_cluster_v1_cluster_service_proto_msgTypes[24]
+	mi := &file_oncelog_api_cluster_v1_cluster_service_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1689,7 +1811,7 @@ func (x *IncrementalAlterConfigsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IncrementalAlterConfigsResponse.ProtoReflect.Descriptor instead.
 func (*IncrementalAlterConfigsResponse) Descriptor() ([]byte, []int) {
-	return file_oncelog_api_cluster_v1_cluster_service_proto_rawDescGZIP(), []int{24}
+	return file_oncelog_api_cluster_v1_cluster_service_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *IncrementalAlterConfigsResponse) GetTopics() []*TopicConfigs {
@@ -1778,7 +1900,14 @@ const file_oncelog_api_cluster_v1_cluster_service_proto_rawDesc = "" +
 	"\x06topics\x18\x01 \x03(\v2&.oncelog.api.cluster.v1.PartitionsSpecR\x06topics\x12#\n" +
 	"\rvalidate_only\x18\x02 \x01(\bR\fvalidateOnly\"Y\n" +
 	"\x18CreatePartitionsResponse\x12=\n" +
-	"\x06topics\x18\x01 \x03(\v2%.oncelog.api.cluster.v1.TopicMetadataR\x06topics\"u\n" +
+	"\x06topics\x18\x01 \x03(\v2%.oncelog.api.cluster.v1.TopicMetadataR\x06topics\"\xa6\x01\n" +
+	"\x1dAlterPartitionReplicasRequest\x12\x14\n" +
+	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1c\n" +
+	"\tpartition\x18\x02 \x01(\x05R\tpartition\x12(\n" +
+	"\x10replica_node_ids\x18\x03 \x03(\tR\x0ereplicaNodeIds\x12'\n" +
+	"\x0fpartition_epoch\x18\x04 \x01(\x05R\x0epartitionEpoch\"i\n" +
+	"\x1eAlterPartitionReplicasResponse\x12G\n" +
+	"\tpartition\x18\x01 \x01(\v2).oncelog.api.cluster.v1.PartitionMetadataR\tpartition\"u\n" +
 	"\vConfigEntry\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value\x12<\n" +
@@ -1819,7 +1948,7 @@ const file_oncelog_api_cluster_v1_cluster_service_proto_rawDesc = "" +
 	"\x11AlterConfigOpType\x12$\n" +
 	" ALTER_CONFIG_OP_TYPE_UNSPECIFIED\x10\x00\x12\x1c\n" +
 	"\x18ALTER_CONFIG_OP_TYPE_SET\x10\x01\x12\x1f\n" +
-	"\x1bALTER_CONFIG_OP_TYPE_DELETE\x10\x022\xa5\a\n" +
+	"\x1bALTER_CONFIG_OP_TYPE_DELETE\x10\x022\xaf\b\n" +
 	"\x0eClusterService\x12r\n" +
 	"\x0fDescribeCluster\x12..oncelog.api.cluster.v1.DescribeClusterRequest\x1a/.oncelog.api.cluster.v1.DescribeClusterResponse\x12]\n" +
 	"\bMetadata\x12'.oncelog.api.cluster.v1.MetadataRequest\x1a(.oncelog.api.cluster.v1.MetadataResponse\x12r\n" +
@@ -1828,7 +1957,8 @@ const file_oncelog_api_cluster_v1_cluster_service_proto_rawDesc = "" +
 	"\fDeleteTopics\x12+.oncelog.api.cluster.v1.DeleteTopicsRequest\x1a,.oncelog.api.cluster.v1.DeleteTopicsResponse\x12u\n" +
 	"\x10CreatePartitions\x12/.oncelog.api.cluster.v1.CreatePartitionsRequest\x1a0.oncelog.api.cluster.v1.CreatePartitionsResponse\x12r\n" +
 	"\x0fDescribeConfigs\x12..oncelog.api.cluster.v1.DescribeConfigsRequest\x1a/.oncelog.api.cluster.v1.DescribeConfigsResponse\x12\x8a\x01\n" +
-	"\x17IncrementalAlterConfigs\x126.oncelog.api.cluster.v1.IncrementalAlterConfigsRequest\x1a7.oncelog.api.cluster.v1.IncrementalAlterConfigsResponseb\x06proto3"
+	"\x17IncrementalAlterConfigs\x126.oncelog.api.cluster.v1.IncrementalAlterConfigsRequest\x1a7.oncelog.api.cluster.v1.IncrementalAlterConfigsResponse\x12\x87\x01\n" +
+	"\x16AlterPartitionReplicas\x125.oncelog.api.cluster.v1.AlterPartitionReplicasRequest\x1a6.oncelog.api.cluster.v1.AlterPartitionReplicasResponseb\x06proto3"
 
 var (
 	file_oncelog_api_cluster_v1_cluster_service_proto_rawDescOnce sync.Once
@@ -1843,7 +1973,7 @@ func file_oncelog_api_cluster_v1_cluster_service_proto_rawDescGZIP() []byte {
 }
 
 var file_oncelog_api_cluster_v1_cluster_service_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_oncelog_api_cluster_v1_cluster_service_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
+var file_oncelog_api_cluster_v1_cluster_service_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
 var file_oncelog_api_cluster_v1_cluster_service_proto_goTypes = []any{
 	(ServiceRole)(0),                        // 0: oncelog.api.cluster.v1.ServiceRole
 	(CoordinatorType)(0),                    // 1: oncelog.api.cluster.v1.CoordinatorType
@@ -1866,57 +1996,62 @@ var file_oncelog_api_cluster_v1_cluster_service_proto_goTypes = []any{
 	(*PartitionsSpec)(nil),                  // 18: oncelog.api.cluster.v1.PartitionsSpec
 	(*CreatePartitionsRequest)(nil),         // 19: oncelog.api.cluster.v1.CreatePartitionsRequest
 	(*CreatePartitionsResponse)(nil),        // 20: oncelog.api.cluster.v1.CreatePartitionsResponse
-	(*ConfigEntry)(nil),                     // 21: oncelog.api.cluster.v1.ConfigEntry
-	(*TopicConfigs)(nil),                    // 22: oncelog.api.cluster.v1.TopicConfigs
-	(*DescribeConfigsRequest)(nil),          // 23: oncelog.api.cluster.v1.DescribeConfigsRequest
-	(*DescribeConfigsResponse)(nil),         // 24: oncelog.api.cluster.v1.DescribeConfigsResponse
-	(*AlterConfigOp)(nil),                   // 25: oncelog.api.cluster.v1.AlterConfigOp
-	(*TopicConfigAlteration)(nil),           // 26: oncelog.api.cluster.v1.TopicConfigAlteration
-	(*IncrementalAlterConfigsRequest)(nil),  // 27: oncelog.api.cluster.v1.IncrementalAlterConfigsRequest
-	(*IncrementalAlterConfigsResponse)(nil), // 28: oncelog.api.cluster.v1.IncrementalAlterConfigsResponse
-	nil,                                     // 29: oncelog.api.cluster.v1.TopicMetadata.ConfigsEntry
-	nil,                                     // 30: oncelog.api.cluster.v1.TopicSpec.ConfigsEntry
+	(*AlterPartitionReplicasRequest)(nil),   // 21: oncelog.api.cluster.v1.AlterPartitionReplicasRequest
+	(*AlterPartitionReplicasResponse)(nil),  // 22: oncelog.api.cluster.v1.AlterPartitionReplicasResponse
+	(*ConfigEntry)(nil),                     // 23: oncelog.api.cluster.v1.ConfigEntry
+	(*TopicConfigs)(nil),                    // 24: oncelog.api.cluster.v1.TopicConfigs
+	(*DescribeConfigsRequest)(nil),          // 25: oncelog.api.cluster.v1.DescribeConfigsRequest
+	(*DescribeConfigsResponse)(nil),         // 26: oncelog.api.cluster.v1.DescribeConfigsResponse
+	(*AlterConfigOp)(nil),                   // 27: oncelog.api.cluster.v1.AlterConfigOp
+	(*TopicConfigAlteration)(nil),           // 28: oncelog.api.cluster.v1.TopicConfigAlteration
+	(*IncrementalAlterConfigsRequest)(nil),  // 29: oncelog.api.cluster.v1.IncrementalAlterConfigsRequest
+	(*IncrementalAlterConfigsResponse)(nil), // 30: oncelog.api.cluster.v1.IncrementalAlterConfigsResponse
+	nil,                                     // 31: oncelog.api.cluster.v1.TopicMetadata.ConfigsEntry
+	nil,                                     // 32: oncelog.api.cluster.v1.TopicSpec.ConfigsEntry
 }
 var file_oncelog_api_cluster_v1_cluster_service_proto_depIdxs = []int32{
 	0,  // 0: oncelog.api.cluster.v1.Node.role:type_name -> oncelog.api.cluster.v1.ServiceRole
 	4,  // 1: oncelog.api.cluster.v1.DescribeClusterResponse.nodes:type_name -> oncelog.api.cluster.v1.Node
 	8,  // 2: oncelog.api.cluster.v1.TopicMetadata.partitions:type_name -> oncelog.api.cluster.v1.PartitionMetadata
-	29, // 3: oncelog.api.cluster.v1.TopicMetadata.configs:type_name -> oncelog.api.cluster.v1.TopicMetadata.ConfigsEntry
+	31, // 3: oncelog.api.cluster.v1.TopicMetadata.configs:type_name -> oncelog.api.cluster.v1.TopicMetadata.ConfigsEntry
 	9,  // 4: oncelog.api.cluster.v1.MetadataResponse.topics:type_name -> oncelog.api.cluster.v1.TopicMetadata
 	1,  // 5: oncelog.api.cluster.v1.FindCoordinatorRequest.type:type_name -> oncelog.api.cluster.v1.CoordinatorType
-	30, // 6: oncelog.api.cluster.v1.TopicSpec.configs:type_name -> oncelog.api.cluster.v1.TopicSpec.ConfigsEntry
+	32, // 6: oncelog.api.cluster.v1.TopicSpec.configs:type_name -> oncelog.api.cluster.v1.TopicSpec.ConfigsEntry
 	13, // 7: oncelog.api.cluster.v1.CreateTopicsRequest.topics:type_name -> oncelog.api.cluster.v1.TopicSpec
 	9,  // 8: oncelog.api.cluster.v1.CreateTopicsResponse.topics:type_name -> oncelog.api.cluster.v1.TopicMetadata
 	18, // 9: oncelog.api.cluster.v1.CreatePartitionsRequest.topics:type_name -> oncelog.api.cluster.v1.PartitionsSpec
 	9,  // 10: oncelog.api.cluster.v1.CreatePartitionsResponse.topics:type_name -> oncelog.api.cluster.v1.TopicMetadata
-	2,  // 11: oncelog.api.cluster.v1.ConfigEntry.source:type_name -> oncelog.api.cluster.v1.ConfigSource
-	21, // 12: oncelog.api.cluster.v1.TopicConfigs.entries:type_name -> oncelog.api.cluster.v1.ConfigEntry
-	22, // 13: oncelog.api.cluster.v1.DescribeConfigsResponse.topics:type_name -> oncelog.api.cluster.v1.TopicConfigs
-	3,  // 14: oncelog.api.cluster.v1.AlterConfigOp.op:type_name -> oncelog.api.cluster.v1.AlterConfigOpType
-	25, // 15: oncelog.api.cluster.v1.TopicConfigAlteration.ops:type_name -> oncelog.api.cluster.v1.AlterConfigOp
-	26, // 16: oncelog.api.cluster.v1.IncrementalAlterConfigsRequest.topics:type_name -> oncelog.api.cluster.v1.TopicConfigAlteration
-	22, // 17: oncelog.api.cluster.v1.IncrementalAlterConfigsResponse.topics:type_name -> oncelog.api.cluster.v1.TopicConfigs
-	5,  // 18: oncelog.api.cluster.v1.ClusterService.DescribeCluster:input_type -> oncelog.api.cluster.v1.DescribeClusterRequest
-	7,  // 19: oncelog.api.cluster.v1.ClusterService.Metadata:input_type -> oncelog.api.cluster.v1.MetadataRequest
-	11, // 20: oncelog.api.cluster.v1.ClusterService.FindCoordinator:input_type -> oncelog.api.cluster.v1.FindCoordinatorRequest
-	14, // 21: oncelog.api.cluster.v1.ClusterService.CreateTopics:input_type -> oncelog.api.cluster.v1.CreateTopicsRequest
-	16, // 22: oncelog.api.cluster.v1.ClusterService.DeleteTopics:input_type -> oncelog.api.cluster.v1.DeleteTopicsRequest
-	19, // 23: oncelog.api.cluster.v1.ClusterService.CreatePartitions:input_type -> oncelog.api.cluster.v1.CreatePartitionsRequest
-	23, // 24: oncelog.api.cluster.v1.ClusterService.DescribeConfigs:input_type -> oncelog.api.cluster.v1.DescribeConfigsRequest
-	27, // 25: oncelog.api.cluster.v1.ClusterService.IncrementalAlterConfigs:input_type -> oncelog.api.cluster.v1.IncrementalAlterConfigsRequest
-	6,  // 26: oncelog.api.cluster.v1.ClusterService.DescribeCluster:output_type -> oncelog.api.cluster.v1.DescribeClusterResponse
-	10, // 27: oncelog.api.cluster.v1.ClusterService.Metadata:output_type -> oncelog.api.cluster.v1.MetadataResponse
-	12, // 28: oncelog.api.cluster.v1.ClusterService.FindCoordinator:output_type -> oncelog.api.cluster.v1.FindCoordinatorResponse
-	15, // 29: oncelog.api.cluster.v1.ClusterService.CreateTopics:output_type -> oncelog.api.cluster.v1.CreateTopicsResponse
-	17, // 30: oncelog.api.cluster.v1.ClusterService.DeleteTopics:output_type -> oncelog.api.cluster.v1.DeleteTopicsResponse
-	20, // 31: oncelog.api.cluster.v1.ClusterService.CreatePartitions:output_type -> oncelog.api.cluster.v1.CreatePartitionsResponse
-	24, // 32: oncelog.api.cluster.v1.ClusterService.DescribeConfigs:output_type -> oncelog.api.cluster.v1.DescribeConfigsResponse
-	28, // 33: oncelog.api.cluster.v1.ClusterService.IncrementalAlterConfigs:output_type -> oncelog.api.cluster.v1.IncrementalAlterConfigsResponse
-	26, // [26:34] is the sub-list for method output_type
-	18, // [18:26] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	8,  // 11: oncelog.api.cluster.v1.AlterPartitionReplicasResponse.partition:type_name -> oncelog.api.cluster.v1.PartitionMetadata
+	2,  // 12: oncelog.api.cluster.v1.ConfigEntry.source:type_name -> oncelog.api.cluster.v1.ConfigSource
+	23, // 13: oncelog.api.cluster.v1.TopicConfigs.entries:type_name -> oncelog.api.cluster.v1.ConfigEntry
+	24, // 14: oncelog.api.cluster.v1.DescribeConfigsResponse.topics:type_name -> oncelog.api.cluster.v1.TopicConfigs
+	3,  // 15: oncelog.api.cluster.v1.AlterConfigOp.op:type_name -> oncelog.api.cluster.v1.AlterConfigOpType
+	27, // 16: oncelog.api.cluster.v1.TopicConfigAlteration.ops:type_name -> oncelog.api.cluster.v1.AlterConfigOp
+	28, // 17: oncelog.api.cluster.v1.IncrementalAlterConfigsRequest.topics:type_name -> oncelog.api.cluster.v1.TopicConfigAlteration
+	24, // 18: oncelog.api.cluster.v1.IncrementalAlterConfigsResponse.topics:type_name -> oncelog.api.cluster.v1.TopicConfigs
+	5,  // 19: oncelog.api.cluster.v1.ClusterService.DescribeCluster:input_type -> oncelog.api.cluster.v1.DescribeClusterRequest
+	7,  // 20: oncelog.api.cluster.v1.ClusterService.Metadata:input_type -> oncelog.api.cluster.v1.MetadataRequest
+	11, // 21: oncelog.api.cluster.v1.ClusterService.FindCoordinator:input_type -> oncelog.api.cluster.v1.FindCoordinatorRequest
+	14, // 22: oncelog.api.cluster.v1.ClusterService.CreateTopics:input_type -> oncelog.api.cluster.v1.CreateTopicsRequest
+	16, // 23: oncelog.api.cluster.v1.ClusterService.DeleteTopics:input_type -> oncelog.api.cluster.v1.DeleteTopicsRequest
+	19, // 24: oncelog.api.cluster.v1.ClusterService.CreatePartitions:input_type -> oncelog.api.cluster.v1.CreatePartitionsRequest
+	25, // 25: oncelog.api.cluster.v1.ClusterService.DescribeConfigs:input_type -> oncelog.api.cluster.v1.DescribeConfigsRequest
+	29, // 26: oncelog.api.cluster.v1.ClusterService.IncrementalAlterConfigs:input_type -> oncelog.api.cluster.v1.IncrementalAlterConfigsRequest
+	21, // 27: oncelog.api.cluster.v1.ClusterService.AlterPartitionReplicas:input_type -> oncelog.api.cluster.v1.AlterPartitionReplicasRequest
+	6,  // 28: oncelog.api.cluster.v1.ClusterService.DescribeCluster:output_type -> oncelog.api.cluster.v1.DescribeClusterResponse
+	10, // 29: oncelog.api.cluster.v1.ClusterService.Metadata:output_type -> oncelog.api.cluster.v1.MetadataResponse
+	12, // 30: oncelog.api.cluster.v1.ClusterService.FindCoordinator:output_type -> oncelog.api.cluster.v1.FindCoordinatorResponse
+	15, // 31: oncelog.api.cluster.v1.ClusterService.CreateTopics:output_type -> oncelog.api.cluster.v1.CreateTopicsResponse
+	17, // 32: oncelog.api.cluster.v1.ClusterService.DeleteTopics:output_type -> oncelog.api.cluster.v1.DeleteTopicsResponse
+	20, // 33: oncelog.api.cluster.v1.ClusterService.CreatePartitions:output_type -> oncelog.api.cluster.v1.CreatePartitionsResponse
+	26, // 34: oncelog.api.cluster.v1.ClusterService.DescribeConfigs:output_type -> oncelog.api.cluster.v1.DescribeConfigsResponse
+	30, // 35: oncelog.api.cluster.v1.ClusterService.IncrementalAlterConfigs:output_type -> oncelog.api.cluster.v1.IncrementalAlterConfigsResponse
+	22, // 36: oncelog.api.cluster.v1.ClusterService.AlterPartitionReplicas:output_type -> oncelog.api.cluster.v1.AlterPartitionReplicasResponse
+	28, // [28:37] is the sub-list for method output_type
+	19, // [19:28] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_oncelog_api_cluster_v1_cluster_service_proto_init() }
@@ -1931,7 +2066,7 @@ func file_oncelog_api_cluster_v1_cluster_service_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_oncelog_api_cluster_v1_cluster_service_proto_rawDesc), len(file_oncelog_api_cluster_v1_cluster_service_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   27,
+			NumMessages:   29,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -29,6 +29,7 @@ const (
 	ClusterService_CreatePartitions_FullMethodName        = "/oncelog.api.cluster.v1.ClusterService/CreatePartitions"
 	ClusterService_DescribeConfigs_FullMethodName         = "/oncelog.api.cluster.v1.ClusterService/DescribeConfigs"
 	ClusterService_IncrementalAlterConfigs_FullMethodName = "/oncelog.api.cluster.v1.ClusterService/IncrementalAlterConfigs"
+	ClusterService_AlterPartitionReplicas_FullMethodName  = "/oncelog.api.cluster.v1.ClusterService/AlterPartitionReplicas"
 )
 
 // ClusterServiceClient is the client API for ClusterService service.
@@ -53,6 +54,8 @@ type ClusterServiceClient interface {
 	DescribeConfigs(ctx context.Context, in *DescribeConfigsRequest, opts ...grpc.CallOption) (*DescribeConfigsResponse, error)
 	// IncrementalAlterConfigs sets or deletes individual topic settings; storage nodes apply them on their next refresh.
 	IncrementalAlterConfigs(ctx context.Context, in *IncrementalAlterConfigsRequest, opts ...grpc.CallOption) (*IncrementalAlterConfigsResponse, error)
+	// AlterPartitionReplicas sets the replicas of one partition (a step of a reassignment) with a conditional update.
+	AlterPartitionReplicas(ctx context.Context, in *AlterPartitionReplicasRequest, opts ...grpc.CallOption) (*AlterPartitionReplicasResponse, error)
 }
 
 type clusterServiceClient struct {
@@ -143,6 +146,16 @@ func (c *clusterServiceClient) IncrementalAlterConfigs(ctx context.Context, in *
 	return out, nil
 }
 
+func (c *clusterServiceClient) AlterPartitionReplicas(ctx context.Context, in *AlterPartitionReplicasRequest, opts ...grpc.CallOption) (*AlterPartitionReplicasResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AlterPartitionReplicasResponse)
+	err := c.cc.Invoke(ctx, ClusterService_AlterPartitionReplicas_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ClusterServiceServer is the server API for ClusterService service.
 // All implementations must embed UnimplementedClusterServiceServer
 // for forward compatibility.
@@ -165,6 +178,8 @@ type ClusterServiceServer interface {
 	DescribeConfigs(context.Context, *DescribeConfigsRequest) (*DescribeConfigsResponse, error)
 	// IncrementalAlterConfigs sets or deletes individual topic settings; storage nodes apply them on their next refresh.
 	IncrementalAlterConfigs(context.Context, *IncrementalAlterConfigsRequest) (*IncrementalAlterConfigsResponse, error)
+	// AlterPartitionReplicas sets the replicas of one partition (a step of a reassignment) with a conditional update.
+	AlterPartitionReplicas(context.Context, *AlterPartitionReplicasRequest) (*AlterPartitionReplicasResponse, error)
 	mustEmbedUnimplementedClusterServiceServer()
 }
 
@@ -198,6 +213,9 @@ func (UnimplementedClusterServiceServer) DescribeConfigs(context.Context, *Descr
 }
 func (UnimplementedClusterServiceServer) IncrementalAlterConfigs(context.Context, *IncrementalAlterConfigsRequest) (*IncrementalAlterConfigsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method IncrementalAlterConfigs not implemented")
+}
+func (UnimplementedClusterServiceServer) AlterPartitionReplicas(context.Context, *AlterPartitionReplicasRequest) (*AlterPartitionReplicasResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method AlterPartitionReplicas not implemented")
 }
 func (UnimplementedClusterServiceServer) mustEmbedUnimplementedClusterServiceServer() {}
 func (UnimplementedClusterServiceServer) testEmbeddedByValue()                        {}
@@ -364,6 +382,24 @@ func _ClusterService_IncrementalAlterConfigs_Handler(srv interface{}, ctx contex
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ClusterService_AlterPartitionReplicas_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AlterPartitionReplicasRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ClusterServiceServer).AlterPartitionReplicas(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ClusterService_AlterPartitionReplicas_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ClusterServiceServer).AlterPartitionReplicas(ctx, req.(*AlterPartitionReplicasRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // ClusterService_ServiceDesc is the grpc.ServiceDesc for ClusterService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -402,6 +438,10 @@ var ClusterService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "IncrementalAlterConfigs",
 			Handler:    _ClusterService_IncrementalAlterConfigs_Handler,
+		},
+		{
+			MethodName: "AlterPartitionReplicas",
+			Handler:    _ClusterService_AlterPartitionReplicas_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
