@@ -19,9 +19,11 @@ from oncelog.client.services import (
     PartitionStorageClient,
     TransactionCoordinatorClient,
 )
+from oncelog.kafka_gateway.classic_groups import ClassicMembers
 from oncelog.kafka_gateway.config import KafkaGatewaySettings
 from oncelog.kafka_gateway.connection import KafkaServer
 from oncelog.kafka_gateway.data_servicer import DataServicer
+from oncelog.kafka_gateway.group_servicer import GroupServicer
 from oncelog.kafka_gateway.producer_epochs import TransactionalIdentities
 from oncelog.kafka_gateway.protocol import Request, encode_response
 from oncelog.kafka_gateway.routing import ClusterRoutes
@@ -49,6 +51,7 @@ class KafkaGateway:
             max_queued_requests=settings.max_queued_requests,
         )
         self.identities = TransactionalIdentities()
+        self.members = ClassicMembers()
         self._handlers: dict[int, Callable[[Request], Awaitable[dict[str, Any] | None]]] = {}
         self.address = ""
 
@@ -67,14 +70,17 @@ class KafkaGateway:
             brokers=self.settings.broker_list(self.address),
             timeout_s=timeout,
         )
+        groups = GroupOffsetsClient(self._pool.get, timeout_s=timeout)
         txn = TxnServicer(
             routes=routes,
             txn=TransactionCoordinatorClient(self._pool.get, timeout_s=timeout),
-            groups=GroupOffsetsClient(self._pool.get, timeout_s=timeout),
+            groups=groups,
             identities=self.identities,
+            members=self.members,
             timeout_s=timeout,
         )
-        self._handlers = {**data.handlers(), **txn.handlers()}
+        classic = GroupServicer(routes=routes, groups=groups, members=self.members, timeout_s=timeout)
+        self._handlers = {**data.handlers(), **txn.handlers(), **classic.handlers()}
         log.info("kafka-gateway serving Kafka clients on %s (cluster %s)", self.address, self.settings.bootstrap)
         return self.address
 

@@ -38,6 +38,10 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     8: (2, 8),  # OffsetCommit
     9: (1, 8),  # OffsetFetch: v7 require_stable, v8 several groups in one request
     10: (0, 4),  # FindCoordinator: v4 batches keys
+    11: (0, 7),  # JoinGroup (classic protocol, mapped onto the KIP-848 coordinator)
+    12: (0, 4),  # Heartbeat
+    13: (0, 4),  # LeaveGroup: v3 batches members
+    14: (0, 5),  # SyncGroup
     18: (0, 4),  # ApiVersions
     19: (2, 7),  # CreateTopics
     20: (1, 5),  # DeleteTopics: v6 names topics by id
@@ -51,7 +55,8 @@ SUPPORTED: dict[int, tuple[int, int]] = {
 
 API_NAMES = {
     0: "Produce", 1: "Fetch", 2: "ListOffsets", 3: "Metadata", 8: "OffsetCommit", 9: "OffsetFetch",
-    10: "FindCoordinator", 18: "ApiVersions", 19: "CreateTopics", 20: "DeleteTopics", 22: "InitProducerId",
+    10: "FindCoordinator", 11: "JoinGroup", 12: "Heartbeat", 13: "LeaveGroup", 14: "SyncGroup",
+    18: "ApiVersions", 19: "CreateTopics", 20: "DeleteTopics", 22: "InitProducerId",
     24: "AddPartitionsToTxn", 25: "AddOffsetsToTxn", 26: "EndTxn", 28: "TxnOffsetCommit",
 }  # fmt: skip
 

@@ -16,6 +16,7 @@ from kio.schema.errors import ErrorCode
 from oncelog.client.records import OffsetAndMetadata
 from oncelog.client.services import GroupMember, GroupOffsetsClient, TransactionCoordinatorClient
 from oncelog.errors import OncelogError, Reason
+from oncelog.kafka_gateway.classic_groups import ClassicMembers
 from oncelog.kafka_gateway.error_codes import error_code_of
 from oncelog.kafka_gateway.producer_epochs import TransactionalIdentities
 from oncelog.kafka_gateway.protocol import Request
@@ -41,13 +42,27 @@ class TxnServicer:
         txn: TransactionCoordinatorClient,
         groups: GroupOffsetsClient,
         identities: TransactionalIdentities,
+        members: ClassicMembers,
         timeout_s: float,
     ) -> None:
         self._routes = routes
         self._txn = txn
         self._groups = groups
         self._identities = identities
+        self._members = members
         self._timeout_s = timeout_s
+
+    def _member(
+        self, group_id: str, generation: int, member_id: str, instance_id: str | None
+    ) -> GroupMember | ErrorCode | None:
+        """The member a commit names, with a classic member's generation turned into its coordinator epoch
+        (``classic_groups.py``); ILLEGAL_GENERATION for a classic member's stale generation; None for no member."""
+        if generation < 0 and not member_id:
+            return None
+        epoch = self._members.commit_generation(group_id, member_id, generation)
+        if epoch == -1:
+            return ErrorCode.illegal_generation
+        return GroupMember(generation if epoch is None else epoch, member_id, instance_id or "")
 
     def handlers(self) -> dict[int, Callable[[Request], Awaitable[dict[str, Any] | None]]]:
         """API key -> handler."""
@@ -173,11 +188,14 @@ class TxnServicer:
         client = ProducerIdAndEpoch(body.producer_id, body.producer_epoch)
         server = self._identities.to_server(tid, client)
         offsets = _offsets(body.topics)
-        member = GroupMember(
+        member = self._member(
+            body.group_id,
             getattr(body, "generation_id", -1),
             getattr(body, "member_id", ""),
-            getattr(body, "group_instance_id", None) or "",
+            getattr(body, "group_instance_id", None),
         )
+        if isinstance(member, ErrorCode):
+            return {"throttle_time": 0, "topics": _per_partition(offsets, lambda tp: {"error_code": member})}
         code = ErrorCode.none
         try:
             await self._coordinated(
@@ -197,13 +215,14 @@ class TxnServicer:
     async def offset_commit(self, request: Request) -> dict[str, Any]:
         body = request.body
         offsets = _offsets(body.topics)
-        generation = body.generation_id_or_member_epoch
-        member_id = body.member_id
-        member = (
-            GroupMember(generation, member_id, getattr(body, "group_instance_id", None) or "")
-            if generation >= 0 or member_id
-            else None
+        member = self._member(
+            body.group_id,
+            body.generation_id_or_member_epoch,
+            body.member_id,
+            getattr(body, "group_instance_id", None),
         )
+        if isinstance(member, ErrorCode):
+            return {"throttle_time": 0, "topics": _per_partition(offsets, lambda tp: {"error_code": member})}
         code = ErrorCode.none
         try:
             await self._coordinated(

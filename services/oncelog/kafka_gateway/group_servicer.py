@@ -1,0 +1,198 @@
+"""Kafka's classic group APIs on oncelog's group coordinator: JoinGroup, SyncGroup, Heartbeat, LeaveGroup.
+
+How the classic protocol maps onto the KIP-848 heartbeat is in ``classic_groups.py``; this module sends the
+heartbeats (through the typed GroupOffsetsClient, on the group's coordinator) and builds the answers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from oncelog.api.common import v1 as common_pb
+from oncelog.api.offsets import v1 as offsets_pb
+from oncelog.client.services import GroupOffsetsClient
+from oncelog.errors import OncelogError, Reason
+from oncelog.kafka_gateway.classic_groups import (
+    ClassicMember,
+    ClassicMembers,
+    assignment_bytes,
+    subscribed_topics,
+)
+from oncelog.kafka_gateway.error_codes import error_code_of
+from oncelog.kafka_gateway.protocol import Request
+from oncelog.kafka_gateway.routing import ClusterRoutes
+from oncelog.vocabulary import CoordinatorKind, TopicPartition
+
+SERVER_ASSIGNED = "oncelog-server-assignor"
+"""The leader id JoinGroup answers with: no member, so every client is a follower and runs no assignor."""
+_JOIN, _LEAVE = 0, -1
+_MEMBER_GONE = frozenset({Reason.UNKNOWN_MEMBER_ID, Reason.FENCED_MEMBER_EPOCH, Reason.STALE_MEMBER_EPOCH})
+
+
+class GroupServicer:
+    """The handlers of the classic group APIs (module docstring)."""
+
+    def __init__(
+        self, *, routes: ClusterRoutes, groups: GroupOffsetsClient, members: ClassicMembers, timeout_s: float
+    ) -> None:
+        self._routes = routes
+        self._groups = groups
+        self._members = members
+        self._timeout_s = timeout_s
+
+    def handlers(self) -> dict[int, Callable[[Request], Awaitable[dict[str, Any] | None]]]:
+        """API key -> handler."""
+        return {11: self.join_group, 14: self.sync_group, 12: self.heartbeat, 13: self.leave_group}
+
+    async def _heartbeat(
+        self,
+        group_id: str,
+        member_id: str,
+        epoch: int,
+        *,
+        topics: Iterable[str] = (),
+        owned: Iterable[TopicPartition] = (),
+        instance_id: str = "",
+        client_id: str = "",
+    ) -> offsets_pb.ConsumerGroupHeartbeatResponse:
+        request = offsets_pb.ConsumerGroupHeartbeatRequest(
+            group_id=group_id,
+            member_id=member_id,
+            member_epoch=epoch,
+            group_instance_id=instance_id,
+            subscribed_topic_names=list(topics),
+            owned_partitions=[common_pb.TopicPartition(topic=tp.topic, partition=tp.partition) for tp in sorted(owned)],
+            client_id=client_id,
+        )
+        key = (group_id, CoordinatorKind.GROUP)
+        try:
+            address = await self._routes.coordinator(group_id, CoordinatorKind.GROUP)
+            return await self._groups.consumer_group_heartbeat(address, request, timeout_s=self._timeout_s)
+        except OncelogError as exc:
+            self._routes.failed(exc, key=key)
+            raise
+
+    async def join_group(self, request: Request) -> dict[str, Any]:
+        body = request.body
+        protocol = body.protocols[0].name if body.protocols else ""
+        answer: dict[str, Any] = {
+            "throttle_time": 0, "generation_id": -1, "protocol_type": "consumer", "protocol_name": protocol,
+            "leader": SERVER_ASSIGNED, "member_id": body.member_id, "members": [],
+        }  # fmt: skip
+        if body.protocol_type != "consumer" or not body.protocols:
+            return {**answer, "error_code": ErrorCode.inconsistent_group_protocol}
+        try:
+            topics = subscribed_topics(body.protocols[0].metadata)
+        except ValueError:
+            return {**answer, "error_code": ErrorCode.inconsistent_group_protocol}
+        known = self._members.get(body.group_id, body.member_id) if body.member_id else None
+        instance_id = getattr(body, "group_instance_id", None) or ""
+        try:
+            # a known member rejoining has revoked everything (eager): it keeps its epoch and owns nothing now
+            response = await self._heartbeat(
+                body.group_id,
+                body.member_id,
+                known.epoch if known is not None else _JOIN,
+                topics=topics,
+                instance_id=instance_id,
+                client_id=request.client_id or "",
+            )
+        except OncelogError as exc:
+            if known is not None and exc.reason in _MEMBER_GONE:
+                self._members.drop(body.group_id, body.member_id)
+                return {**answer, "member_id": "", "error_code": ErrorCode.unknown_member_id}
+            return {**answer, "error_code": error_code_of(exc)}
+        self._members.put(
+            ClassicMember(
+                group_id=body.group_id,
+                member_id=response.member_id,
+                topics=topics,
+                epoch=response.member_epoch,
+                generation=response.member_epoch,
+                instance_id=instance_id,
+                client_id=request.client_id or "",
+            )
+        )
+        return {
+            **answer,
+            "error_code": ErrorCode.none,
+            "generation_id": response.member_epoch,
+            "member_id": response.member_id,
+        }
+
+    async def sync_group(self, request: Request) -> dict[str, Any]:
+        body = request.body
+        answer = {
+            "throttle_time": 0,
+            "protocol_type": "consumer",
+            "protocol_name": getattr(body, "protocol_name", None),
+        }
+        member = self._members.get(body.group_id, body.member_id)
+        if member is None:
+            return {**answer, "error_code": ErrorCode.unknown_member_id, "assignment": b""}
+        if body.generation_id != member.generation:
+            return {**answer, "error_code": ErrorCode.illegal_generation, "assignment": b""}
+        code = await self._refresh(member, owned=())
+        if code != ErrorCode.none:
+            return {**answer, "error_code": code, "assignment": b""}
+        return {**answer, "error_code": ErrorCode.none, "assignment": assignment_bytes(member.owned)}
+
+    async def _refresh(self, member: ClassicMember, *, owned: Iterable[TopicPartition]) -> ErrorCode:
+        """Heartbeat for ``member`` holding ``owned``; on success ``member.owned`` is the coordinator's assignment."""
+        try:
+            response = await self._heartbeat(
+                member.group_id,
+                member.member_id,
+                member.epoch,
+                topics=member.topics,
+                owned=owned,
+                instance_id=member.instance_id,
+                client_id=member.client_id,
+            )
+        except OncelogError as exc:
+            if exc.reason in _MEMBER_GONE:
+                self._members.drop(member.group_id, member.member_id)
+                return ErrorCode.unknown_member_id
+            return error_code_of(exc)
+        member.epoch = response.member_epoch
+        member.owned = frozenset(TopicPartition(tp.topic, tp.partition) for tp in response.assignment)
+        return ErrorCode.none
+
+    async def heartbeat(self, request: Request) -> dict[str, Any]:
+        body = request.body
+        member = self._members.get(body.group_id, body.member_id)
+        if member is None:
+            return {"throttle_time": 0, "error_code": ErrorCode.unknown_member_id}
+        if body.generation_id != member.generation:
+            return {"throttle_time": 0, "error_code": ErrorCode.illegal_generation}
+        held = member.owned
+        code = await self._refresh(member, owned=held)
+        if code == ErrorCode.none and member.owned != held:
+            # the coordinator moved partitions to or from this member: the client rejoins to take the new set
+            member.owned = held
+            code = ErrorCode.rebalance_in_progress
+        return {"throttle_time": 0, "error_code": code}
+
+    async def leave_group(self, request: Request) -> dict[str, Any]:
+        body = request.body
+        if request.version >= 3:
+            leaving = [(m.member_id, m.group_instance_id or "") for m in body.members]
+        else:
+            leaving = [(body.member_id, "")]
+        results = []
+        for member_id, instance_id in leaving:
+            member = self._members.get(body.group_id, member_id)
+            code = ErrorCode.none
+            try:
+                await self._heartbeat(
+                    body.group_id, member_id, _LEAVE, instance_id=instance_id or (member.instance_id if member else "")
+                )
+            except OncelogError as exc:
+                code = error_code_of(exc)
+            self._members.drop(body.group_id, member_id)
+            results.append({"member_id": member_id, "group_instance_id": instance_id or None, "error_code": code})
+        top = results[0]["error_code"] if request.version < 3 and results else ErrorCode.none
+        return {"throttle_time": 0, "error_code": top, "members": results}
