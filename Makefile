@@ -36,6 +36,11 @@ dev: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest $(PYTEST_ARGS)
 
+## test-kafka: the Kafka-wire tests alone (tests/interop): Apache Kafka 4.4 from Maven Central vs the kafka-gateway
+test-kafka: $(STAMP)
+	scripts/kafka/fetch.sh >/dev/null
+	ONCELOG_REQUIRE_KAFKA=1 $(PY) -m pytest tests/interop $(PYTEST_ARGS)
+
 ## test-repeat: the whole suite N times in a row (N=5 by default), each run a fresh pytest process, stopping at the
 ## first failing test; PYTEST_ARGS narrows it (e.g. PYTEST_ARGS=tests/integration/test_txn_coordinator.py)
 N ?= 5

@@ -17,14 +17,28 @@ pytestmark = [pytest.mark.kafka, pytest.mark.timeout(300)]
 PROGRAM = Path(__file__).parent / "java" / "TransactionalCopy.java"
 
 
-def test_the_java_client_commits_and_aborts_and_reads_committed_alike(kafka_bootstrap: str) -> None:
-    java = shutil.which("java")
+@pytest.fixture(scope="module")
+def java_classpath(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The program compiled once (javac) against the fetched Kafka jars; its class path."""
+    javac = shutil.which("javac")
     libs = kafka_libs()
-    if java is None or libs is None:
-        pytest.skip("needs java and the fetched Kafka jars (scripts/kafka/fetch.sh)")
-    topic = f"java-{uuid.uuid4().hex[:8]}"
+    if javac is None or libs is None:
+        pytest.skip("needs a JDK and the fetched Kafka jars (scripts/kafka/fetch.sh)")
+    classes = tmp_path_factory.mktemp("java-classes")
     done = subprocess.run(
-        [java, "-cp", f"{libs}/*", str(PROGRAM), kafka_bootstrap, topic, f"java-{uuid.uuid4().hex[:8]}"],
+        [javac, "-cp", f"{libs}/*", "-d", str(classes), str(PROGRAM)], capture_output=True, text=True, timeout=240
+    )
+    assert done.returncode == 0, done.stderr
+    return f"{classes}:{libs}/*"
+
+
+def test_the_java_client_commits_and_aborts_and_reads_committed_alike(
+    kafka_bootstrap: str, java_classpath: str
+) -> None:
+    topic = f"java-{uuid.uuid4().hex[:8]}"
+    program = ["java", "-XX:TieredStopAtLevel=1", "-cp", java_classpath, "TransactionalCopy"]
+    done = subprocess.run(
+        [*program, kafka_bootstrap, topic, f"java-{uuid.uuid4().hex[:8]}"],
         capture_output=True,
         text=True,
         timeout=240,
