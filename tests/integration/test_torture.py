@@ -43,3 +43,30 @@ def test_bounded_run_under_kill_pause_and_partition_finds_no_anomaly(tmp_path: P
     assert (result.history.parent / "history.jsonl").stat().st_size > 0
     png = report.timeline(result, tmp_path / "timeline.png")
     assert png is not None and png.read_bytes()[:4] == b"\x89PNG"
+
+
+@pytest.mark.postgres
+@pytest.mark.timeout(120)
+def test_postgres_catalog_restart_keeps_its_data_and_port() -> None:
+    """The catalog fault's restart: the same server comes back on the same port with what was committed."""
+    import os
+
+    import psycopg
+
+    from oncelog.testing.postgres import find_postgres_bin, postgres_instance
+
+    bin_dir = find_postgres_bin()
+    if bin_dir is None:
+        if os.environ.get("ONCELOG_REQUIRE_POSTGRES") == "1":
+            pytest.fail("PostgreSQL is required (ONCELOG_REQUIRE_POSTGRES=1) but initdb was not found")
+        pytest.skip("PostgreSQL is not installed")
+    with postgres_instance(bin_dir) as instance:
+        dsn = instance.url.replace("postgresql+psycopg://", "postgresql://")
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("CREATE TABLE kept (v int)")
+            conn.execute("INSERT INTO kept VALUES (42)")
+        before = instance.process.pid
+        instance.restart()
+        assert instance.process.pid != before, "a new server process"
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            assert conn.execute("SELECT v FROM kept").fetchall() == [(42,)]

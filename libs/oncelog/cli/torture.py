@@ -39,6 +39,9 @@ def torture(
     data_dir: Path = typer.Option(Path(".oncelog-torture"), "--data-dir", help="recreated; history, logs, report"),
     storage_nodes: int = typer.Option(3, "--storage-nodes", min=1, max=5),
     replication_factor: int = typer.Option(3, "--replication-factor", min=1, max=5),
+    catalog: str = typer.Option(
+        "sqlite", "--catalog", help="sqlite, or postgres: a PostgreSQL server behind the fault proxy (needs postgresql)"
+    ),
 ) -> None:
     """Run the workloads against a local cluster behind fault proxies while the nemesis strikes, then check the
     history for exactly-once anomalies. Exit 1 when any is found; the same --seed replays the same choices.
@@ -58,6 +61,7 @@ def torture(
         storage_nodes=storage_nodes,
         replication_factor=min(replication_factor, storage_nodes),
         mutant=mutant,
+        catalog=catalog,
     )
     console.print(f"torture seed [bold]{seed}[/bold] (replay with --seed {seed}); history in {data_dir}/history.jsonl")
 

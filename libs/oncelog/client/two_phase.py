@@ -228,9 +228,7 @@ class TwoPhaseCommit:
     def _init_transactions(self, timeout: float | None) -> Coroutine[Any, Any, None]:
         return self._require_transactional("init_transactions()").init_transactions(self._deadline(timeout))
 
-    def prepare_transaction(
-        self, timeout: float | None = None, *, check_back_address: str = ""
-    ) -> PreparedTransaction:
+    def prepare_transaction(self, timeout: float | None = None, *, check_back_address: str = "") -> PreparedTransaction:
         """Flush the transaction and make it durably prepared: written, undecided, named by the returned token.
 
         From here only ``complete_transaction(token, commit=...)`` finishes it, from this instance or from the next

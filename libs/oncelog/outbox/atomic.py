@@ -113,4 +113,3 @@ def outcome_of(engine: Engine, token: PreparedTransaction) -> bool:
 
 
 __all__ = ["Send", "atomic_send", "outcome_of", "recover"]
-

@@ -16,7 +16,7 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -42,9 +42,28 @@ def postgres_server(bin_dir: Path) -> Iterator[str]:
 class PostgresInstance:
     """A running server: ``url`` to connect, ``stop()`` to take it away mid-test (fast shutdown)."""
 
-    def __init__(self, url: str, process: subprocess.Popen[bytes]) -> None:
+    def __init__(
+        self,
+        url: str,
+        process: subprocess.Popen[bytes],
+        start: Callable[[], subprocess.Popen[bytes]],
+        ready: Callable[[], bool],
+    ) -> None:
         self.url = url
         self.process = process
+        self._start = start
+        self._ready = ready
+
+    def restart(self, timeout: float = 30.0) -> None:
+        """Stop the server (fast shutdown) and start it again on the same data and port; returns once it accepts
+        sessions."""
+        self.stop()
+        self.process = self._start()
+        deadline = time.monotonic() + timeout
+        while not self._ready():
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"postgres did not restart: {self.url}")
+            time.sleep(0.05)
 
     def stop(self) -> None:
         """Stop the server now (SIGINT = fast shutdown: open sessions are cut); idempotent."""
@@ -77,28 +96,38 @@ def postgres_instance(bin_dir: Path) -> Iterator[PostgresInstance]:
         cwd=base,
     )
     log = base / "postgres.log"
-    server = subprocess.Popen(
-        [
-            str(bin_dir / "postgres"),
-            "-D",
-            str(data),
-            "-p",
-            str(port),
-            "-k",
-            str(sock),
-            "-c",
-            "listen_addresses=127.0.0.1",
-            "-c",
-            "fsync=off",
-            "-c",
-            "max_connections=200",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=open(log, "wb"),  # noqa: SIM115 - closed with the process
-        user=user,
-        cwd=base,
-    )
+
+    def start() -> subprocess.Popen[bytes]:
+        return subprocess.Popen(
+            [
+                str(bin_dir / "postgres"),
+                "-D",
+                str(data),
+                "-p",
+                str(port),
+                "-k",
+                str(sock),
+                "-c",
+                "listen_addresses=127.0.0.1",
+                "-c",
+                "fsync=off",
+                "-c",
+                "max_connections=200",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=open(log, "ab"),  # closed with the process
+            user=user,
+            cwd=base,
+        )
+
+    server = start()
     url = f"postgresql+psycopg://oncelog@127.0.0.1:{port}/postgres"
+    ready = bin_dir / "pg_isready"
+
+    def accepting() -> bool:
+        return subprocess.run([str(ready), "-h", "127.0.0.1", "-p", str(port)], capture_output=True).returncode == 0
+
+    instance = PostgresInstance(url, server, start, accepting)
     try:
         deadline = time.monotonic() + 30
         while True:
@@ -112,13 +141,11 @@ def postgres_instance(bin_dir: Path) -> Iterator[PostgresInstance]:
                     raise RuntimeError("postgres did not start within 30 s") from None
                 time.sleep(0.05)
         # accepting TCP is not yet accepting sessions; wait for the startup to finish
-        ready = bin_dir / "pg_isready"
-        while subprocess.run([str(ready), "-h", "127.0.0.1", "-p", str(port)], capture_output=True).returncode != 0:
+        while not accepting():
             if time.monotonic() > deadline:
                 raise RuntimeError("postgres did not become ready within 30 s")
             time.sleep(0.05)
-        instance = PostgresInstance(url, server)
         yield instance
     finally:
-        PostgresInstance(url, server).stop()
+        instance.stop()
         shutil.rmtree(base, ignore_errors=True)

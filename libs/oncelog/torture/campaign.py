@@ -32,7 +32,7 @@ PLANS: dict[str, Plan] = {
     "marker-one-partition": Plan(expect=("drain-incomplete", "torn-transaction", "lost-write", "bank-imbalance")),
     "no-txn-timeout": Plan(expect=("drain-incomplete",)),
     "offsets-outside-txn": Plan(seconds=25, expect=("offsets-without-outputs",)),
-    "lso-ignores-open": Plan(expect=("aborted-read", "early-read")),
+    "lso-ignores-open": Plan(seconds=15, expect=("aborted-read", "early-read"), overrides={"coordinators": 1}),
     "skip-dedup": Plan(nemesis=("flaky",), seconds=30, expect=("duplicate",)),
     "no-epoch-check": Plan(nemesis=("zombie",), seconds=30, expect=("drain-incomplete", "zombie-write")),
     "ack-before-durable": Plan(nemesis=("lag-kill",), seconds=40, expect=("lost-write",)),

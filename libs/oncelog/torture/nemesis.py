@@ -155,8 +155,8 @@ class Nemesis:
             self._signal(target, signal.SIGCONT)
             self._paused.discard(target)
         elif kind == "partition":
-            target = self.rng.choice(nodes)
-            way = self.rng.choice(["both", "inbound", "outbound"])
+            target = self.rng.choice(nodes + (["catalog"] if self.catalog_restart is not None else []))
+            way = "inbound" if target == "catalog" else self.rng.choice(["both", "inbound", "outbound"])
             episode = self._begin(kind, [target], {"way": way})
             self._isolate(target, way, nodes)
             self._stop.wait(hold)

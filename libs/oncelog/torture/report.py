@@ -43,6 +43,8 @@ def reproduce_command(result: TortureResult) -> str:
     ]
     if config.mutant:
         parts.append(f"--mutant {config.mutant}")
+    if config.catalog != "sqlite":
+        parts.append(f"--catalog {config.catalog}")
     return " ".join(parts)
 
 

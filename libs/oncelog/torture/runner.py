@@ -7,6 +7,7 @@ logs and the report land in ``data_dir`` (design/torture.md §3).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import shutil
@@ -21,6 +22,7 @@ from typing import Any
 from oncelog.client import AdminClient, Consumer, NewTopic, Producer
 from oncelog.client.records import TopicPartition
 from oncelog.testing import LocalCluster
+from oncelog.testing.postgres import PostgresInstance, find_postgres_bin, postgres_instance
 from oncelog.torture import mutants
 from oncelog.torture.checker import check
 from oncelog.torture.history import HistoryWriter, read_history
@@ -85,6 +87,9 @@ class TortureConfig:
     gap_s: float = 2.0
     hold_s: float = 3.0
     drain_timeout_s: float = 90.0
+    catalog: str = "sqlite"
+    """sqlite (a file, not behind the proxy) or postgres (a server behind the proxy: partitions can cut it, the
+    catalog fault restarts it); the catalog fault picks postgres."""
 
 
 @dataclass
@@ -134,11 +139,14 @@ def run(config: TortureConfig, on_tick: Callable[[Snapshot], None] | None = None
         hook = str(Path(__file__).parent / "fsync_hook")
         env["PYTHONPATH"] = os.pathsep.join(p for p in (hook, os.environ.get("PYTHONPATH", "")) if p)
         env["ONCELOG_TORTURE_FSYNC"] = str(data_dir / "cluster" / FSYNC_CONTROL)
+    stack = contextlib.ExitStack()
+    catalog = _catalog(config, proxy, stack)
     cluster = LocalCluster(
         data_dir / "cluster",
         storage_nodes=config.storage_nodes,
         replication_factor=config.replication_factor,
-        replicas={"txn-coordinator": config.coordinators},
+        database_url=proxy_url(catalog, proxy) if catalog is not None else "",
+        replicas={"txn-coordinator": config.coordinators, "group-offsets": config.coordinators, "pid-allocator": 2},
         env=env,
         front=front,
         interpreter_options=mutants.interpreter_options(config.mutant),
@@ -192,6 +200,7 @@ def run(config: TortureConfig, on_tick: Callable[[Snapshot], None] | None = None
             gap_s=config.gap_s,
             hold_s=config.hold_s,
             hijack=hijack,
+            catalog_restart=catalog.restart if catalog is not None else None,
         )
         for worker in workers:
             worker.start()
@@ -222,6 +231,7 @@ def run(config: TortureConfig, on_tick: Callable[[Snapshot], None] | None = None
             nemesis.stop()
         cluster.stop()
         proxy.close()
+        stack.close()
         writer.close()
     result = check(read_history(history_path))
     _check_bank(result, history, history_path)
@@ -246,6 +256,27 @@ def run(config: TortureConfig, on_tick: Callable[[Snapshot], None] | None = None
         completions=list(history.completions),
         duration_s=(time.monotonic_ns() - started) / 1e9,
     )
+
+
+def _catalog(config: TortureConfig, proxy: FaultProxy, stack: contextlib.ExitStack) -> PostgresInstance | None:
+    """A PostgreSQL catalog behind the proxy (``catalog`` listener) when the run asks for one."""
+    if config.catalog != "postgres" and "catalog" not in config.nemesis:
+        return None
+    bin_dir = find_postgres_bin()
+    if bin_dir is None:
+        raise RuntimeError("a PostgreSQL catalog needs PostgreSQL installed (apt-get install -y postgresql)")
+    instance = stack.enter_context(postgres_instance(bin_dir))
+    proxy.listen("catalog", ("127.0.0.1", _port(instance.url)))
+    return instance
+
+
+def _port(url: str) -> int:
+    return int(url.rsplit(":", 1)[1].split("/")[0])
+
+
+def proxy_url(catalog: PostgresInstance, proxy: FaultProxy) -> str:
+    """The catalog URL with the proxy's listener in place of the server's port."""
+    return catalog.url.replace(f":{_port(catalog.url)}/", f":{proxy.address('catalog').rsplit(':', 1)[1]}/")
 
 
 def _hijack(bootstrap: str, history: History, txn_id: str) -> None:
