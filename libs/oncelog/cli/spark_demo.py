@@ -171,6 +171,10 @@ def spark_demo(
     per_trigger: int = typer.Option(2_000, "--max-records-per-trigger", min=10, help="input rows per micro-batch"),
     data_dir: Path = typer.Option(Path(".oncelog-spark-demo"), "--data-dir", help="recreated on every run"),
     seed: int = typer.Option(0, "--seed", help="random seed for orders and kill points (0 = random)"),
+    storage_nodes: int = typer.Option(2, "--storage-nodes", min=1, max=16, help="partition-storage processes"),
+    replication_factor: int = typer.Option(
+        1, "--replication-factor", "-r", min=1, help="copies of each partition (3 with --storage-nodes 3 is heavier)"
+    ),
 ) -> None:
     """Run the Spark orders pipeline, kill its driver with SIGKILL, restart it, and prove exactly-once.
 
@@ -190,8 +194,12 @@ def spark_demo(
     seed = seed or random.SystemRandom().randrange(1, 2**31)
     rng = random.Random(seed)
     shutil.rmtree(data_dir, ignore_errors=True)
-    with console.status("starting the local cluster (4 services, 2 storage nodes)…"):
-        cluster = LocalCluster(data_dir, storage_nodes=2).start()
+    factor = replication_factor
+    if factor > storage_nodes:
+        console.print(f"[red]--replication-factor {factor} needs at least {factor} storage nodes[/red]")
+        raise typer.Exit(2)
+    with console.status(f"starting the local cluster (4 services, {storage_nodes} storage nodes, RF {factor})…"):
+        cluster = LocalCluster(data_dir, storage_nodes=storage_nodes, replication_factor=factor).start()
     tally: _OutputTally | None = None
     driver: subprocess.Popen[bytes] | None = None
     try:
