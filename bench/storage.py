@@ -17,7 +17,8 @@ Replication (``--replication``, instead of the above): three storage nodes; topi
 (``flush=sync``: every in-sync replica fsyncs before the ack; ``flush=leader``: only the leader does, followers
 right after, close to Kafka's default) and one with factor 1 (``flush=sync``), produced to in alternation in each
 run: throughput as above (1 producer, 256 KiB batches, 5 in flight) and the p50 latency of 16 KiB acks=all
-produces sent one at a time. Goals (issue 15): throughput ratio RF 3 / RF 1 >= 0.5, p50 latency ratio <= 2.
+produces sent one at a time. Goals (issue 15): throughput ratio RF 3 / RF 1 >= 0.5, p50 latency ratio <= 2. A last
+pair, RF 3 against RF 1 both ``flush=async``, takes fsync out and shows what the replication round trips cost alone.
 
 Each figure is the median of ``--runs`` runs with its spread ((max - min) / median). The machine is shared;
 compare ratios measured back to back rather than absolute figures.
@@ -355,7 +356,13 @@ async def _run_replication(runs: int, seconds: float) -> None:
         env = {"ONCELOG_PARTITION_STORAGE_RETENTION_CHECK_INTERVAL_MS": "1000"}
         with LocalCluster(Path(tmp), storage_nodes=3, services=("partition-storage",), env=env) as cluster:
             retention = {"retention_bytes": str(1 << 30), "segment_bytes": str(128 << 20)}
-            variants = {"rf1": (1, "sync"), "rf3": (3, "sync"), "rf3-leader": (3, "leader")}
+            variants = {
+                "rf1": (1, "sync"),
+                "rf3": (3, "sync"),
+                "rf3-leader": (3, "leader"),
+                "rf1-async": (1, "async"),
+                "rf3-async": (3, "async"),
+            }
             channel = grpc.insecure_channel(cluster.bootstrap)
             cluster_pb.ClusterServiceStub(channel).CreateTopics(
                 cluster_pb.CreateTopicsRequest(
@@ -380,7 +387,7 @@ async def _run_replication(runs: int, seconds: float) -> None:
             p50s = {name: Series(f"{name} p50", []) for name in variants}
             pid = 1
             for _ in range(runs):
-                for name in ("rf3", "rf3-leader", "rf1"):
+                for name in ("rf3", "rf3-leader", "rf1", "rf3-async", "rf1-async"):
                     address, tp = targets[name]
                     rates[name].rates.append(await _produce_rate(address, tp, 1, pid, seconds))
                     p50s[name].rates.append(await _p50_latency_ms(address, tp, pid + 1, seconds))
@@ -402,6 +409,18 @@ async def _run_replication(runs: int, seconds: float) -> None:
                     f"| p50 latency, RF 3 flush={flush}, 16 KiB batch, one at a time | {_ms(p50s['rf1'])} | "
                     f"{_ms(p50s[name])} | {latency.median:.2f} ({latency.spread:.0%}) | <= 2 |",
                 ]
+            # diagnostic: no fsync anywhere, so what is left is the replication round trips themselves
+            throughput, latency = (
+                _ratio(rates["rf3-async"], rates["rf1-async"]),
+                _ratio(p50s["rf3-async"], p50s["rf1-async"]),
+            )
+            lines += [
+                f"| throughput, RF 3 ÷ RF 1 both flush=async (no fsync: the round trips alone) | "
+                f"{_figure(rates['rf1-async'])} | {_figure(rates['rf3-async'])} | {throughput.median:.2f} "
+                f"({throughput.spread:.0%}) | - |",
+                f"| p50 latency, RF 3 ÷ RF 1 both flush=async | {_ms(p50s['rf1-async'])} | {_ms(p50s['rf3-async'])} | "
+                f"{latency.median:.2f} ({latency.spread:.0%}) | - |",
+            ]
             print("\n".join(lines))
 
 
