@@ -422,9 +422,8 @@ class _SqlTransaction:
 
     def put_consumer_group(self, group: ConsumerGroupState, previous: ConsumerGroupState | None = None) -> None:
         """Write what changed since ``previous`` (everything when None): the header, changed and removed members."""
-        header = encode_header(group)
-        if previous is None or encode_header(previous) != header:
-            values = {"group_epoch": group.group_epoch, "state": header}
+        if previous is None or _header_fields(previous) != _header_fields(group):
+            values = {"group_epoch": group.group_epoch, "state": encode_header(group)}
             updated = self._conn.execute(
                 sa.update(consumer_groups).where(consumer_groups.c.group_id == group.group_id).values(**values)
             ).rowcount
@@ -436,7 +435,8 @@ class _SqlTransaction:
             changed = list(group.members.values())
             gone: list[str] = []
         else:
-            changed = [m for k, m in group.members.items() if previous.members.get(k) != m]
+            # identity first: a group of M members rewrites the few that changed, not M dataclass comparisons
+            changed = [m for k, m in group.members.items() if (p := previous.members.get(k)) is not m and p != m]
             gone = [k for k in previous.members if k not in group.members]
         for member_id in [*gone, *(m.member_id for m in changed)]:
             self._conn.execute(sa.delete(t).where(t.c.group_id == group.group_id, t.c.member_id == member_id))
@@ -473,6 +473,11 @@ class _SqlTransaction:
                 for i, c in enumerate(changes)
             ],
         )
+
+
+def _header_fields(group: ConsumerGroupState) -> tuple[object, ...]:
+    """What :func:`encode_header` stores, compared without encoding it."""
+    return (group.group_epoch, group.assignment_epoch, group.assignor, group.partition_counts, group.target)
 
 
 def _encode_owned(owned: Collection[TopicPartition]) -> str:
