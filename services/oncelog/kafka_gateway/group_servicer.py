@@ -28,7 +28,7 @@ from oncelog.vocabulary import CoordinatorKind, TopicPartition
 
 SERVER_ASSIGNED = "oncelog-server-assignor"
 """The leader id JoinGroup answers with: no member, so every client is a follower and runs no assignor."""
-_JOIN, _LEAVE = 0, -1
+_JOIN, _LEAVE, _STATIC_LEAVE = 0, -1, -2
 _MEMBER_GONE = frozenset({Reason.UNKNOWN_MEMBER_ID, Reason.FENCED_MEMBER_EPOCH, Reason.STALE_MEMBER_EPOCH})
 
 
@@ -104,7 +104,15 @@ class GroupServicer:
             if known is not None and exc.reason in _MEMBER_GONE:
                 self._members.drop(body.group_id, body.member_id)
                 return {**answer, "member_id": "", "error_code": ErrorCode.unknown_member_id}
-            return {**answer, "error_code": error_code_of(exc)}
+            if exc.reason is not Reason.UNRELEASED_INSTANCE_ID or not await self._release(body.group_id, instance_id):
+                return {**answer, "error_code": error_code_of(exc)}
+            try:
+                response = await self._heartbeat(
+                    body.group_id, body.member_id, _JOIN, topics=topics, instance_id=instance_id,
+                    client_id=request.client_id or "",
+                )  # fmt: skip
+            except OncelogError as again:
+                return {**answer, "error_code": error_code_of(again)}
         self._members.put(
             ClassicMember(
                 group_id=body.group_id,
@@ -122,6 +130,23 @@ class GroupServicer:
             "generation_id": response.member_epoch,
             "member_id": response.member_id,
         }
+
+    async def _release(self, group_id: str, instance_id: str) -> bool:
+        """KIP-345's rule for a classic static member that starts again under a new member id: it replaces the
+        member holding its instance id (which a crash left behind), so that one leaves as a static member and the
+        new one takes its place and assignment. Returns whether a holder was released."""
+        try:
+            address = await self._routes.coordinator(group_id, CoordinatorKind.GROUP)
+            described = (await self._groups.describe_consumer_groups(address, [group_id])).get(group_id)
+            if described is None or isinstance(described, OncelogError):
+                return False
+            holders = [m.member_id for m in described.members if m.group_instance_id == instance_id]
+            for holder in holders:
+                await self._heartbeat(group_id, holder, _STATIC_LEAVE, instance_id=instance_id)
+                self._members.drop(group_id, holder)
+        except OncelogError:
+            return False
+        return bool(holders)
 
     async def sync_group(self, request: Request) -> dict[str, Any]:
         body = request.body
