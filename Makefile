@@ -50,9 +50,9 @@ test-repeat: $(STAMP)
 		$(PY) -m pytest -x $(PYTEST_ARGS) || { echo "== run $$run of $(N) failed"; exit 1; }; \
 	done; echo "== all $(N) runs passed"
 
-## torture: 30 minutes of `oncelog torture` with every fault kind (history and report in .oncelog-torture/)
+## torture: 30 minutes of `oncelog torture` with every fault kind, on a PostgreSQL catalog (report in .oncelog-torture/)
 torture: $(STAMP)
-	$(VENV)/bin/oncelog torture --minutes 30 --nemesis kill,pause,partition,flaky,disk,fsync,zombie,lag-kill
+	$(VENV)/bin/oncelog torture --minutes 30 --nemesis kill,pause,partition,flaky,disk,fsync,zombie,lag-kill,catalog
 
 ## mutants: the mutation campaign: every deliberate bug of oncelog.torture.mutants must fail a torture run within 5 runs
 mutants: $(STAMP)

@@ -16,6 +16,7 @@ from oncelog.torture.runner import TortureResult
 def _hunt(mutant: str, tmp_path: Path, runs: int) -> None:
     seen: list[TortureResult] = []
     outcome = hunt(mutant, tmp_path, runs=runs, on_result=seen.append)
+    print(f"{mutant}: caught={outcome.caught} at run {outcome.runs} (seed {outcome.seed}) by {outcome.caught_by}")
     assert outcome.caught, f"mutant {mutant} survived {outcome.runs} runs: {[r.counts for r in seen]}"
     assert set(outcome.caught_by) & set(PLANS[mutant].expect), (
         f"mutant {mutant} was caught, but not by the classes its bug must trip {PLANS[mutant].expect}: "

@@ -23,7 +23,7 @@ def torture(
     minutes: float = typer.Option(5.0, "--minutes", min=0.05, help="how long the workloads run under faults"),
     seed: int = typer.Option(0, "--seed", help="seed of every random choice (0 picks one and prints it)"),
     nemesis: str = typer.Option(
-        "kill,pause,partition",
+        "kill,pause,partition,flaky",
         "--nemesis",
         help="faults, comma-separated: kill, pause, partition, flaky, disk, fsync, zombie, lag-kill, catalog"
         " (PostgreSQL only); none",
@@ -49,7 +49,22 @@ def torture(
     Example: oncelog torture --minutes 5 --seed 42 --nemesis kill,pause,partition,disk
     """
     from oncelog.torture import report
+    from oncelog.torture.mutants import MUTANTS
+    from oncelog.torture.nemesis import KINDS
     from oncelog.torture.runner import Snapshot, TortureConfig, run
+    from oncelog.torture.workloads import WORKLOADS
+
+    for option, given, allowed in (
+        ("--nemesis", _split(nemesis), KINDS),
+        ("--workloads", _split(workloads), WORKLOADS),
+        ("--mutant", [mutant] if mutant else [], tuple(MUTANTS)),
+        ("--catalog", [catalog], ("sqlite", "postgres")),
+    ):
+        unknown = [g for g in given if g not in allowed]
+        if unknown:
+            raise typer.BadParameter(
+                f"{', '.join(unknown)} unknown; choose from {', '.join(allowed)}", param_hint=option
+            )
 
     seed = seed or random.SystemRandom().randrange(1, 2**31)
     config = TortureConfig(

@@ -185,10 +185,11 @@ class Nemesis:
             for target in storage:
                 self.proxy.set_rule(CLIENT, target, Rule("delay", ("request",), delay_s=delay))
             deadline = time.monotonic() + hold
+            pauses = random.Random(self.rng.random())  # how many hijacks fit depends on time: not from self.rng
             while time.monotonic() < deadline and not self._stop.is_set():
                 if self.hijack is not None:
                     self.hijack()
-                self._stop.wait(self.rng.uniform(0.2, 0.8))
+                self._stop.wait(pauses.uniform(0.2, 0.8))
             for target in storage:
                 self.proxy.clear(CLIENT, target)
         elif kind == "lag-kill":
