@@ -6,7 +6,7 @@ EXTRAS ?= dev,postgres,spark
 STAMP := $(VENV)/.installed-$(shell echo "$(EXTRAS)" | tr ',' '-')
 PYTEST_ARGS ?=
 
-.PHONY: torture mutants run demo cluster test test-repeat dev gen-protos record-vectors api-docs check-protos lint typecheck bench clean venv
+.PHONY: torture mutants run demo cluster test test-repeat dev gen-protos record-vectors api-docs check-protos lint typecheck bench bench-quick bench-pid-allocator clean venv
 
 venv: $(STAMP)
 
@@ -85,8 +85,16 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy libs/oncelog services/oncelog
 
-## bench: pid-allocator rate on SQLite and PostgreSQL vs raw gRPC and raw SQL (same run); others: python -m bench.<name>
+## bench: oncelog against Apache Kafka 4.4 in one interleaved run (5 runs; table, bench/results/<date>.json, plots; docs/performance.md)
 bench: $(STAMP)
+	$(PY) -m bench.yardstick
+
+## bench-quick: the same in its smoke form (one run, small counts)
+bench-quick: $(STAMP)
+	$(PY) -m bench.yardstick --quick
+
+## bench-pid-allocator: pid-allocator rate on SQLite and PostgreSQL vs raw gRPC and raw SQL; others: python -m bench.<name>
+bench-pid-allocator: $(STAMP)
 	$(PY) -m bench.pid_allocator
 
 clean:

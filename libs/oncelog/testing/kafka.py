@@ -314,10 +314,16 @@ class KafkaGatewayProcess:
 
 
 def _cluster_id() -> str:
-    """A KRaft cluster id: 16 random bytes in URL-safe base64 without padding (what ``random-uuid`` prints)."""
+    """A KRaft cluster id: 16 random bytes in URL-safe base64 without padding (what ``random-uuid`` prints).
+
+    Never one starting with ``-``: the storage tool would read it as an option and refuse to format (one start in
+    64); Kafka's own ``Uuid.randomUuid`` draws again in that case too.
+    """
     import base64
 
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    while (cluster_id := base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")).startswith("-"):
+        pass
+    return cluster_id
 
 
 def main(argv: list[str] | None = None) -> int:
