@@ -23,7 +23,7 @@ ADAPTERS = frozenset(
     {
         "__init__", "__main__", "app", "servicer", "marker_transport", "replica_transport", "check_back_client",
         # the kafka-gateway's servicers (Kafka requests <-> typed-client calls) and its catalog lookups
-        "data_servicer", "txn_servicer", "group_servicer", "routing",
+        "data_servicer", "txn_servicer", "group_servicer", "admin_servicer", "routing",
     }
 )  # fmt: skip
 """Service modules allowed to use gRPC: package markers, composition roots, servicers and transports."""

@@ -19,6 +19,7 @@ from oncelog.client.services import (
     PartitionStorageClient,
     TransactionCoordinatorClient,
 )
+from oncelog.kafka_gateway.admin_servicer import AdminServicer
 from oncelog.kafka_gateway.classic_groups import ClassicMembers
 from oncelog.kafka_gateway.config import KafkaGatewaySettings
 from oncelog.kafka_gateway.connection import KafkaServer
@@ -62,10 +63,12 @@ class KafkaGateway:
         timeout = self.settings.request_timeout_s
         cluster = ClusterClient(self._pool.get, timeout_s=timeout)
         routes = ClusterRoutes(cluster, self.settings.bootstrap.split(","))
+        storage = PartitionStorageClient(self._pool.get, timeout_s=timeout)
+        txn_client = TransactionCoordinatorClient(self._pool.get, timeout_s=timeout)
         data = DataServicer(
             routes=routes,
             cluster=cluster,
-            storage=PartitionStorageClient(self._pool.get, timeout_s=timeout),
+            storage=storage,
             identities=self.identities,
             brokers=self.settings.broker_list(self.address),
             timeout_s=timeout,
@@ -73,14 +76,15 @@ class KafkaGateway:
         groups = GroupOffsetsClient(self._pool.get, timeout_s=timeout)
         txn = TxnServicer(
             routes=routes,
-            txn=TransactionCoordinatorClient(self._pool.get, timeout_s=timeout),
+            txn=txn_client,
             groups=groups,
             identities=self.identities,
             members=self.members,
             timeout_s=timeout,
         )
         classic = GroupServicer(routes=routes, groups=groups, members=self.members, timeout_s=timeout)
-        self._handlers = {**data.handlers(), **txn.handlers(), **classic.handlers()}
+        admin = AdminServicer(routes=routes, cluster=cluster, txn=txn_client, storage=storage, timeout_s=timeout)
+        self._handlers = {**data.handlers(), **txn.handlers(), **classic.handlers(), **admin.handlers()}
         log.info("kafka-gateway serving Kafka clients on %s (cluster %s)", self.address, self.settings.bootstrap)
         return self.address
 

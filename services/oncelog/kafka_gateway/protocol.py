@@ -25,7 +25,7 @@ from typing import Any
 from kio.index import UnknownAPIKey, UnknownEntity, load_request_schema, load_response_schema
 from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
-from kio.static.primitive import i32Timedelta, i64Timedelta
+from kio.static.primitive import TZAware, i32Timedelta, i64Timedelta
 
 API_VERSIONS = 18
 """The API key of ApiVersions, the one request any version of which gets an answer."""
@@ -50,6 +50,9 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     25: (0, 3),  # AddOffsetsToTxn
     26: (0, 3),  # EndTxn
     28: (0, 3),  # TxnOffsetCommit
+    61: (0, 0),  # DescribeProducers (KIP-664)
+    65: (0, 0),  # DescribeTransactions
+    66: (0, 0),  # ListTransactions: v1 filters by duration
 }
 """API key -> (lowest, highest) version the gateway serves; ApiVersions advertises exactly this table."""
 
@@ -57,7 +60,8 @@ API_NAMES = {
     0: "Produce", 1: "Fetch", 2: "ListOffsets", 3: "Metadata", 8: "OffsetCommit", 9: "OffsetFetch",
     10: "FindCoordinator", 11: "JoinGroup", 12: "Heartbeat", 13: "LeaveGroup", 14: "SyncGroup",
     18: "ApiVersions", 19: "CreateTopics", 20: "DeleteTopics", 22: "InitProducerId",
-    24: "AddPartitionsToTxn", 25: "AddOffsetsToTxn", 26: "EndTxn", 28: "TxnOffsetCommit",
+    24: "AddPartitionsToTxn", 25: "AddOffsetsToTxn", 26: "EndTxn", 28: "TxnOffsetCommit", 61: "DescribeProducers",
+    65: "DescribeTransactions", 66: "ListTransactions",
 }  # fmt: skip
 
 _PREFIX = struct.Struct(">hhi")  # api key, api version, correlation id: the same in every request header version
@@ -179,6 +183,12 @@ def _convert(hint: Any, value: Any) -> Any:
         return ErrorCode(int(value))
     if hint in (i32Timedelta, i64Timedelta):
         return value if isinstance(value, datetime.timedelta) else datetime.timedelta(milliseconds=value)
+    if hint is TZAware:  # milliseconds since the epoch; -1 (none) reads as the epoch itself
+        return (
+            value
+            if isinstance(value, datetime.datetime)
+            else datetime.datetime.fromtimestamp(max(value, 0) / 1000, tz=datetime.UTC)
+        )
     if hint is uuid.UUID:
         return value if isinstance(value, uuid.UUID) else uuid.UUID(str(value))
     return value

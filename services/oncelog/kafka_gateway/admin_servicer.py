@@ -1,0 +1,159 @@
+"""Kafka's transaction admin APIs on oncelog (KIP-664, what ``kafka-transactions.sh`` calls): ListTransactions,
+DescribeTransactions and DescribeProducers.
+
+ListTransactions asks every transaction coordinator (each answers for the shards it owns) and merges; the others go
+to the coordinator of the id or the leader of the partition. State names are Kafka's (``Ongoing``,
+``PrepareCommit``, ...); identities are the coordinator's (``producer_epochs.py``: a transaction-version-1 client's
+own epoch may be lower).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import defaultdict
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from oncelog.client.services import ClusterClient, PartitionStorageClient, TransactionCoordinatorClient
+from oncelog.errors import OncelogError
+from oncelog.kafka_gateway.error_codes import error_code_of
+from oncelog.kafka_gateway.protocol import Request
+from oncelog.kafka_gateway.routing import ClusterRoutes
+from oncelog.vocabulary import CoordinatorKind, Role, TopicPartition
+
+
+def kafka_state(name: str) -> str:
+    """Kafka's name of a transaction state given oncelog's (``prepare_commit`` -> ``PrepareCommit``)."""
+    return "".join(part.capitalize() for part in name.split("_"))
+
+
+def oncelog_state(name: str) -> str:
+    """oncelog's name of a transaction state given Kafka's (``PrepareCommit`` -> ``prepare_commit``)."""
+    return "".join(f"_{c.lower()}" if c.isupper() else c for c in name).lstrip("_")
+
+
+KAFKA_STATES = frozenset(
+    {"Empty", "Ongoing", "PrepareCommit", "PrepareAbort", "CompleteCommit", "CompleteAbort", "Dead"}
+    | {"PrepareEpochFence", "Prepared"}  # Prepared: a prepared (two-phase) transaction; older clients show it Unknown
+)
+"""The state names ListTransactions filters on and the admin APIs answer with."""
+
+
+class AdminServicer:
+    """The handlers of the transaction admin APIs (module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        routes: ClusterRoutes,
+        cluster: ClusterClient,
+        txn: TransactionCoordinatorClient,
+        storage: PartitionStorageClient,
+        timeout_s: float,
+    ) -> None:
+        self._routes = routes
+        self._cluster = cluster
+        self._txn = txn
+        self._storage = storage
+        self._timeout_s = timeout_s
+
+    def handlers(self) -> dict[int, Callable[[Request], Awaitable[dict[str, Any] | None]]]:
+        """API key -> handler."""
+        return {66: self.list_transactions, 65: self.describe_transactions, 61: self.describe_producers}
+
+    async def list_transactions(self, request: Request) -> dict[str, Any]:
+        body = request.body
+        unknown = [s for s in body.state_filters if s not in KAFKA_STATES]
+        states = [oncelog_state(s) for s in body.state_filters if s in KAFKA_STATES]
+        answer: dict[str, Any] = {"throttle_time": 0, "unknown_state_filters": unknown, "transaction_states": []}
+        if body.state_filters and not states:
+            return {**answer, "error_code": ErrorCode.none}
+        try:
+            description = await self._routes.ask(lambda a: self._cluster.describe_cluster(a))
+            listings = await asyncio.gather(
+                *(
+                    self._txn.list_transactions(
+                        address, states=states, producer_ids=list(body.producer_id_filters), timeout_s=self._timeout_s
+                    )
+                    for address in description.addresses(Role.TXN_COORDINATOR)
+                )
+            )
+        except OncelogError as exc:
+            return {**answer, "error_code": error_code_of(exc)}
+        found = {t.transactional_id: t for listing in listings for t in listing}
+        answer["transaction_states"] = [
+            {"transactional_id": t.transactional_id, "producer_id": t.producer_id,
+             "transaction_state": kafka_state(t.state)}
+            for t in sorted(found.values(), key=lambda t: t.transactional_id)
+        ]  # fmt: skip
+        return {**answer, "error_code": ErrorCode.none}
+
+    async def describe_transactions(self, request: Request) -> dict[str, Any]:
+        states = []
+        for tid in request.body.transactional_ids:
+            entry: dict[str, Any] = {
+                "transactional_id": tid, "transaction_state": "", "transaction_timeout": 0,
+                "transaction_start_time": -1, "producer_id": -1, "producer_epoch": -1, "topics": [],
+            }  # fmt: skip
+            try:
+                address = await self._routes.coordinator(tid, CoordinatorKind.TRANSACTION)
+                (described,) = await self._txn.describe_transactions(address, [tid], timeout_s=self._timeout_s)
+            except OncelogError as exc:
+                self._routes.failed(exc, key=(tid, CoordinatorKind.TRANSACTION))
+                states.append({**entry, "error_code": error_code_of(exc)})
+                continue
+            by_topic: dict[str, list[int]] = defaultdict(list)
+            for tp in described.partitions:
+                by_topic[tp.topic].append(tp.partition)
+            states.append(
+                {
+                    **entry,
+                    "error_code": ErrorCode.none,
+                    "transaction_state": kafka_state(described.state),
+                    "transaction_timeout": described.transaction_timeout_ms,
+                    "transaction_start_time": described.transaction_start_time_ms,
+                    "producer_id": described.producer_id,
+                    "producer_epoch": described.producer_epoch,
+                    "topics": [{"topic": t, "partitions": sorted(ps)} for t, ps in sorted(by_topic.items())],
+                }
+            )
+        return {"throttle_time": 0, "transaction_states": states}
+
+    async def describe_producers(self, request: Request) -> dict[str, Any]:
+        wanted = [TopicPartition(t.name, p) for t in request.body.topics for p in t.partition_indexes]
+        answers: dict[TopicPartition, dict[str, Any]] = {}
+        for tp in wanted:
+            try:
+                leader = await self._routes.leader(tp)
+                described = (await self._storage.describe_producers(leader, [tp], timeout_s=self._timeout_s))[tp]
+            except (OncelogError, KeyError) as exc:
+                described = exc if isinstance(exc, OncelogError) else OncelogError(f"{tp} was not answered")
+            if isinstance(described, OncelogError):
+                self._routes.failed(described)
+                answers[tp] = {"partition_index": tp.partition, "error_code": error_code_of(described),
+                               "error_message": described.message, "active_producers": []}  # fmt: skip
+                continue
+            answers[tp] = {
+                "partition_index": tp.partition,
+                "error_code": ErrorCode.none,
+                "error_message": None,
+                "active_producers": [
+                    {
+                        "producer_id": p.producer_id,
+                        "producer_epoch": p.producer_epoch,
+                        "last_sequence": p.last_sequence,
+                        "last_timestamp": p.last_timestamp_ms,
+                        "coordinator_epoch": p.coordinator_epoch,
+                        "current_txn_start_offset": (
+                            -1 if p.current_transaction_start_offset is None else p.current_transaction_start_offset
+                        ),
+                    }
+                    for p in described
+                ],
+            }
+        by_topic: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        for tp in wanted:
+            by_topic[tp.topic].append(answers[tp])
+        return {"throttle_time": 0, "topics": [{"name": n, "partitions": ps} for n, ps in by_topic.items()]}
