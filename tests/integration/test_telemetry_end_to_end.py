@@ -385,9 +385,11 @@ def _await_value(receiver: OtlpReceiver, name: str, service: str, expected: floa
 # tests/unit/txn_coordinator/test_prepared.py::test_check_backs_the_prepared_count_and_the_oldest_age_are_reported.
 # The consumers' records lag comes from consumer processes, not from the services this workload drives; its value
 # is proven by test_consumer_records_lag.py (records lag against the LSO at read_committed, the high watermark
-# otherwise).
+# otherwise). The group state writes need a consumer group too: test_consumer_group_join_storm.py scrapes both.
 PROVEN_ELSEWHERE = {
     "oncelog.consumer.records_lag",
+    "oncelog.groups.heartbeats_committed",
+    "oncelog.groups.state_writes",
     "oncelog.transactions.check_backs",
     "oncelog.groups.rebalances",
     "oncelog.partition.isr.expands",

@@ -251,6 +251,24 @@ GROUP_MEMBERS = MetricDefinition(
     ("shard",),
     (Role.GROUP_OFFSETS,),
 )
+GROUP_STATE_WRITES = MetricDefinition(
+    "oncelog.groups.state_writes",
+    InstrumentKind.COUNTER,
+    "{transaction}",
+    "Fenced SQL transactions the group coordinator wrote for consumer group state: one per shard per flush, however"
+    " many members' changes it carries (design/consumer-groups.md §5.1).",
+    (),
+    (Role.GROUP_OFFSETS,),
+)
+GROUP_HEARTBEATS_COMMITTED = MetricDefinition(
+    "oncelog.groups.heartbeats_committed",
+    InstrumentKind.COUNTER,
+    "{heartbeat}",
+    "Heartbeats answered once a group state write held the change they made or read; divided by"
+    " oncelog.groups.state_writes, the heartbeats per transaction of a join storm.",
+    (),
+    (Role.GROUP_OFFSETS,),
+)
 CONSUMER_RECORDS_LAG = MetricDefinition(
     "oncelog.consumer.records_lag",
     InstrumentKind.OBSERVABLE_GAUGE,
@@ -290,6 +308,8 @@ CATALOG: tuple[MetricDefinition, ...] = (
     PID_BLOCK_REMAINING,
     GROUP_REBALANCES,
     GROUP_MEMBERS,
+    GROUP_STATE_WRITES,
+    GROUP_HEARTBEATS_COMMITTED,
     CONSUMER_RECORDS_LAG,
     RPC_SERVER_DURATION,
 )
@@ -443,6 +463,12 @@ class OncelogMetrics:
     def record_group_rebalances(self, count: int = 1) -> None:
         """Count consumer group epoch bumps."""
         self._instruments[GROUP_REBALANCES.name].add(count)
+
+    def record_group_state_write(self, heartbeats: int) -> None:
+        """Count one group state transaction and the heartbeats that waited for it."""
+        self._instruments[GROUP_STATE_WRITES.name].add(1)
+        if heartbeats:
+            self._instruments[GROUP_HEARTBEATS_COMMITTED.name].add(heartbeats)
 
     def set_group_members(self, shard: int, count: int) -> None:
         """Report the members of one group-offsets shard's consumer groups; 0 when the shard is not served."""

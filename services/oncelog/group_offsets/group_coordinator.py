@@ -306,6 +306,7 @@ class GroupCoordinator:
                         _settle(batch[group_id][0].waiters, err)
                     continue
                 written += len(group_ids)
+                self._metrics.record_group_state_write(sum(len(batch[g][0].waiters) for g in group_ids))
                 for group_id in group_ids:
                     entry = batch[group_id][0]
                     if entry.rebalances:
