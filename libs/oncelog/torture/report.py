@@ -85,6 +85,9 @@ COLOURS = {
     "flaky": "#8c564b",
     "disk": "#e377c2",
     "catalog": "#17becf",
+    "fsync": "#2ca02c",
+    "zombie": "#7f7f7f",
+    "lag-kill": "#bcbd22",
 }
 
 
@@ -114,7 +117,7 @@ def timeline(result: TortureResult, path: Path) -> Path | None:
         axis.axvspan(
             episode["start_s"],
             stop,
-            color=COLOURS.get(kind, "#bcbd22"),
+            color=COLOURS.get(kind, "#000000"),
             alpha=0.25,
             label=None if kind in seen else kind,
         )
