@@ -17,7 +17,7 @@ pytestmark = [pytest.mark.kafka, pytest.mark.timeout(300)]
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition  # noqa: E402
-from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic  # noqa: E402
 
 
 def _topic(bootstrap: str, partitions: int = 1) -> str:
@@ -139,3 +139,14 @@ def test_a_second_producer_with_the_same_transactional_id_fences_the_first(kafka
     assert error.fatal() and error.code() == KafkaError._FENCED, error
     values = [v for _, _, _, v in _read(kafka_bootstrap, [TopicPartition(topic, 0, 0)], 1, "read_committed")]
     assert values == [b"live"]
+
+
+def test_a_topic_created_with_a_setting_describes_it_back(kafka_bootstrap: str) -> None:
+    name = f"configs-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    settings = {"retention.ms": "3600000", "max.message.bytes": "65536"}
+    admin.create_topics([NewTopic(name, 1, 1, config=settings)])[name].result(60)
+    resource = ConfigResource(ConfigResource.Type.TOPIC, name)
+    entries = admin.describe_configs([resource])[resource].result(60)
+    assert {k: entries[k].value for k in settings} == settings
+    assert not entries["retention.ms"].is_default

@@ -1,5 +1,5 @@
-"""Kafka's transaction admin APIs on oncelog (KIP-664, what ``kafka-transactions.sh`` calls): ListTransactions,
-DescribeTransactions and DescribeProducers.
+"""Kafka's admin APIs on oncelog: the transaction ones of KIP-664 (what ``kafka-transactions.sh`` calls:
+ListTransactions, DescribeTransactions, DescribeProducers) and DescribeConfigs for topics (read-only).
 
 ListTransactions asks every transaction coordinator (each answers for the shards it owns) and merges; the others go
 to the coordinator of the id or the leader of the partition. State names are Kafka's (``Ongoing``,
@@ -16,6 +16,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from oncelog.catalog.topics import KAFKA_CONFIG_NAMES
 from oncelog.client.services import ClusterClient, PartitionStorageClient, TransactionCoordinatorClient
 from oncelog.errors import OncelogError
 from oncelog.kafka_gateway.error_codes import error_code_of
@@ -41,6 +42,11 @@ KAFKA_STATES = frozenset(
 """The state names ListTransactions filters on and the admin APIs answer with."""
 
 
+_TOPIC_RESOURCE = 2
+_TOPIC_SOURCE, _DEFAULT_SOURCE = 1, 5  # Kafka's DYNAMIC_TOPIC_CONFIG and DEFAULT_CONFIG
+_KAFKA_NAME = {ours: kafka for kafka, ours in KAFKA_CONFIG_NAMES.items()}
+
+
 class AdminServicer:
     """The handlers of the transaction admin APIs (module docstring)."""
 
@@ -61,7 +67,47 @@ class AdminServicer:
 
     def handlers(self) -> dict[int, Callable[[Request], Awaitable[dict[str, Any] | None]]]:
         """API key -> handler."""
-        return {66: self.list_transactions, 65: self.describe_transactions, 61: self.describe_producers}
+        return {
+            66: self.list_transactions,
+            65: self.describe_transactions,
+            61: self.describe_producers,
+            32: self.describe_configs,
+        }
+
+    async def describe_configs(self, request: Request) -> dict[str, Any]:
+        results = []
+        for resource in request.body.resources:
+            entry: dict[str, Any] = {
+                "resource_type": resource.resource_type, "resource_name": resource.resource_name, "configs": [],
+                "error_message": None,
+            }  # fmt: skip
+            if resource.resource_type != _TOPIC_RESOURCE:
+                message = "the kafka-gateway describes topic configs only (resource type 2)"
+                results.append({**entry, "error_code": ErrorCode.invalid_request, "error_message": message})
+                continue
+            name = resource.resource_name
+
+            def describe(address: str, name: str = name) -> Awaitable[Any]:
+                return self._cluster.describe_configs(address, [name], timeout_s=self._timeout_s)
+
+            try:
+                entries = (await self._routes.ask(describe)).get(name, [])
+            except OncelogError as exc:
+                results.append({**entry, "error_code": error_code_of(exc), "error_message": exc.message})
+                continue
+            keys = set(resource.configuration_keys or ())
+            configs = []
+            for e in entries:
+                kafka_name = _KAFKA_NAME.get(e.name, e.name)
+                if keys and kafka_name not in keys and e.name not in keys:
+                    continue
+                configs.append(
+                    {"name": kafka_name, "value": e.value, "read_only": False, "is_default": e.source == "default",
+                     "config_source": _DEFAULT_SOURCE if e.source == "default" else _TOPIC_SOURCE,
+                     "is_sensitive": False, "synonyms": [], "config_type": 0, "documentation": None}
+                )  # fmt: skip
+            results.append({**entry, "error_code": ErrorCode.none, "configs": configs})
+        return {"throttle_time": 0, "results": results}
 
     async def list_transactions(self, request: Request) -> dict[str, Any]:
         body = request.body

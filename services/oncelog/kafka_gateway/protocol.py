@@ -50,6 +50,7 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     25: (0, 3),  # AddOffsetsToTxn
     26: (0, 3),  # EndTxn
     28: (0, 3),  # TxnOffsetCommit
+    32: (1, 4),  # DescribeConfigs: topics only, read-only
     61: (0, 0),  # DescribeProducers (KIP-664)
     65: (0, 0),  # DescribeTransactions
     66: (0, 0),  # ListTransactions: v1 filters by duration
@@ -60,7 +61,8 @@ API_NAMES = {
     0: "Produce", 1: "Fetch", 2: "ListOffsets", 3: "Metadata", 8: "OffsetCommit", 9: "OffsetFetch",
     10: "FindCoordinator", 11: "JoinGroup", 12: "Heartbeat", 13: "LeaveGroup", 14: "SyncGroup",
     18: "ApiVersions", 19: "CreateTopics", 20: "DeleteTopics", 22: "InitProducerId",
-    24: "AddPartitionsToTxn", 25: "AddOffsetsToTxn", 26: "EndTxn", 28: "TxnOffsetCommit", 61: "DescribeProducers",
+    24: "AddPartitionsToTxn", 25: "AddOffsetsToTxn", 26: "EndTxn", 28: "TxnOffsetCommit", 32: "DescribeConfigs",
+    61: "DescribeProducers",
     65: "DescribeTransactions", 66: "ListTransactions",
 }  # fmt: skip
 
