@@ -637,6 +637,8 @@ class PartitionEngine:
             for base in deleted:
                 self._txn_indexes.pop(base, None)
             if deleted:
+                # the leader-epoch checkpoint follows the log start, as Kafka's does (docs/design/replication.md §5)
+                self.epochs.truncate_from_start(self._log.log_start_offset)
                 # Snapshots go with their segments (Kafka deletes a segment's snapshot with it): one below the
                 # new log start must never be loaded again.
                 for offset in self._log.snapshot_offsets():

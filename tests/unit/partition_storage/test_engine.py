@@ -34,6 +34,7 @@ from oncelog.partition_storage.engine import (
     PartitionEngine,
     TxnMarkerSpec,
 )
+from oncelog.partition_storage.leader_epoch_cache import LeaderEpochCache
 from oncelog.partition_storage.partition_log import PartitionLog
 from oncelog.records import (
     ControlType,
@@ -506,6 +507,18 @@ async def test_retention_deletes_old_segments(opened, clock: Clock) -> None:
     assert await engine.enforce_retention() == [0]
     assert engine.log_start_offset == 9
     assert engine.read(engine.log_start_offset, 1 << 20, RC).records
+
+
+async def test_retention_moves_the_leader_epoch_checkpoint_to_the_new_log_start(opened) -> None:
+    engine = await opened(segment_bytes=300, retention_bytes=400)
+    for batch in range(6):  # 3 batches per segment; the leader epoch moves from 0 to 2 at offset 6
+        engine.leader_epoch = 0 if batch < 2 else 2
+        await engine.append(data(7, 0, 3 * batch, n=3))
+    assert [(e.epoch, e.start_offset) for e in engine.epochs.entries] == [(0, 0), (2, 6)]
+    assert await engine.enforce_retention() == [0]
+    assert [(e.epoch, e.start_offset) for e in engine.epochs.entries] == [(2, 9)], "epoch 0 ended below the start"
+    reloaded = LeaderEpochCache.load(engine.directory)
+    assert [(e.epoch, e.start_offset) for e in reloaded.entries] == [(2, 9)], "and the checkpoint file says so"
 
 
 async def test_retention_deletes_snapshots_with_their_segments(opened, tmp_path: Path) -> None:
