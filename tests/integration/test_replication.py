@@ -805,3 +805,30 @@ def test_reassign_moves_a_partition_off_its_leaders_node_and_loses_no_acknowledg
             assert time.monotonic() < deadline, "the new replica never matched the leader's log"
             time.sleep(0.1)
             copied = logged_batches(cluster, spare, "moved")
+
+
+def test_acks_leader_answers_without_the_followers_while_acks_all_waits_for_them(tmp_path: Path) -> None:
+    """acks=1 (Kafka parity, lossy): with both followers dead but still in the ISR (a long lag time keeps them
+    there), a leader-only produce is acknowledged by the leader alone; an acks=all one times out waiting for them."""
+    with replicated_cluster(tmp_path, ONCELOG_PARTITION_STORAGE_REPLICA_LAG_TIME_MAX_MS="600000") as cluster:
+        meta = partition(cluster)
+        leader = meta.leader_node_id
+        produce(cluster, leader, 0)
+        for follower in meta.replica_node_ids:
+            if follower != leader:
+                cluster.kill(follower)
+        stub = pb.PartitionStorageServiceStub(sync_channel(cluster.node(leader).address))
+        tp = common.TopicPartition(topic=TOPIC, partition=0)
+
+        def send(seq: int, acks: pb.Acks.ValueType) -> pb.PartitionProduceResult:
+            batches = pb.PartitionBatches(topic_partition=tp, leader_epoch=-1, records=batch(seq))
+            request = pb.ProduceRequest(acks=acks, timeout_ms=1_000, partitions=[batches])
+            [result] = stub.Produce(request, timeout=30).results
+            return result
+
+        waited = send(1, pb.ACKS_ALL)
+        assert from_error_info(waited.error).reason.name == "REQUEST_TIMED_OUT", "acks=all waits for the ISR"
+        answered = send(2, pb.ACKS_LEADER)
+        assert not answered.HasField("error"), from_error_info(answered.error)
+        assert answered.base_offset in logged_batches(cluster, leader)
+        assert set(partition(cluster).isr_node_ids) == set(meta.replica_node_ids), "the dead followers stayed in sync"

@@ -112,11 +112,15 @@ class _AcknowledgingEngine(Protocol):
     """What :class:`PendingAppend` needs of :class:`~oncelog.partition_storage.engine.PartitionEngine`."""
 
     acknowledge_check: Callable[[], None] | None
+    leadership_check: Callable[[], None] | None
+    config: EngineConfig
 
     @property
     def high_watermark(self) -> int: ...
 
     async def _await_high_watermark(self, offset: int) -> None: ...
+
+    async def _await_durable(self, offset: int) -> None: ...
 
 
 class PendingAppend:
@@ -124,19 +128,22 @@ class PendingAppend:
 
     Returned by :meth:`PartitionEngine.write` so a caller can start the next write to the partition (keeping
     request order) while this one waits for its fsync; :meth:`wait` returns once the write is acknowledged.
+    ``leader_only`` (``acks=1``) acknowledges once this replica has the batches (fsynced for ``flush=sync`` and
+    ``flush=leader`` topics) whatever the followers hold: lossy if this leader is lost before they copy them.
     """
 
-    __slots__ = ("_durable_offset", "_engine", "result")
+    __slots__ = ("_durable_offset", "_engine", "leader_only", "result")
 
     def __init__(self, engine: _AcknowledgingEngine, result: AppendResult, durable_offset: int) -> None:
         self._engine = engine
         self._durable_offset = durable_offset
         self.result = result
+        self.leader_only = False
 
     @property
     def acknowledged(self) -> bool:
         """True once the batches are below the high watermark (at once for ``flush=async`` topics)."""
-        return self._engine.high_watermark >= self._durable_offset
+        return self._engine.high_watermark >= self._durable_offset and not self.leader_only
 
     async def wait(self) -> AppendResult:
         """Wait until the written (or, for a duplicate, the original) batches are below the high watermark.
@@ -145,6 +152,12 @@ class PendingAppend:
             StorageUnavailable: the fsync failed or the partition went offline or closed meanwhile; always
                 ``definite=False``, since the batches are in the log and may survive.
         """
+        if self.leader_only:
+            if self._engine.config.flush_sync:
+                await self._engine._await_durable(self._durable_offset)
+            if self._engine.leadership_check is not None:
+                self._engine.leadership_check()  # this node still leads: a deposed leader acknowledges nothing
+            return self.result
         await self._engine._await_high_watermark(self._durable_offset)
         if self._engine.acknowledge_check is not None:
             self._engine.acknowledge_check()

@@ -15,8 +15,8 @@ OUT_OF_ORDER_SEQUENCE and retried, as Kafka's client does.
 
 With one replica per partition, ``acks`` LEADER and ALL answer alike: once the batch is durable by the
 topic's ``flush`` setting (fsynced for ``flush=sync``, written for ``flush=async``). For a replicated partition
-both answer once the high watermark passes the batch, i.e. every in-sync replica has it durably
-(docs/design/replication.md §8; a leader-only ``acks=1`` is not offered yet).
+ALL answers once the high watermark passes the batch, i.e. every in-sync replica has it, and LEADER (``acks=1``,
+for Kafka parity, lossy) once the leader alone has it (docs/design/replication.md §8).
 
 ReplicaFetch is the follower's copy request (design/replication.md §3): it is served by
 :meth:`PartitionManager.replica_fetch`.
@@ -144,9 +144,9 @@ class PartitionStorageServicer(pb.PartitionStorageServiceServicer):
         for part in request.partitions:
             tp = part.topic_partition
             try:
-                outcome: PendingAppend | OncelogError = await self._partitions.write(
-                    tp.topic, tp.partition, part.leader_epoch, part.records
-                )
+                pending = await self._partitions.write(tp.topic, tp.partition, part.leader_epoch, part.records)
+                pending.leader_only = request.acks == pb.ACKS_LEADER
+                outcome: PendingAppend | OncelogError = pending
             except OncelogError as err:
                 outcome = err
             except Exception as err:

@@ -509,6 +509,23 @@ async def test_retention_deletes_old_segments(opened, clock: Clock) -> None:
     assert engine.read(engine.log_start_offset, 1 << 20, RC).records
 
 
+async def test_a_leader_only_write_is_acknowledged_once_fsynced_here_whatever_the_followers_hold(opened) -> None:
+    """acks=1 on a replicated partition: the followers hold the HW at 0, yet a leader-only write is acknowledged
+    once it is durable on the leader; an acks=all one is not, until the replicas let the HW pass it."""
+    engine = await opened()
+    engine.high_watermark_limit = lambda candidate: 0  # no follower has copied anything
+    leader_only = await engine.write(data(7, 0, 0, n=3))
+    leader_only.leader_only = True
+    assert not leader_only.acknowledged, "the fast path never skips the leader's fsync check"
+    assert (await leader_only.wait()).last_offset == 2
+    assert engine.flush_count >= 1 and engine.high_watermark == 0, "fsynced here, not passed by the HW"
+    all_replicas = await engine.write(data(7, 0, 3, n=3))
+    assert not all_replicas.acknowledged
+    engine.high_watermark_limit = None  # the followers caught up
+    engine.refresh_high_watermark()
+    assert (await all_replicas.wait()).last_offset == 5 and engine.high_watermark == 6
+
+
 async def test_retention_moves_the_leader_epoch_checkpoint_to_the_new_log_start(opened) -> None:
     engine = await opened(segment_bytes=300, retention_bytes=400)
     for batch in range(6):  # 3 batches per segment; the leader epoch moves from 0 to 2 at offset 6
