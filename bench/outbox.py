@@ -100,6 +100,12 @@ def latency_runs(cluster: LocalCluster, database_url: str, runs: int, ops: int) 
 # ---------------------------------------------------------------------------------------------- idle prepared
 
 
+class _Printed(dict[str, float]):
+    def __setitem__(self, name: str, value: float) -> None:
+        print(f"- {name}: {value:,.3f}", flush=True)
+        super().__setitem__(name, value)
+
+
 class _Unknown(pb.TransactionCheckServiceServicer):
     def __init__(self) -> None:
         self.calls = 0
@@ -123,9 +129,11 @@ async def prepare_many(bootstrap: str, topic: str, count: int, check_back: str, 
             driver = TransactionalDriver(view, f"{prefix}-{i}")
             await driver.init_producer_id()
             await driver.add_partitions(tp)
-            address = await driver.coordinator_address()
-            await view.coordinators.prepare_transaction(
-                address, driver.transactional_id, driver._identity(), check_back_address=check_back
+            identity = driver._identity()
+            await driver._coordinator_call(
+                lambda address: view.coordinators.prepare_transaction(
+                    address, driver.transactional_id, identity, check_back_address=check_back
+                )
             )
 
     await asyncio.gather(*(one(i) for i in range(count)))
@@ -154,13 +162,14 @@ def cpu_share(pid: int, seconds: float) -> float:
 
 
 def idle_prepared(data_dir: Path, count: int, check_interval_ms: int) -> dict[str, float]:
-    """Memory and CPU of the coordinator with ``count`` idle prepared transactions (see the module doc)."""
+    """Memory and CPU of the coordinator with ``count`` idle prepared transactions (see the module doc); each figure
+    is printed as soon as it is measured."""
     env = {
         "ONCELOG_TXN_COORDINATOR_CHECK_BACK_AFTER_MS": "0",
         "ONCELOG_TXN_COORDINATOR_CHECK_BACK_INTERVAL_MS": str(check_interval_ms),
         "ONCELOG_TXN_COORDINATOR_CHECK_BACK_MAX_ATTEMPTS": "1000000",
     }
-    out: dict[str, float] = {}
+    out: dict[str, float] = _Printed()
     with LocalCluster(data_dir, env=env) as cluster, CheckBackServer(None, servicer=_Unknown()) as check_back:
         [coordinator] = [n for n in cluster.nodes if n.service == "txn-coordinator"]
         assert coordinator.process is not None
@@ -216,10 +225,8 @@ def main() -> None:
             print(f"| {database} | {base:.2f} | {atomic:.2f} | {ratio:.3f} | {spread:.0%} |", flush=True)
         cluster.stop()
         if args.idle:
-            idle = idle_prepared(tmp / "idle", args.idle, args.check_interval_ms)
-            print(f"\n### {args.idle} idle prepared transactions on one coordinator\n")
-            for name, value in idle.items():
-                print(f"- {name}: {value:,.3f}")
+            print(f"\n### {args.idle} idle prepared transactions on one coordinator\n", flush=True)
+            idle_prepared(tmp / "idle", args.idle, args.check_interval_ms)
 
 
 if __name__ == "__main__":

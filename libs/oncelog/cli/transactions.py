@@ -79,7 +79,7 @@ def transactions_describe(
     """
     described = with_admin(bootstrap, lambda admin: admin.describe_transactions(transactional_ids))
     columns = ["transactional id", "state", "producer id", "producer epoch", "timeout ms", "started", "partitions"]
-    columns += ["groups", "coordinator", "coordinator epoch", "last update"]
+    columns += ["groups", "coordinator", "coordinator epoch", "last update", "prepared", "check-back"]
     rows = [
         (
             d.transactional_id,
@@ -93,6 +93,8 @@ def transactions_describe(
             d.coordinator_node_id,
             d.coordinator_epoch,
             ms_to_text(d.last_update_time_ms),
+            ms_to_text(d.prepared_time_ms),
+            d.check_back_address or "-",
         )
         for d in described.values()
     ]

@@ -20,6 +20,7 @@ producer's part of the API.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, cast
@@ -80,7 +81,14 @@ class TwoPhaseTransactionManager(TransactionManager):
     async def prepare_transaction(
         self, flush: Callable[[Deadline], Awaitable[None]], deadline: Deadline, check_back_address: str
     ) -> PreparedTransaction:
-        """Flush, commit pending offsets, then PrepareTransaction; the transaction is PREPARED_TRANSACTION after."""
+        """Make every partition a participant, then write the records and PrepareTransaction side by side.
+
+        The prepare needs the participants, not the records: a prepared transaction is decided only after this
+        returns, and this returns only once every record is acknowledged too. So the flush and the coordinator's
+        durable PREPARED write overlap instead of running one after the other. If a record fails after the
+        prepare was written, the prepared transaction is aborted here (CompleteTransaction) and the failure raised
+        as for a commit: abort_transaction() and run the transaction again.
+        """
         with self._lock:
             if self.state is TransactionState.IN_TRANSACTION and not (
                 self._started or self._pending_partitions or self._pending_offsets
@@ -90,33 +98,63 @@ class TwoPhaseTransactionManager(TransactionManager):
                     "send something first (or commit the empty transaction)"
                 )
             self._start(TransactionEvent.PREPARE, "prepare_transaction()")
-        await flush(deadline)
-        with self._lock:
-            self._raise_if_failed()
-        for group_id, (offsets, group) in list(self._pending_offsets.items()):
-            await self._commit_offsets(offsets, group, deadline)
-            del self._pending_offsets[group_id]
-        with self._lock:
-            self._raise_if_failed()
-        identity = self._sequences.identity
+        flushing = asyncio.ensure_future(flush(deadline))
         try:
-            token = await self._coordinator_call(
-                "PrepareTransaction",
-                lambda address: self._two_phase.prepare_transaction(
-                    address,
-                    self._tid,
-                    identity,
-                    check_back_address=check_back_address,
-                    timeout_s=self._request_timeout_s,
-                ),
-                deadline,
-            )
-        except OncelogError as err:
-            raise self._on_call_failed(err, "prepare_transaction()") from err
+            await self._add_partitions()  # every partition is a participant before the prepare
+            with self._lock:
+                self._raise_if_failed()
+            for group_id, (offsets, group) in list(self._pending_offsets.items()):
+                await self._commit_offsets(offsets, group, deadline)
+                del self._pending_offsets[group_id]
+            with self._lock:
+                self._raise_if_failed()
+            identity = self._sequences.identity
+            try:
+                token = await self._coordinator_call(
+                    "PrepareTransaction",
+                    lambda address: self._two_phase.prepare_transaction(
+                        address,
+                        self._tid,
+                        identity,
+                        check_back_address=check_back_address,
+                        timeout_s=self._request_timeout_s,
+                    ),
+                    deadline,
+                )
+            except OncelogError as err:
+                raise self._on_call_failed(err, "prepare_transaction()") from err
+        except BaseException:
+            await asyncio.gather(flushing, return_exceptions=True)
+            raise
+        await flushing
+        with self._lock:
+            failure = self.last_error if self.state is TransactionState.ABORTABLE_ERROR else None
+        if failure is not None:
+            await self._abort_prepared(token, deadline)
+            with self._lock:
+                self._raise_if_failed()
         with self._lock:
             self.prepared = token
             self._transition(TransactionEvent.PREPARED)
         return token
+
+    async def _abort_prepared(self, token: PreparedTransaction, deadline: Deadline) -> None:
+        """A record of a transaction just prepared failed: abort the prepared transaction, so that the application's
+        abort_transaction() only has to reset the producer (its EndTxn would be refused on a prepared transaction)."""
+        identity = self._sequences.identity
+        try:
+            result = await self._coordinator_call(
+                "CompleteTransaction",
+                lambda address: self._two_phase.complete_transaction(
+                    address, identity, token, commit=False, wait_for_completion=False, timeout_s=self._request_timeout_s
+                ),
+                deadline,
+            )
+        except OncelogError as err:
+            raise self._on_call_failed(err, "aborting the prepared transaction after a failed record") from err
+        self._sequences.set_identity(result.identity)
+        with self._lock:
+            self._started = False  # nothing open at the coordinator any more
 
     async def complete_transaction(
         self, token: PreparedTransaction, commit: bool, deadline: Deadline, wait_for_completion: bool

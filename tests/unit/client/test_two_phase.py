@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from oncelog.client.errors import IllegalStateError
+from oncelog.client.errors import AbortableError, IllegalStateError
 from oncelog.client.records import PreparedTransaction
 from oncelog.client.transaction_manager import TransactionState
 from oncelog.client.transport import Deadline
@@ -87,3 +87,22 @@ async def test_prepare_of_a_transaction_that_sent_nothing_is_refused_before_any_
         await h.prepare()
     assert h.state is S.IN_TRANSACTION
     assert "PrepareTransaction" not in h.services.names()
+
+
+async def test_a_record_failing_while_the_prepare_is_written_aborts_the_prepared_transaction() -> None:
+    h = Harness()
+    await h.init()
+    await h.begin_with_offsets()
+
+    async def failing_flush(deadline: Deadline) -> None:
+        h.manager.set_abortable(AbortableError("a batch failed"), epoch_bump=False)
+
+    with pytest.raises(AbortableError, match="a batch failed"):
+        await h.manager.prepare_transaction(failing_flush, Deadline(5), "")
+    calls = [name for name in h.services.names() if name != "FindCoordinator"]
+    assert calls[-2:] == ["PrepareTransaction", "CompleteTransaction"]
+    assert h.services.calls[-1][-1] is False  # aborted, not committed
+    assert h.state is S.ABORTABLE_ERROR and h.manager.prepared is None
+    await h.abort()
+    assert h.state is S.READY
+    assert [n for n in h.services.names() if n != "FindCoordinator"] == calls  # nothing left to end at the coordinator
