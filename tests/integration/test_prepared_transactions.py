@@ -291,6 +291,37 @@ def test_outbox_crash_is_finished_by_the_check_back_as_the_database_decided(
     assert events == [f"order-{order}".encode()] * int(committed)
 
 
+def test_atomic_send_block_that_raises_rolls_back_both_and_the_producer_goes_on(
+    cluster: LocalCluster, tmp_path: Path
+) -> None:
+    from sqlalchemy.orm import Session
+
+    from oncelog.outbox import atomic_send, create_outbox_table, recover
+
+    topic, tid = new_topic(cluster), "raising-" + uuid.uuid4().hex[:6]
+    engine = sa.create_engine(f"sqlite:///{tmp_path / 'app.db'}")
+    rows = sa.Table("rows", sa.MetaData(), sa.Column("id", sa.Integer, primary_key=True))
+    rows.metadata.create_all(engine)
+    create_outbox_table(engine)
+    with Producer(cluster.bootstrap, transactional_id=tid) as producer:
+        assert recover(producer, engine) is None
+        with (
+            pytest.raises(RuntimeError, match="the block failed"),
+            Session(engine) as session,
+            atomic_send(session, producer) as send,
+        ):
+            session.execute(sa.insert(rows).values(id=1))
+            send(topic, b"lost")
+            raise RuntimeError("the block failed")
+        with Session(engine) as session, atomic_send(session, producer) as send:
+            session.execute(sa.insert(rows).values(id=2))
+            send(topic, b"kept")
+    with engine.connect() as conn:
+        assert [r[0] for r in conn.execute(sa.select(rows.c.id))] == [2]
+    engine.dispose()
+    assert values(cluster, topic) == [b"kept"]
+
+
 # ------------------------------------------------------------------------------------------ tooling and example
 
 

@@ -25,6 +25,7 @@ from sqlalchemy.orm import Session
 from oncelog.client.futures import RecordFuture
 from oncelog.client.producer import Producer
 from oncelog.client.records import PreparedTransaction
+from oncelog.errors import OncelogError
 
 from .table import claim, record_commit
 
@@ -59,7 +60,9 @@ def atomic_send(
         wait_for_completion: return only once the records are readable (see ``commit_transaction``).
 
     Raises:
-        Whatever the block raises, after the database rolled back and the transaction aborted. A failure of the
+        Whatever the block (or the prepare) raises, after the database rolled back and the transaction aborted; if
+        the abort itself fails (the prepare's outcome is unknown), the producer is left for a new instance's
+        :func:`recover`, which aborts it as the database has no row for it. A failure of the
         database commit is resolved by claiming the token (:func:`~oncelog.outbox.table.claim`), so the records
         follow what the database really did, and then re-raised.
     """
@@ -70,10 +73,15 @@ def atomic_send(
         record_commit(session.connection(), token)
     except BaseException:
         session.rollback()
-        if producer.prepared_transaction is not None:
-            producer.complete_transaction(producer.prepared_transaction, commit=False)
-        else:
-            producer.abort_transaction()
+        try:
+            if producer.prepared_transaction is not None:
+                producer.complete_transaction(producer.prepared_transaction, commit=False)
+            else:
+                producer.abort_transaction()
+        except OncelogError as cleanup:
+            # e.g. a prepare whose outcome is unknown: its token has no row, so recover() or the check-back
+            # aborts it; this producer cannot go on, the application starts a new one (and calls recover())
+            log.warning("could not end the transaction after a failure in atomic_send: %s", cleanup)
         raise
     try:
         session.commit()
