@@ -209,7 +209,7 @@ def main() -> None:
         print(f"### atomic_send vs database commit + oncelog transaction ({args.runs} runs x {args.ops} ops each)")
         print("\n| database | baseline ms (median) | atomic_send ms (median) | ratio (median) | ratio spread |")
         print("|---|---|---|---|---|")
-        for database in args.databases.split(","):
+        for database in filter(None, args.databases.split(",")):
             if database == "postgres":
                 bin_dir = find_postgres_bin()
                 if bin_dir is None:

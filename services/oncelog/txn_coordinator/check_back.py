@@ -73,7 +73,7 @@ class CheckBackPolicy:
     default_commit: bool = False
     max_prepared_ms: int = 24 * 3600 * 1000
     timeout_ms: int = 5_000
-    sweep_interval_ms: int = 1_000
+    sweep_interval_ms: int = 5_000
     concurrency: int = 64
 
 
@@ -119,9 +119,10 @@ class PreparedTransactionResolver:
         """One pass; returns the transactions decided here and whether each was committed."""
         now = self._clock()
         prepared = self._coordinator.prepared_transactions()
-        live = {p.token for p in prepared}
-        for token in [t for t in self._attempts if t not in live]:
-            del self._attempts[token]
+        if self._attempts:
+            live = {p.token for p in prepared}
+            for token in [t for t in self._attempts if t not in live]:
+                del self._attempts[token]
         oldest = max((now - p.info.prepared_at for p in prepared), default=0)
         self._metrics.set_transactions_prepared(len(prepared), max(0, oldest))
         policy = self._policy

@@ -61,7 +61,9 @@ class TxnCoordinatorSettings(ServiceSettings):
         "abort", help="outcome of a prepared transaction nobody decided (commit or abort; RocketMQ rolls back)"
     )
     check_back_timeout_ms: int = setting(5_000, help="deadline of one CheckTransaction call")
-    check_back_sweep_interval_ms: int = setting(1_000, help="period of the check-back sweep")
+    check_back_sweep_interval_ms: int = setting(
+        5_000, help="period of the check-back sweep (it also reports the prepared count and the oldest age)"
+    )
 
     def validate(self) -> list[str]:
         problems = super().validate()

@@ -147,14 +147,13 @@ class PreparedTransactionsMixin:
         return PreparedToken(transactional_id, md.producer_id, md.prepared.epoch)
 
     def prepared_transactions(self: _Coordinator) -> list[PreparedListing]:
-        """Every PREPARED transaction of the loaded shards with no write in flight, oldest first."""
-        found = [
+        """Every PREPARED transaction of the loaded shards with no write in flight (in no particular order)."""
+        return [
             PreparedListing(PreparedToken(md.transactional_id, md.producer_id, md.prepared.epoch), md.prepared)
             for entry in self._state.loaded()
             for md in entry.txns.values()
             if md.state is TransactionState.PREPARED and md.prepared is not None and md.pending_state is None
         ]
-        return sorted(found, key=lambda p: p.info.prepared_at)
 
     async def resolve_prepared(self: _Coordinator, token: PreparedToken, commit: bool, why: str) -> bool:
         """The coordinator decides a PREPARED transaction itself (check-back answer, attempts exhausted,
