@@ -95,3 +95,22 @@ def test_two_members_of_a_group_split_the_partitions_and_read_each_record_once(k
         consumer.close()
     assert sorted(seen[0] + seen[1]) == sorted(f"v{i}".encode() for i in range(40))
     assert seen[0] and seen[1], "each member read its own partitions"
+
+
+def test_group_tools_list_and_describe_a_subscribed_member(kafka_bootstrap: str) -> None:
+    topic = _topic_with_records(kafka_bootstrap, partitions=2, records=4)
+    group = f"g-{uuid.uuid4().hex[:6]}"
+    consumer = _consumer(kafka_bootstrap, group)
+    consumer.subscribe([topic])
+    try:
+        (values,) = _poll_until([consumer], 4)
+        assert len(values) == 4
+        admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+        listed = admin.list_consumer_groups().result(60)
+        assert group in {g.group_id for g in listed.valid}
+        description = admin.describe_consumer_groups([group])[group].result(60)
+        (member,) = description.members
+        assert {(tp.topic, tp.partition) for tp in member.assignment.topic_partitions} == {(topic, 0), (topic, 1)}
+        assert description.state.name == "STABLE"
+    finally:
+        consumer.close()

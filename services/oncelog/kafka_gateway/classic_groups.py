@@ -104,6 +104,17 @@ def subscribed_topics(metadata: bytes) -> tuple[str, ...]:
     return tuple(subscription.topics)
 
 
+def subscription_bytes(topics: Iterable[str]) -> bytes:
+    """A ``ConsumerProtocolSubscription`` v0 of ``topics`` (DescribeGroups' member metadata)."""
+    from kio.schema.consumer_protocol_subscription.v0.data import ConsumerProtocolSubscription
+
+    out = io.BytesIO()
+    out.write(_VERSION.pack(0))
+    subscription: Any = ConsumerProtocolSubscription(topics=tuple(topics), user_data=None)
+    entity_writer(ConsumerProtocolSubscription)(out, subscription)
+    return out.getvalue()
+
+
 def assignment_bytes(partitions: Iterable[TopicPartition]) -> bytes:
     """A ``ConsumerProtocolAssignment`` v0 holding ``partitions`` (every client version reads v0)."""
     from kio.schema.consumer_protocol_assignment.v0.data import ConsumerProtocolAssignment

@@ -1,4 +1,5 @@
-"""Kafka's classic group APIs on oncelog's group coordinator: JoinGroup, SyncGroup, Heartbeat, LeaveGroup.
+"""Kafka's classic group APIs on oncelog's group coordinator: JoinGroup, SyncGroup, Heartbeat, LeaveGroup, and
+ListGroups and DescribeGroups (``kafka-consumer-groups.sh``), which show oncelog's groups in the classic shape.
 
 How the classic protocol maps onto the KIP-848 heartbeat is in ``classic_groups.py``; this module sends the
 heartbeats (through the typed GroupOffsetsClient, on the group's coordinator) and builds the answers.
@@ -20,16 +21,20 @@ from oncelog.kafka_gateway.classic_groups import (
     ClassicMembers,
     assignment_bytes,
     subscribed_topics,
+    subscription_bytes,
 )
 from oncelog.kafka_gateway.error_codes import error_code_of
 from oncelog.kafka_gateway.protocol import Request
 from oncelog.kafka_gateway.routing import ClusterRoutes
-from oncelog.vocabulary import CoordinatorKind, TopicPartition
+from oncelog.vocabulary import CoordinatorKind, Role, TopicPartition
 
 SERVER_ASSIGNED = "oncelog-server-assignor"
 """The leader id JoinGroup answers with: no member, so every client is a follower and runs no assignor."""
 _JOIN, _LEAVE, _STATIC_LEAVE = 0, -1, -2
 _MEMBER_GONE = frozenset({Reason.UNKNOWN_MEMBER_ID, Reason.FENCED_MEMBER_EPOCH, Reason.STALE_MEMBER_EPOCH})
+_CLASSIC_STATE = {"empty": "Empty", "stable": "Stable", "assigning": "PreparingRebalance",
+                  "reconciling": "PreparingRebalance", "dead": "Dead"}  # fmt: skip
+"""oncelog's (KIP-848) group states as the classic states Kafka's group tools know."""
 
 
 class GroupServicer:
@@ -45,7 +50,62 @@ class GroupServicer:
 
     def handlers(self) -> dict[int, Callable[[Request], Awaitable[dict[str, Any] | None]]]:
         """API key -> handler."""
-        return {11: self.join_group, 14: self.sync_group, 12: self.heartbeat, 13: self.leave_group}
+        return {
+            11: self.join_group,
+            14: self.sync_group,
+            12: self.heartbeat,
+            13: self.leave_group,
+            16: self.list_groups,
+            15: self.describe_groups,
+        }
+
+    async def list_groups(self, request: Request) -> dict[str, Any]:
+        wanted = set(getattr(request.body, "states_filter", ()) or ())
+        try:
+            cluster = await self._routes.ask(lambda a: self._routes.cluster.describe_cluster(a))
+            (address, *_) = cluster.addresses(Role.GROUP_OFFSETS) or [""]
+            listed = await self._groups.list_consumer_groups(address, timeout_s=self._timeout_s) if address else []
+        except OncelogError as exc:
+            return {"throttle_time": 0, "error_code": error_code_of(exc), "groups": []}
+        groups = [
+            {"group_id": g.group_id, "protocol_type": "consumer", "group_type": "classic",
+             "group_state": _CLASSIC_STATE.get(g.state.lower(), "Unknown")}
+            for g in listed
+        ]  # fmt: skip
+        if wanted:
+            groups = [g for g in groups if g["group_state"] in wanted]
+        return {"throttle_time": 0, "error_code": ErrorCode.none, "groups": groups}
+
+    async def describe_groups(self, request: Request) -> dict[str, Any]:
+        described = []
+        for group_id in request.body.groups:
+            entry: dict[str, Any] = {
+                "group_id": group_id, "group_state": "Dead", "protocol_type": "consumer", "protocol_data": "",
+                "members": [], "error_code": ErrorCode.none,
+            }  # fmt: skip
+            try:
+                address = await self._routes.coordinator(group_id, CoordinatorKind.GROUP)
+                found = (await self._groups.describe_consumer_groups(address, [group_id], timeout_s=self._timeout_s))[
+                    group_id
+                ]
+            except OncelogError as exc:
+                found = exc
+            if isinstance(found, OncelogError):
+                # Kafka describes an unknown group as Dead with no error
+                if found.reason is not Reason.GROUP_ID_NOT_FOUND:
+                    entry["error_code"] = error_code_of(found)
+                described.append(entry)
+                continue
+            entry["group_state"] = _CLASSIC_STATE.get(found.state.lower(), "Unknown")
+            entry["protocol_data"] = found.assignor
+            entry["members"] = [
+                {"member_id": m.member_id, "group_instance_id": m.group_instance_id or None, "client_id": m.client_id,
+                 "client_host": "", "member_metadata": subscription_bytes(m.subscription),
+                 "member_assignment": assignment_bytes(m.assignment)}
+                for m in found.members
+            ]  # fmt: skip
+            described.append(entry)
+        return {"throttle_time": 0, "groups": described}
 
     async def _heartbeat(
         self,

@@ -49,6 +49,8 @@ class ClusterRoutes:
 
     def __init__(self, cluster: ClusterClient, bootstrap: Iterable[str], *, topics_ttl_s: float = 5.0) -> None:
         self._cluster = cluster
+        self.cluster = cluster
+        """The ClusterService client these routes read (for callers that ask it through :meth:`ask`)."""
         self._bootstrap = [b.strip() for b in bootstrap if b.strip()]
         self._ttl = topics_ttl_s
         self._topics: dict[str, TopicInfo] = {}
