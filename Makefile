@@ -6,7 +6,7 @@ EXTRAS ?= dev,postgres,spark
 STAMP := $(VENV)/.installed-$(shell echo "$(EXTRAS)" | tr ',' '-')
 PYTEST_ARGS ?=
 
-.PHONY: torture mutants run demo cluster test test-repeat dev gen-protos record-vectors api-docs check-protos lint typecheck bench bench-quick bench-pid-allocator clean venv
+.PHONY: torture mutants test-outbox run demo cluster test test-repeat dev gen-protos record-vectors api-docs check-protos lint typecheck bench bench-quick bench-pid-allocator clean venv
 
 venv: $(STAMP)
 
@@ -35,6 +35,10 @@ dev: $(STAMP)
 ## test: the whole suite (what CI runs)
 test: $(STAMP)
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+## test-outbox: the outbox crash windows, every one on SQLite and on PostgreSQL (the default suite runs a subset)
+test-outbox: $(STAMP)
+	$(PY) -m pytest -m "outbox_matrix or not outbox_matrix" tests/integration/test_prepared_transactions.py $(PYTEST_ARGS)
 
 ## test-kafka: the Kafka-wire tests alone (tests/interop): Apache Kafka 4.4 from Maven Central vs the kafka-gateway
 test-kafka: $(STAMP)
