@@ -11,6 +11,11 @@ consume-transform-produce loop pass the positions to ``Producer.send_offsets_to_
 call :meth:`Consumer.rewind_to_committed` after an abort, which puts every position back to the first input
 offset of the aborted transaction (design/architecture.md §1.8).
 
+After a leader change the consumer checks its position against the new leader's log before fetching there
+(KIP-320): where the epoch of the last batch it read ends on the new leader (OffsetForLeaderEpoch); a position
+beyond that end was truncated away (an unclean election) and goes back to the end, so the records the new leader
+wrote there are neither skipped nor taken for ones already read (design/replication.md §10).
+
 A topic deleted while assigned is reported once by ``poll()`` (``UnknownTopicOrPartition``) and stays
 assigned; a topic created again under its name (a new topic id) is read from its beginning.
 
@@ -352,7 +357,7 @@ class Consumer:
             raise ValueError(f"offset must be >= 0, got {offset}")
         state = self._state(TopicPartition(*partition))
         state.position, state.reset, state.buffered, state.error = offset, None, None, None
-        state.start = offset
+        state.start, state.leader_epoch, state.current_leader_epoch = offset, None, None
 
     def seek_to_beginning(self, partitions: Iterable[TopicPartition] | None = None) -> None:
         """Read from the log start of ``partitions`` (default all assigned), evaluated lazily."""

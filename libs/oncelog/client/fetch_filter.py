@@ -75,6 +75,7 @@ class CompletedFetch:
         self.topic_partition = tp
         self._data = memoryview(records)
         self._next_offset = fetch_offset
+        self._position_epoch: int | None = None
         self._read_committed = isolation_level is IsolationLevel.READ_COMMITTED
         self._check_crcs = check_crcs
         self._aborted_heap: list[tuple[int, int]] = (
@@ -92,6 +93,12 @@ class CompletedFetch:
     def next_fetch_offset(self) -> int:
         """The consumer's position after the records handed out so far."""
         return self._next_offset
+
+    @property
+    def position_epoch(self) -> int | None:
+        """The leader epoch of the batch the position last moved through (Kafka's offset epoch, KIP-320), markers
+        and skipped batches included; None until the position moved or when the batch carries no epoch."""
+        return self._position_epoch
 
     @property
     def is_consumed(self) -> bool:
@@ -125,6 +132,7 @@ class CompletedFetch:
             for record in self._iterator:
                 out.append(record)
                 self._next_offset = record.offset + 1
+                self._position_epoch = record.leader_epoch
                 if len(out) >= max_records:
                     break
             else:
@@ -147,6 +155,7 @@ class CompletedFetch:
         for header, batch in iter_batches(self._data):
             if self._check_crcs:
                 validate_batch(batch, check_records=False)
+            leader_epoch = header.partition_leader_epoch if header.partition_leader_epoch >= 0 else None
             if self._read_committed and header.has_producer_id:
                 self._consume_aborted_up_to(header.last_offset)
                 if header.is_control:
@@ -154,12 +163,11 @@ class CompletedFetch:
                     if control_type is ControlType.ABORT:
                         self._aborted_producers.discard(header.producer_id)
                 elif header.is_transactional and header.producer_id in self._aborted_producers:
-                    self._advance_past(header.next_offset)
+                    self._advance_past(header.next_offset, leader_epoch)
                     continue
             if header.is_control or header.next_offset <= self._next_offset:
-                self._advance_past(header.next_offset)
+                self._advance_past(header.next_offset, leader_epoch)
                 continue
-            leader_epoch = header.partition_leader_epoch if header.partition_leader_epoch >= 0 else None
             timestamp_type = header.timestamp_type
             for record in decode_records(batch):
                 assert record.offset is not None and record.timestamp is not None
@@ -177,11 +185,12 @@ class CompletedFetch:
                     leader_epoch=leader_epoch,
                 )
             # v2 keeps a batch's last offset even when compaction removed its last records
-            self._advance_past(header.next_offset)
+            self._advance_past(header.next_offset, leader_epoch)
 
-    def _advance_past(self, next_offset: int) -> None:
+    def _advance_past(self, next_offset: int, leader_epoch: int | None) -> None:
         if next_offset > self._next_offset:
             self._next_offset = next_offset
+            self._position_epoch = leader_epoch
 
 
 def filter_fetch(

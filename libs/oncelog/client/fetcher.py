@@ -14,6 +14,10 @@ callable the consumer passes, which reads with ``require_stable``, KIP-447) or, 
 (``UnknownTopicOrPartition``) and stays assigned; a topic created again under its name (a new topic id) is read
 from its beginning.
 
+A position carries the leader epoch of the last batch it moved through. When the metadata shows another leader
+epoch, the partition is not fetched until :meth:`Fetcher._validate` asked the new leader where that epoch ends
+(OffsetForLeaderEpoch, Kafka's KIP-320) and moved a position beyond the end back to it.
+
 The fetcher runs on one event loop (the consumer's I/O thread) and is not thread-safe.
 """
 
@@ -32,6 +36,8 @@ from oncelog.client.metadata import ClusterMetadata
 from oncelog.client.records import ConsumerRecord, OffsetAndMetadata, TopicPartition
 from oncelog.client.services import (
     Deadline,
+    EpochEndOffset,
+    EpochQuery,
     FetchPosition,
     OffsetQuery,
     PartitionStorageClient,
@@ -66,7 +72,11 @@ class PartitionState:
     """Where this consumer began reading the partition (its first resolved position, or the last ``seek()``):
     ``rewind_to_committed()`` returns here while the group has no committed offset for it."""
     leader_epoch: int | None = None
-    """Leader epoch of the last record returned, committed with the offset."""
+    """Leader epoch of the last batch the position moved through (Kafka's offset epoch), committed with the offset;
+    None after a reset or a seek. A leader change makes the fetcher check it (KIP-320, :meth:`Fetcher._validate`)."""
+    current_leader_epoch: int | None = None
+    """The partition leader's epoch the position was last fetched under or validated against; a different one in
+    the metadata means a leader change since."""
     buffered: CompletedFetch | None = None
     error: OncelogError | None = None
     """A non-retriable fetch error, raised by the next poll."""
@@ -129,6 +139,7 @@ class Fetcher:
         self._check_crcs = check_crcs
         self.assignment: dict[TopicPartition, PartitionState] = {}
         self._fetches: dict[str, asyncio.Task[None]] = {}
+        self._validations: dict[str, asyncio.Task[None]] = {}
         self._refresh_task: asyncio.Task[None] | None = None
         self._node_backoff_until: dict[str, float] = {}
         self._metric_labels = dict(metric_labels or {})
@@ -156,7 +167,8 @@ class Fetcher:
     async def close(self) -> None:
         """Cancel the fetches and the metadata refresh in flight; stop reporting the records lag."""
         self._stop_lag_reports()
-        tasks = [*self._fetches.values(), *([self._refresh_task] if self._refresh_task else [])]
+        tasks = [*self._fetches.values(), *self._validations.values()]
+        tasks += [self._refresh_task] if self._refresh_task else []
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -228,11 +240,13 @@ class Fetcher:
                         if state is None or state.position is not None or state.reset != COMMITTED:
                             continue
                         found = committed.get(tp)
+                        state.current_leader_epoch = None
                         if found is not None:
                             state.position, state.reset = found.offset, None
                             state.leader_epoch = found.leader_epoch
                         elif state.start is not None:
                             state.position, state.reset = state.start, None  # a rewind: back to the first read
+                            state.leader_epoch = None
                         else:
                             state.reset = self._auto_offset_reset
                 by_reset: dict[str, list[TopicPartition]] = {}
@@ -250,6 +264,7 @@ class Fetcher:
                         state = self.assignment.get(tp)
                         if state is not None and state.position is None and state.reset == reset:
                             state.position, state.reset = offset, None
+                            state.leader_epoch = state.current_leader_epoch = None
                             if state.start is None:
                                 state.start = offset
 
@@ -325,7 +340,7 @@ class Fetcher:
             if unresolved:
                 await self.resolve_positions(unresolved, deadline, strict=False)
             self._send_fetches(deadline)
-            pending = [task for task in self._fetches.values() if not task.done()]
+            pending = [task for task in (*self._fetches.values(), *self._validations.values()) if not task.done()]
             remaining = deadline.remaining()
             if remaining is not None and remaining <= 0:
                 return self._drain_buffered(limit)
@@ -353,8 +368,8 @@ class Fetcher:
                 if out:
                     return out
                 raise
-            if records:
-                state.leader_epoch = records[-1].leader_epoch
+            if fetch.position_epoch is not None:
+                state.leader_epoch = fetch.position_epoch
             state.position = fetch.next_fetch_offset
             if fetch.is_consumed:
                 state.buffered = None
@@ -366,6 +381,7 @@ class Fetcher:
     def _send_fetches(self, deadline: Deadline) -> None:
         now = time.monotonic()
         by_leader: dict[str, list[tuple[TopicPartition, int, int]]] = {}
+        to_validate: dict[str, list[tuple[TopicPartition, int, int, int]]] = {}
         missing = sorted({tp.topic for tp in self.assignment if self._metadata.cached_topic(tp.topic) is None})
         if missing:
             self._refresh_metadata(missing)
@@ -381,12 +397,25 @@ class Fetcher:
                 if leader is None:
                     continue
             address = leader.leader_address
+            if self._node_backoff_until.get(address, 0) > now:
+                continue
+            if state.current_leader_epoch != leader.leader_epoch:
+                if state.leader_epoch is not None and leader.leader_epoch >= 0:
+                    task = self._validations.get(address)
+                    if task is None or task.done():
+                        position = (tp, state.position, state.leader_epoch, leader.leader_epoch)
+                        to_validate.setdefault(address, []).append(position)
+                    continue  # not fetched until validated
+                state.current_leader_epoch = leader.leader_epoch
             task = self._fetches.get(address)
-            if (task is not None and not task.done()) or self._node_backoff_until.get(address, 0) > now:
+            if task is not None and not task.done():
                 continue
             by_leader.setdefault(address, []).append((tp, state.position, leader.leader_epoch))
+        loop = asyncio.get_running_loop()
         for address, parts in by_leader.items():
-            self._fetches[address] = asyncio.get_running_loop().create_task(self._fetch(address, parts, deadline))
+            self._fetches[address] = loop.create_task(self._fetch(address, parts, deadline))
+        for address, positions in to_validate.items():
+            self._validations[address] = loop.create_task(self._validate(address, positions))
 
     def _refresh_metadata(self, missing: Sequence[str]) -> None:
         """Refresh stale topics, and ask again for assigned topics the cluster said do not exist, in the background."""
@@ -404,10 +433,11 @@ class Fetcher:
         self._refresh_task = asyncio.get_running_loop().create_task(refresh())
 
     def _reap_fetches(self) -> None:
-        for key in [k for k, task in self._fetches.items() if task.done()]:
-            task = self._fetches.pop(key)
-            if not task.cancelled() and task.exception() is not None:
-                log.debug("fetch task failed: %r", task.exception())
+        for tasks in (self._fetches, self._validations):
+            for key in [k for k, task in tasks.items() if task.done()]:
+                task = tasks.pop(key)
+                if not task.cancelled() and task.exception() is not None:
+                    log.debug("fetch task failed: %r", task.exception())
 
     async def _fetch(self, address: str, parts: list[tuple[TopicPartition, int, int]], deadline: Deadline) -> None:
         wait_ms = self._fetch_max_wait_ms
@@ -469,3 +499,74 @@ class Fetcher:
             self._metadata.request_update(tp.topic)
         if disposition.action is not Action.RETRY:
             state.error = err
+
+    # ------------------------------------------------------------------------ position validation (KIP-320)
+
+    async def _validate(self, address: str, positions: list[tuple[TopicPartition, int, int, int]]) -> None:
+        """Check positions against a new leader's log: ask where the epoch of each position's last batch ends there
+        (OffsetForLeaderEpoch) and move a position that lies beyond that end back to it (design/replication.md §10).
+
+        Each entry is ``(partition, position, position's epoch, leader epoch in the metadata)``.
+        """
+        queries = {tp: EpochQuery(epoch, current_leader_epoch=current) for tp, _, epoch, current in positions}
+        try:
+            answers = await self._storage.offset_for_leader_epoch(address, queries, timeout_s=self._request_timeout_s)
+        except OncelogError as err:
+            if err.reason is Reason.UNKNOWN_SERVER_ERROR and err.message.startswith("UNIMPLEMENTED"):
+                # a storage node from before OffsetForLeaderEpoch: fetch on as clients did then (no check)
+                log.warning("%s cannot validate consumer positions (%s); fetching without the check", address, err)
+                answers = {}
+            else:
+                log.debug("position validation at %s failed: %s", address, err)
+                self._node_backoff_until[address] = time.monotonic() + self._retry_backoff_ms / 1000
+                for tp, *_ in positions:
+                    self._metadata.request_update(tp.topic)
+                return
+        for tp, position, epoch, current in positions:
+            state = self.assignment.get(tp)
+            if state is None or state.position != position or state.leader_epoch != epoch:
+                continue  # reassigned, seeked or reset while the request was in flight
+            answer = answers.get(tp)
+            if isinstance(answer, OncelogError):
+                self._on_fetch_error(tp, state, answer)
+            elif answer is None:
+                state.current_leader_epoch = current
+            else:
+                self._complete_validation(tp, state, answer, current)
+
+    def _complete_validation(
+        self, tp: TopicPartition, state: PartitionState, end: EpochEndOffset, current: int
+    ) -> None:
+        """Kafka's ``SubscriptionState.maybeCompleteValidation``: a position at or below the end is valid; one above
+        it was truncated away and moves back to the first offset known to diverge (or, with
+        ``auto_offset_reset="none"``, the next poll raises)."""
+        position = state.position
+        assert position is not None
+        if not end.undefined and end.end_offset >= position:
+            state.current_leader_epoch = current
+            return
+        if self._auto_offset_reset == "none":
+            where = "an unknown offset" if end.undefined else f"offset {end.end_offset} (epoch {end.epoch})"
+            state.error = OffsetOutOfRange(
+                f"{tp}: a leader change truncated the log below the position {position} (its epoch "
+                f"{state.leader_epoch} ends at {where} on the new leader) and auto_offset_reset='none'; seek() to "
+                "where reading should go on"
+            )
+            return
+        if end.undefined:
+            log.info(
+                "%s: truncation detected at %s (epoch %s unknown to the new leader); resetting to %s",
+                tp,
+                position,
+                state.leader_epoch,
+                self._auto_offset_reset,
+            )
+            state.position, state.reset = None, self._auto_offset_reset
+            return
+        log.info(
+            "%s: truncation detected at %s; going back to %s, the first offset known to diverge",
+            tp,
+            position,
+            end.end_offset,
+        )
+        state.position, state.leader_epoch, state.current_leader_epoch = end.end_offset, end.epoch, current

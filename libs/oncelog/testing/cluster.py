@@ -299,11 +299,18 @@ class LocalCluster:
             node.process.kill()
             node.process.wait()
 
-    def restart(self, node_id: str, timeout: float = 60.0) -> str:
-        """Start a stopped or killed process again with the same configuration; returns its address."""
+    def restart(self, node_id: str, timeout: float = 60.0, *, same_address: bool = False) -> str:
+        """Start a stopped or killed process again with the same configuration; returns its address.
+
+        With ``same_address`` it listens on the address it had (as a restarted server does in a deployment, so
+        clients that knew only the old addresses find it again); otherwise on a new port when the cluster's ports
+        are chosen by the kernel.
+        """
         node = self.node(node_id)
         if node.alive():
             raise RuntimeError(f"{node_id} is still running; stop or kill it first")
+        if same_address and node.address:
+            node.env["ONCELOG_" + node.service.upper().replace("-", "_") + "_LISTEN"] = node.address
         self._spawn(node)
         self._wait_ready(node, time.monotonic() + timeout)
         self.write_cluster_json()

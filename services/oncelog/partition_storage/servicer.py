@@ -19,7 +19,8 @@ ALL answers once the high watermark passes the batch, i.e. every in-sync replica
 for Kafka parity, lossy) once the leader alone has it (docs/design/replication.md §8).
 
 ReplicaFetch is the follower's copy request (design/replication.md §3): it is served by
-:meth:`PartitionManager.replica_fetch`.
+:meth:`PartitionManager.replica_fetch`. OffsetForLeaderEpoch answers from the leader's epoch cache, for consumers
+validating their position after a leader change (design/replication.md §10).
 """
 
 from __future__ import annotations
@@ -219,6 +220,26 @@ class PartitionStorageServicer(pb.PartitionStorageServiceServicer):
         return pb.ReplicaFetchResponse(
             results=[_copy_result(p.topic_partition, o) for p, o in zip(request.partitions, outcomes, strict=True)]
         )
+
+    async def OffsetForLeaderEpoch(
+        self, request: pb.OffsetForLeaderEpochRequest, context: object
+    ) -> pb.OffsetForLeaderEpochResponse:
+        """Where each asked epoch ends in this leader's log (KIP-320; design/replication.md §10)."""
+        results = []
+        for part in request.partitions:
+            tp = part.topic_partition
+            try:
+                if part.leader_epoch < 0:
+                    raise InvalidRequest(
+                        f"leader_epoch must be >= 0 (the epoch of the last fetched batch), got {part.leader_epoch}"
+                    )
+                engine = await self._partitions.leader_engine(tp.topic, tp.partition, part.current_leader_epoch)
+                epoch, end = engine.epochs.end_offset_for(part.leader_epoch, engine.log_end_offset)
+                answer = pb.EpochEndOffset(epoch=epoch, end_offset=end)
+                results.append(pb.OffsetForLeaderEpochResult(topic_partition=tp, end=answer))
+            except OncelogError as err:
+                results.append(pb.OffsetForLeaderEpochResult(topic_partition=tp, error=to_error_info(err)))
+        return pb.OffsetForLeaderEpochResponse(results=results)
 
     async def ListOffsets(self, request: pb.ListOffsetsRequest, context: object) -> pb.ListOffsetsResponse:
         isolation = _isolation(request.isolation_level)

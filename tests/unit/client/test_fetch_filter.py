@@ -12,7 +12,15 @@ from hypothesis import strategies as st
 from oncelog.client.fetch_filter import AbortedTransaction, CompletedFetch, filter_fetch
 from oncelog.client.records import TopicPartition
 from oncelog.errors import CorruptMessage
-from oncelog.records import Compression, ControlType, Record, TimestampType, build_batch, build_control_batch
+from oncelog.records import (
+    Compression,
+    ControlType,
+    Record,
+    TimestampType,
+    build_batch,
+    build_control_batch,
+    with_base_offset,
+)
 from oncelog.vocabulary import IsolationLevel
 
 TP = TopicPartition("payments", 3)
@@ -212,6 +220,26 @@ def test_a_fetch_of_markers_and_aborted_data_only_moves_the_position() -> None:
     fetch = CompletedFetch(TP, raw, fetch_offset=0, isolation_level=RC, aborted_transactions=aborted_list)
     assert fetch.fetch_records(500) == []
     assert fetch.is_consumed and fetch.next_fetch_offset == marker + 1
+
+
+def test_the_position_epoch_is_the_epoch_of_the_last_batch_passed_markers_and_aborted_data_included() -> None:
+    """KIP-320: a consumer validates its position after a leader change with the epoch of the batch just before it;
+    a marker or an aborted batch written under a newer leader moves that epoch too, else the validation would ask
+    about an older epoch, find it ending below the position and rewind (records read twice)."""
+    log = Log()
+    log.write(2)  # epoch 7
+    log.write(2, pid=4, transactional=True)
+    aborted_under_epoch_9 = with_base_offset(log.batches[-1][2], log.batches[-1][0], partition_leader_epoch=9)
+    log.batches[-1] = (*log.batches[-1][:2], aborted_under_epoch_9)
+    marker = log.end_txn(4, ControlType.ABORT)
+    log.batches[-1] = (marker, marker + 1, with_base_offset(log.batches[-1][2], marker, partition_leader_epoch=11))
+    raw, aborted_list, _ = log.fetch(0, RC)
+    fetch = CompletedFetch(TP, raw, fetch_offset=0, isolation_level=RC, aborted_transactions=aborted_list)
+    assert fetch.position_epoch is None, "nothing passed yet"
+    assert offsets(fetch.fetch_records(1)) == [0]
+    assert (fetch.next_fetch_offset, fetch.position_epoch) == (1, 7)
+    assert offsets(fetch.fetch_records(500)) == [1]
+    assert fetch.is_consumed and (fetch.next_fetch_offset, fetch.position_epoch) == (marker + 1, 11)
 
 
 def test_records_carry_their_metadata() -> None:

@@ -25,6 +25,8 @@ from oncelog.client.services import (
     RETRY_TABLE,
     ClusterClient,
     Deadline,
+    EpochEndOffset,
+    EpochQuery,
     FetchPosition,
     GroupMember,
     GroupOffsetsClient,
@@ -486,6 +488,38 @@ async def test_unary_produce_returns_each_partitions_base_offset_or_error(serve:
         (1, b"batch-1", -1),
     ]
     assert answers[TP0] == 17 and isinstance(answers[TP1], NotLeader)
+
+
+async def test_offset_for_leader_epoch_sends_both_epochs_and_returns_each_end_or_error(serve: Any) -> None:
+    seen = Recorder()
+
+    class Storage(storage_pb.PartitionStorageServiceServicer):
+        async def OffsetForLeaderEpoch(self, request: Any, context: Any) -> Any:
+            seen.requests["OffsetForLeaderEpoch"] = request
+            first, second = request.partitions
+            return storage_pb.OffsetForLeaderEpochResponse(
+                results=[
+                    storage_pb.OffsetForLeaderEpochResult(
+                        topic_partition=first.topic_partition, end=storage_pb.EpochEndOffset(epoch=3, end_offset=120)
+                    ),
+                    storage_pb.OffsetForLeaderEpochResult(
+                        topic_partition=second.topic_partition, error=to_error_info(NotLeader("moved to s-2"))
+                    ),
+                ]
+            )
+
+    channel_for = await serve((storage_pb.add_PartitionStorageServiceServicer_to_server, Storage()))
+    answers = await PartitionStorageClient(channel_for, timeout_s=5).offset_for_leader_epoch(
+        serve.address, {TP0: EpochQuery(4, current_leader_epoch=6), TP1: EpochQuery(0)}
+    )
+    sent = [
+        (p.topic_partition.partition, p.leader_epoch, p.current_leader_epoch)
+        for p in seen.requests["OffsetForLeaderEpoch"].partitions
+    ]
+    assert sent == [(0, 4, 6), (1, 0, -1)]
+    assert answers[TP0] == EpochEndOffset(3, 120) and not EpochEndOffset(3, 120).undefined
+    assert isinstance(answers[TP1], NotLeader)
+    assert EpochEndOffset(-1, -1).undefined
 
 
 async def test_group_offsets_and_pid_allocator_clients(serve: Any) -> None:

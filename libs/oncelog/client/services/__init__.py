@@ -7,7 +7,7 @@ test helpers builds a request message by hand (Temporal's Python SDK wraps its s
 * :class:`PidAllocatorClient` — PidAllocatorService: blocks of producer ids.
 * :class:`TransactionCoordinatorClient` — TransactionCoordinatorService: producer ids, transactions.
 * :class:`TransactionCheckClient` — TransactionCheckService, an application's check-back of prepared transactions.
-* :class:`PartitionStorageClient` — PartitionStorageService: fetch, offsets, producers, markers.
+* :class:`PartitionStorageClient` — PartitionStorageService: fetch, offsets, epoch end offsets, producers, markers.
 * :class:`GroupOffsetsClient` — GroupOffsetsService: committed and transactional offsets, markers.
 
 A client makes one attempt per call and raises the server's :class:`~oncelog.errors.OncelogError`; a call
@@ -33,6 +33,8 @@ from oncelog.client.services.retry import (
     retry_of,
 )
 from oncelog.client.services.storage import (
+    EpochEndOffset,
+    EpochQuery,
     FetchedPartition,
     FetchPosition,
     ListedOffset,
@@ -57,6 +59,8 @@ __all__ = [
     "ClusterClient",
     "Deadline",
     "EndTxnResult",
+    "EpochEndOffset",
+    "EpochQuery",
     "InitProducerIdResult",
     "FetchPosition",
     "FetchedPartition",

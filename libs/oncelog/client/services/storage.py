@@ -80,6 +80,26 @@ class ListedOffset(NamedTuple):
     timestamp_ms: int
 
 
+class EpochQuery(NamedTuple):
+    """Where does ``leader_epoch`` end? Asked of the leader of ``current_leader_epoch`` (-1: no check)."""
+
+    leader_epoch: int
+    current_leader_epoch: int = -1
+
+
+class EpochEndOffset(NamedTuple):
+    """Where an epoch ends in the leader's log: the largest epoch at or below the one asked that the leader knows,
+    and the first offset after it; ``(-1, -1)`` when the leader knows no such epoch."""
+
+    epoch: int
+    end_offset: int
+
+    @property
+    def undefined(self) -> bool:
+        """The leader knows no epoch at or below the one asked (or its log is empty)."""
+        return self.epoch < 0 or self.end_offset < 0
+
+
 class PartitionStorageClient(_Client):
     """PartitionStorageService on a partition's leader: fetch, offsets, producer state, transaction markers."""
 
@@ -178,6 +198,23 @@ class PartitionStorageClient(_Client):
         )
         response = await call(self._stub(address).ListOffsets, request, timeout_s=self._timeout(timeout_s))
         return {_tp(r.topic_partition): _error(r) or ListedOffset(r.offset, r.timestamp_ms) for r in response.results}
+
+    async def offset_for_leader_epoch(
+        self, address: str, queries: Mapping[TopicPartition, EpochQuery], *, timeout_s: float | None = None
+    ) -> dict[TopicPartition, EpochEndOffset | OncelogError]:
+        """Where each asked epoch ends in the leader's log (KIP-320), for a consumer validating its position."""
+        request = storage_pb.OffsetForLeaderEpochRequest(
+            partitions=[
+                storage_pb.OffsetForLeaderEpochPartition(
+                    topic_partition=_tp_pb(tp), current_leader_epoch=q.current_leader_epoch, leader_epoch=q.leader_epoch
+                )
+                for tp, q in queries.items()
+            ]
+        )
+        response = await call(self._stub(address).OffsetForLeaderEpoch, request, timeout_s=self._timeout(timeout_s))
+        return {
+            _tp(r.topic_partition): _error(r) or EpochEndOffset(r.end.epoch, r.end.end_offset) for r in response.results
+        }
 
     async def describe_producers(
         self, address: str, partitions: Iterable[TopicPartition], *, timeout_s: float | None = None

@@ -1076,3 +1076,119 @@ class ReplicaFetchResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ReplicaFetchResponse: _TypeAlias = ReplicaFetchResponse  # noqa: Y015
+
+@_typing.final
+class OffsetForLeaderEpochPartition(_message.Message):
+    """OffsetForLeaderEpochPartition asks where one leader epoch ends in one partition."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_PARTITION_FIELD_NUMBER: _builtins.int
+    CURRENT_LEADER_EPOCH_FIELD_NUMBER: _builtins.int
+    LEADER_EPOCH_FIELD_NUMBER: _builtins.int
+    current_leader_epoch: _builtins.int
+    """current_leader_epoch is the leader epoch the client saw in Metadata; stale epochs are fenced, -1 skips the check."""
+    leader_epoch: _builtins.int
+    """leader_epoch is the epoch whose end is wanted: the epoch of the last batch the client fetched."""
+    @_builtins.property
+    def topic_partition(self) -> _partition_pb2.TopicPartition:
+        """topic_partition is the partition asked about."""
+
+    def __init__(
+        self,
+        *,
+        topic_partition: _partition_pb2.TopicPartition | None = ...,
+        current_leader_epoch: _builtins.int = ...,
+        leader_epoch: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["topic_partition", b"topic_partition"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["current_leader_epoch", b"current_leader_epoch", "leader_epoch", b"leader_epoch", "topic_partition", b"topic_partition"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___OffsetForLeaderEpochPartition: _TypeAlias = OffsetForLeaderEpochPartition  # noqa: Y015
+
+@_typing.final
+class OffsetForLeaderEpochRequest(_message.Message):
+    """OffsetForLeaderEpochRequest asks the leader where epochs end (Kafka's OffsetForLeaderEpoch, KIP-320)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PARTITIONS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def partitions(self) -> _containers.RepeatedCompositeFieldContainer[Global___OffsetForLeaderEpochPartition]:
+        """partitions to answer for."""
+
+    def __init__(
+        self,
+        *,
+        partitions: _abc.Iterable[Global___OffsetForLeaderEpochPartition] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["partitions", b"partitions"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___OffsetForLeaderEpochRequest: _TypeAlias = OffsetForLeaderEpochRequest  # noqa: Y015
+
+@_typing.final
+class OffsetForLeaderEpochResult(_message.Message):
+    """OffsetForLeaderEpochResult says where the asked epoch ends in the leader's log."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_PARTITION_FIELD_NUMBER: _builtins.int
+    END_FIELD_NUMBER: _builtins.int
+    ERROR_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def topic_partition(self) -> _partition_pb2.TopicPartition:
+        """topic_partition is the partition concerned."""
+
+    @_builtins.property
+    def end(self) -> Global___EpochEndOffset:
+        """end is the largest epoch at or below the one asked that the leader knows and where it ends; -1, -1 when unknown."""
+
+    @_builtins.property
+    def error(self) -> _errors_pb2.ErrorInfo:
+        """error is set when this partition could not be answered."""
+
+    def __init__(
+        self,
+        *,
+        topic_partition: _partition_pb2.TopicPartition | None = ...,
+        end: Global___EpochEndOffset | None = ...,
+        error: _errors_pb2.ErrorInfo | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["end", b"end", "error", b"error", "topic_partition", b"topic_partition"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["end", b"end", "error", b"error", "topic_partition", b"topic_partition"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___OffsetForLeaderEpochResult: _TypeAlias = OffsetForLeaderEpochResult  # noqa: Y015
+
+@_typing.final
+class OffsetForLeaderEpochResponse(_message.Message):
+    """OffsetForLeaderEpochResponse answers every requested partition, in request order."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RESULTS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def results(self) -> _containers.RepeatedCompositeFieldContainer[Global___OffsetForLeaderEpochResult]:
+        """results in request order."""
+
+    def __init__(
+        self,
+        *,
+        results: _abc.Iterable[Global___OffsetForLeaderEpochResult] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["results", b"results"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___OffsetForLeaderEpochResponse: _TypeAlias = OffsetForLeaderEpochResponse  # noqa: Y015

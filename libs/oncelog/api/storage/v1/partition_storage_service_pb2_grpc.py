@@ -75,6 +75,11 @@ class PartitionStorageServiceStub:
                 request_serializer=oncelog_dot_api_dot_storage_dot_v1_dot_partition__storage__service__pb2.DescribeReplicasRequest.SerializeToString,
                 response_deserializer=oncelog_dot_api_dot_storage_dot_v1_dot_partition__storage__service__pb2.DescribeReplicasResponse.FromString,
                 _registered_method=True)
+        self.OffsetForLeaderEpoch = channel.unary_unary(
+                '/oncelog.api.storage.v1.PartitionStorageService/OffsetForLeaderEpoch',
+                request_serializer=oncelog_dot_api_dot_storage_dot_v1_dot_partition__storage__service__pb2.OffsetForLeaderEpochRequest.SerializeToString,
+                response_deserializer=oncelog_dot_api_dot_storage_dot_v1_dot_partition__storage__service__pb2.OffsetForLeaderEpochResponse.FromString,
+                _registered_method=True)
 
 
 class PartitionStorageServiceServicer:
@@ -137,6 +142,13 @@ class PartitionStorageServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def OffsetForLeaderEpoch(self, request, context):
+        """OffsetForLeaderEpoch says where a leader epoch ends in the leader's log; a consumer validates its position with it.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_PartitionStorageServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -179,6 +191,11 @@ def add_PartitionStorageServiceServicer_to_server(servicer, server):
                     servicer.DescribeReplicas,
                     request_deserializer=oncelog_dot_api_dot_storage_dot_v1_dot_partition__storage__service__pb2.DescribeReplicasRequest.FromString,
                     response_serializer=oncelog_dot_api_dot_storage_dot_v1_dot_partition__storage__service__pb2.DescribeReplicasResponse.SerializeToString,
+            ),
+            'OffsetForLeaderEpoch': grpc.unary_unary_rpc_method_handler(
+                    servicer.OffsetForLeaderEpoch,
+                    request_deserializer=oncelog_dot_api_dot_storage_dot_v1_dot_partition__storage__service__pb2.OffsetForLeaderEpochRequest.FromString,
+                    response_serializer=oncelog_dot_api_dot_storage_dot_v1_dot_partition__storage__service__pb2.OffsetForLeaderEpochResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -398,6 +415,33 @@ class PartitionStorageService:
             '/oncelog.api.storage.v1.PartitionStorageService/DescribeReplicas',
             oncelog_dot_api_dot_storage_dot_v1_dot_partition__storage__service__pb2.DescribeReplicasRequest.SerializeToString,
             oncelog_dot_api_dot_storage_dot_v1_dot_partition__storage__service__pb2.DescribeReplicasResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def OffsetForLeaderEpoch(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/oncelog.api.storage.v1.PartitionStorageService/OffsetForLeaderEpoch',
+            oncelog_dot_api_dot_storage_dot_v1_dot_partition__storage__service__pb2.OffsetForLeaderEpochRequest.SerializeToString,
+            oncelog_dot_api_dot_storage_dot_v1_dot_partition__storage__service__pb2.OffsetForLeaderEpochResponse.FromString,
             options,
             channel_credentials,
             insecure,

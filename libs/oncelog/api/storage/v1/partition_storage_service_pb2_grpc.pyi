@@ -49,6 +49,8 @@ class PartitionStorageServiceStub:
     """ReplicaFetch copies the leader's log to a follower replica; long-polls until there is something new."""
     DescribeReplicas: _grpc.UnaryUnaryMultiCallable[_partition_storage_service_pb2.DescribeReplicasRequest, _partition_storage_service_pb2.DescribeReplicasResponse]
     """DescribeReplicas reports, for partitions this node leads, where each replica stands as the leader sees it."""
+    OffsetForLeaderEpoch: _grpc.UnaryUnaryMultiCallable[_partition_storage_service_pb2.OffsetForLeaderEpochRequest, _partition_storage_service_pb2.OffsetForLeaderEpochResponse]
+    """OffsetForLeaderEpoch says where a leader epoch ends in the leader's log; a consumer validates its position with it."""
 
 @_typing.type_check_only
 class PartitionStorageServiceAsyncStub(PartitionStorageServiceStub):
@@ -71,6 +73,8 @@ class PartitionStorageServiceAsyncStub(PartitionStorageServiceStub):
     """ReplicaFetch copies the leader's log to a follower replica; long-polls until there is something new."""
     DescribeReplicas: _aio.UnaryUnaryMultiCallable[_partition_storage_service_pb2.DescribeReplicasRequest, _partition_storage_service_pb2.DescribeReplicasResponse]  # type: ignore[assignment]
     """DescribeReplicas reports, for partitions this node leads, where each replica stands as the leader sees it."""
+    OffsetForLeaderEpoch: _aio.UnaryUnaryMultiCallable[_partition_storage_service_pb2.OffsetForLeaderEpochRequest, _partition_storage_service_pb2.OffsetForLeaderEpochResponse]  # type: ignore[assignment]
+    """OffsetForLeaderEpoch says where a leader epoch ends in the leader's log; a consumer validates its position with it."""
 
 class PartitionStorageServiceServicer(metaclass=_abc_1.ABCMeta):
     """PartitionStorageService stores the partitions this node leads."""
@@ -138,5 +142,13 @@ class PartitionStorageServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_partition_storage_service_pb2.DescribeReplicasResponse, _abc.Awaitable[_partition_storage_service_pb2.DescribeReplicasResponse]]:
         """DescribeReplicas reports, for partitions this node leads, where each replica stands as the leader sees it."""
+
+    @_abc_1.abstractmethod
+    def OffsetForLeaderEpoch(
+        self,
+        request: _partition_storage_service_pb2.OffsetForLeaderEpochRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_partition_storage_service_pb2.OffsetForLeaderEpochResponse, _abc.Awaitable[_partition_storage_service_pb2.OffsetForLeaderEpochResponse]]:
+        """OffsetForLeaderEpoch says where a leader epoch ends in the leader's log; a consumer validates its position with it."""
 
 def add_PartitionStorageServiceServicer_to_server(servicer: PartitionStorageServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

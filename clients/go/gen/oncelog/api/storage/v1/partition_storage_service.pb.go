@@ -2109,6 +2109,226 @@ func (x *ReplicaFetchResponse) GetResults() []*ReplicaFetchPartitionResult {
 	return nil
 }
 
+// OffsetForLeaderEpochPartition asks where one leader epoch ends in one partition.
+type OffsetForLeaderEpochPartition struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// topic_partition is the partition asked about.
+	TopicPartition *v1.TopicPartition `protobuf:"bytes,1,opt,name=topic_partition,json=topicPartition,proto3" json:"topic_partition,omitempty"`
+	// current_leader_epoch is the leader epoch the client saw in Metadata; stale epochs are fenced, -1 skips the check.
+	CurrentLeaderEpoch int32 `protobuf:"varint,2,opt,name=current_leader_epoch,json=currentLeaderEpoch,proto3" json:"current_leader_epoch,omitempty"`
+	// leader_epoch is the epoch whose end is wanted: the epoch of the last batch the client fetched.
+	LeaderEpoch   int32 `protobuf:"varint,3,opt,name=leader_epoch,json=leaderEpoch,proto3" json:"leader_epoch,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OffsetForLeaderEpochPartition) Reset() {
+	*x = OffsetForLeaderEpochPartition{}
+	mi := &file_oncelog_api_storage_v1_partition_storage_service_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OffsetForLeaderEpochPartition) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OffsetForLeaderEpochPartition) ProtoMessage() {}
+
+func (x *OffsetForLeaderEpochPartition) ProtoReflect() protoreflect.Message {
+	mi := &file_oncelog_api_storage_v1_partition_storage_service_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OffsetForLeaderEpochPartition.ProtoReflect.Descriptor instead.
+func (*OffsetForLeaderEpochPartition) Descriptor() ([]byte, []int) {
+	return file_oncelog_api_storage_v1_partition_storage_service_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *OffsetForLeaderEpochPartition) GetTopicPartition() *v1.TopicPartition {
+	if x != nil {
+		return x.TopicPartition
+	}
+	return nil
+}
+
+func (x *OffsetForLeaderEpochPartition) GetCurrentLeaderEpoch() int32 {
+	if x != nil {
+		return x.CurrentLeaderEpoch
+	}
+	return 0
+}
+
+func (x *OffsetForLeaderEpochPartition) GetLeaderEpoch() int32 {
+	if x != nil {
+		return x.LeaderEpoch
+	}
+	return 0
+}
+
+// OffsetForLeaderEpochRequest asks the leader where epochs end (Kafka's OffsetForLeaderEpoch, KIP-320).
+type OffsetForLeaderEpochRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// partitions to answer for.
+	Partitions    []*OffsetForLeaderEpochPartition `protobuf:"bytes,1,rep,name=partitions,proto3" json:"partitions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OffsetForLeaderEpochRequest) Reset() {
+	*x = OffsetForLeaderEpochRequest{}
+	mi := &file_oncelog_api_storage_v1_partition_storage_service_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OffsetForLeaderEpochRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OffsetForLeaderEpochRequest) ProtoMessage() {}
+
+func (x *OffsetForLeaderEpochRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_oncelog_api_storage_v1_partition_storage_service_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OffsetForLeaderEpochRequest.ProtoReflect.Descriptor instead.
+func (*OffsetForLeaderEpochRequest) Descriptor() ([]byte, []int) {
+	return file_oncelog_api_storage_v1_partition_storage_service_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *OffsetForLeaderEpochRequest) GetPartitions() []*OffsetForLeaderEpochPartition {
+	if x != nil {
+		return x.Partitions
+	}
+	return nil
+}
+
+// OffsetForLeaderEpochResult says where the asked epoch ends in the leader's log.
+type OffsetForLeaderEpochResult struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// topic_partition is the partition concerned.
+	TopicPartition *v1.TopicPartition `protobuf:"bytes,1,opt,name=topic_partition,json=topicPartition,proto3" json:"topic_partition,omitempty"`
+	// end is the largest epoch at or below the one asked that the leader knows and where it ends; -1, -1 when unknown.
+	End *EpochEndOffset `protobuf:"bytes,2,opt,name=end,proto3" json:"end,omitempty"`
+	// error is set when this partition could not be answered.
+	Error         *v1.ErrorInfo `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OffsetForLeaderEpochResult) Reset() {
+	*x = OffsetForLeaderEpochResult{}
+	mi := &file_oncelog_api_storage_v1_partition_storage_service_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OffsetForLeaderEpochResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OffsetForLeaderEpochResult) ProtoMessage() {}
+
+func (x *OffsetForLeaderEpochResult) ProtoReflect() protoreflect.Message {
+	mi := &file_oncelog_api_storage_v1_partition_storage_service_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OffsetForLeaderEpochResult.ProtoReflect.Descriptor instead.
+func (*OffsetForLeaderEpochResult) Descriptor() ([]byte, []int) {
+	return file_oncelog_api_storage_v1_partition_storage_service_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *OffsetForLeaderEpochResult) GetTopicPartition() *v1.TopicPartition {
+	if x != nil {
+		return x.TopicPartition
+	}
+	return nil
+}
+
+func (x *OffsetForLeaderEpochResult) GetEnd() *EpochEndOffset {
+	if x != nil {
+		return x.End
+	}
+	return nil
+}
+
+func (x *OffsetForLeaderEpochResult) GetError() *v1.ErrorInfo {
+	if x != nil {
+		return x.Error
+	}
+	return nil
+}
+
+// OffsetForLeaderEpochResponse answers every requested partition, in request order.
+type OffsetForLeaderEpochResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// results in request order.
+	Results       []*OffsetForLeaderEpochResult `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OffsetForLeaderEpochResponse) Reset() {
+	*x = OffsetForLeaderEpochResponse{}
+	mi := &file_oncelog_api_storage_v1_partition_storage_service_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OffsetForLeaderEpochResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OffsetForLeaderEpochResponse) ProtoMessage() {}
+
+func (x *OffsetForLeaderEpochResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_oncelog_api_storage_v1_partition_storage_service_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OffsetForLeaderEpochResponse.ProtoReflect.Descriptor instead.
+func (*OffsetForLeaderEpochResponse) Descriptor() ([]byte, []int) {
+	return file_oncelog_api_storage_v1_partition_storage_service_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *OffsetForLeaderEpochResponse) GetResults() []*OffsetForLeaderEpochResult {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
 var File_oncelog_api_storage_v1_partition_storage_service_proto protoreflect.FileDescriptor
 
 const file_oncelog_api_storage_v1_partition_storage_service_proto_rawDesc = "" +
@@ -2253,7 +2473,21 @@ const file_oncelog_api_storage_v1_partition_storage_service_proto_rawDesc = "" +
 	"\x0fdiverging_epoch\x18\x05 \x01(\v2&.oncelog.api.storage.v1.EpochEndOffsetR\x0edivergingEpoch\x126\n" +
 	"\x05error\x18\x06 \x01(\v2 .oncelog.api.common.v1.ErrorInfoR\x05error\"e\n" +
 	"\x14ReplicaFetchResponse\x12M\n" +
-	"\aresults\x18\x01 \x03(\v23.oncelog.api.storage.v1.ReplicaFetchPartitionResultR\aresults*{\n" +
+	"\aresults\x18\x01 \x03(\v23.oncelog.api.storage.v1.ReplicaFetchPartitionResultR\aresults\"\xc4\x01\n" +
+	"\x1dOffsetForLeaderEpochPartition\x12N\n" +
+	"\x0ftopic_partition\x18\x01 \x01(\v2%.oncelog.api.common.v1.TopicPartitionR\x0etopicPartition\x120\n" +
+	"\x14current_leader_epoch\x18\x02 \x01(\x05R\x12currentLeaderEpoch\x12!\n" +
+	"\fleader_epoch\x18\x03 \x01(\x05R\vleaderEpoch\"t\n" +
+	"\x1bOffsetForLeaderEpochRequest\x12U\n" +
+	"\n" +
+	"partitions\x18\x01 \x03(\v25.oncelog.api.storage.v1.OffsetForLeaderEpochPartitionR\n" +
+	"partitions\"\xde\x01\n" +
+	"\x1aOffsetForLeaderEpochResult\x12N\n" +
+	"\x0ftopic_partition\x18\x01 \x01(\v2%.oncelog.api.common.v1.TopicPartitionR\x0etopicPartition\x128\n" +
+	"\x03end\x18\x02 \x01(\v2&.oncelog.api.storage.v1.EpochEndOffsetR\x03end\x126\n" +
+	"\x05error\x18\x03 \x01(\v2 .oncelog.api.common.v1.ErrorInfoR\x05error\"l\n" +
+	"\x1cOffsetForLeaderEpochResponse\x12L\n" +
+	"\aresults\x18\x01 \x03(\v22.oncelog.api.storage.v1.OffsetForLeaderEpochResultR\aresults*{\n" +
 	"\x0eIsolationLevel\x12\x1f\n" +
 	"\x1bISOLATION_LEVEL_UNSPECIFIED\x10\x00\x12$\n" +
 	" ISOLATION_LEVEL_READ_UNCOMMITTED\x10\x01\x12\"\n" +
@@ -2267,7 +2501,7 @@ const file_oncelog_api_storage_v1_partition_storage_service_proto_rawDesc = "" +
 	"\x17OFFSET_SPEC_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14OFFSET_SPEC_EARLIEST\x10\x01\x12\x16\n" +
 	"\x12OFFSET_SPEC_LATEST\x10\x02\x12\x19\n" +
-	"\x15OFFSET_SPEC_TIMESTAMP\x10\x032\xf5\x06\n" +
+	"\x15OFFSET_SPEC_TIMESTAMP\x10\x032\xf9\a\n" +
 	"\x17PartitionStorageService\x12Z\n" +
 	"\aProduce\x12&.oncelog.api.storage.v1.ProduceRequest\x1a'.oncelog.api.storage.v1.ProduceResponse\x12p\n" +
 	"\rProduceStream\x12,.oncelog.api.storage.v1.ProduceStreamRequest\x1a-.oncelog.api.storage.v1.ProduceStreamResponse(\x010\x01\x12T\n" +
@@ -2276,7 +2510,8 @@ const file_oncelog_api_storage_v1_partition_storage_service_proto_rawDesc = "" +
 	"\x0fWriteTxnMarkers\x12..oncelog.api.storage.v1.WriteTxnMarkersRequest\x1a/.oncelog.api.storage.v1.WriteTxnMarkersResponse\x12x\n" +
 	"\x11DescribeProducers\x120.oncelog.api.storage.v1.DescribeProducersRequest\x1a1.oncelog.api.storage.v1.DescribeProducersResponse\x12i\n" +
 	"\fReplicaFetch\x12+.oncelog.api.storage.v1.ReplicaFetchRequest\x1a,.oncelog.api.storage.v1.ReplicaFetchResponse\x12u\n" +
-	"\x10DescribeReplicas\x12/.oncelog.api.storage.v1.DescribeReplicasRequest\x1a0.oncelog.api.storage.v1.DescribeReplicasResponseb\x06proto3"
+	"\x10DescribeReplicas\x12/.oncelog.api.storage.v1.DescribeReplicasRequest\x1a0.oncelog.api.storage.v1.DescribeReplicasResponse\x12\x81\x01\n" +
+	"\x14OffsetForLeaderEpoch\x123.oncelog.api.storage.v1.OffsetForLeaderEpochRequest\x1a4.oncelog.api.storage.v1.OffsetForLeaderEpochResponseb\x06proto3"
 
 var (
 	file_oncelog_api_storage_v1_partition_storage_service_proto_rawDescOnce sync.Once
@@ -2291,110 +2526,122 @@ func file_oncelog_api_storage_v1_partition_storage_service_proto_rawDescGZIP() [
 }
 
 var file_oncelog_api_storage_v1_partition_storage_service_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_oncelog_api_storage_v1_partition_storage_service_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
+var file_oncelog_api_storage_v1_partition_storage_service_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
 var file_oncelog_api_storage_v1_partition_storage_service_proto_goTypes = []any{
-	(IsolationLevel)(0),                 // 0: oncelog.api.storage.v1.IsolationLevel
-	(Acks)(0),                           // 1: oncelog.api.storage.v1.Acks
-	(OffsetSpec)(0),                     // 2: oncelog.api.storage.v1.OffsetSpec
-	(*PartitionBatches)(nil),            // 3: oncelog.api.storage.v1.PartitionBatches
-	(*ProduceRequest)(nil),              // 4: oncelog.api.storage.v1.ProduceRequest
-	(*PartitionProduceResult)(nil),      // 5: oncelog.api.storage.v1.PartitionProduceResult
-	(*ProduceResponse)(nil),             // 6: oncelog.api.storage.v1.ProduceResponse
-	(*ProduceStreamRequest)(nil),        // 7: oncelog.api.storage.v1.ProduceStreamRequest
-	(*ProduceStreamResponse)(nil),       // 8: oncelog.api.storage.v1.ProduceStreamResponse
-	(*FetchPartition)(nil),              // 9: oncelog.api.storage.v1.FetchPartition
-	(*FetchRequest)(nil),                // 10: oncelog.api.storage.v1.FetchRequest
-	(*AbortedTransaction)(nil),          // 11: oncelog.api.storage.v1.AbortedTransaction
-	(*FetchPartitionResult)(nil),        // 12: oncelog.api.storage.v1.FetchPartitionResult
-	(*FetchResponse)(nil),               // 13: oncelog.api.storage.v1.FetchResponse
-	(*ListOffsetsPartition)(nil),        // 14: oncelog.api.storage.v1.ListOffsetsPartition
-	(*ListOffsetsRequest)(nil),          // 15: oncelog.api.storage.v1.ListOffsetsRequest
-	(*ListOffsetsPartitionResult)(nil),  // 16: oncelog.api.storage.v1.ListOffsetsPartitionResult
-	(*ListOffsetsResponse)(nil),         // 17: oncelog.api.storage.v1.ListOffsetsResponse
-	(*WriteTxnMarkersRequest)(nil),      // 18: oncelog.api.storage.v1.WriteTxnMarkersRequest
-	(*WriteTxnMarkersResponse)(nil),     // 19: oncelog.api.storage.v1.WriteTxnMarkersResponse
-	(*DescribeProducersRequest)(nil),    // 20: oncelog.api.storage.v1.DescribeProducersRequest
-	(*ProducerState)(nil),               // 21: oncelog.api.storage.v1.ProducerState
-	(*PartitionProducers)(nil),          // 22: oncelog.api.storage.v1.PartitionProducers
-	(*DescribeProducersResponse)(nil),   // 23: oncelog.api.storage.v1.DescribeProducersResponse
-	(*DescribeReplicasRequest)(nil),     // 24: oncelog.api.storage.v1.DescribeReplicasRequest
-	(*ReplicaPosition)(nil),             // 25: oncelog.api.storage.v1.ReplicaPosition
-	(*PartitionReplicas)(nil),           // 26: oncelog.api.storage.v1.PartitionReplicas
-	(*DescribeReplicasResponse)(nil),    // 27: oncelog.api.storage.v1.DescribeReplicasResponse
-	(*ReplicaFetchPartition)(nil),       // 28: oncelog.api.storage.v1.ReplicaFetchPartition
-	(*ReplicaFetchRequest)(nil),         // 29: oncelog.api.storage.v1.ReplicaFetchRequest
-	(*EpochEndOffset)(nil),              // 30: oncelog.api.storage.v1.EpochEndOffset
-	(*ReplicaFetchPartitionResult)(nil), // 31: oncelog.api.storage.v1.ReplicaFetchPartitionResult
-	(*ReplicaFetchResponse)(nil),        // 32: oncelog.api.storage.v1.ReplicaFetchResponse
-	(*v1.TopicPartition)(nil),           // 33: oncelog.api.common.v1.TopicPartition
-	(*v1.ErrorInfo)(nil),                // 34: oncelog.api.common.v1.ErrorInfo
-	(*v1.TxnMarker)(nil),                // 35: oncelog.api.common.v1.TxnMarker
-	(*v1.TxnMarkerResult)(nil),          // 36: oncelog.api.common.v1.TxnMarkerResult
-	(*v1.ProducerIdentity)(nil),         // 37: oncelog.api.common.v1.ProducerIdentity
+	(IsolationLevel)(0),                   // 0: oncelog.api.storage.v1.IsolationLevel
+	(Acks)(0),                             // 1: oncelog.api.storage.v1.Acks
+	(OffsetSpec)(0),                       // 2: oncelog.api.storage.v1.OffsetSpec
+	(*PartitionBatches)(nil),              // 3: oncelog.api.storage.v1.PartitionBatches
+	(*ProduceRequest)(nil),                // 4: oncelog.api.storage.v1.ProduceRequest
+	(*PartitionProduceResult)(nil),        // 5: oncelog.api.storage.v1.PartitionProduceResult
+	(*ProduceResponse)(nil),               // 6: oncelog.api.storage.v1.ProduceResponse
+	(*ProduceStreamRequest)(nil),          // 7: oncelog.api.storage.v1.ProduceStreamRequest
+	(*ProduceStreamResponse)(nil),         // 8: oncelog.api.storage.v1.ProduceStreamResponse
+	(*FetchPartition)(nil),                // 9: oncelog.api.storage.v1.FetchPartition
+	(*FetchRequest)(nil),                  // 10: oncelog.api.storage.v1.FetchRequest
+	(*AbortedTransaction)(nil),            // 11: oncelog.api.storage.v1.AbortedTransaction
+	(*FetchPartitionResult)(nil),          // 12: oncelog.api.storage.v1.FetchPartitionResult
+	(*FetchResponse)(nil),                 // 13: oncelog.api.storage.v1.FetchResponse
+	(*ListOffsetsPartition)(nil),          // 14: oncelog.api.storage.v1.ListOffsetsPartition
+	(*ListOffsetsRequest)(nil),            // 15: oncelog.api.storage.v1.ListOffsetsRequest
+	(*ListOffsetsPartitionResult)(nil),    // 16: oncelog.api.storage.v1.ListOffsetsPartitionResult
+	(*ListOffsetsResponse)(nil),           // 17: oncelog.api.storage.v1.ListOffsetsResponse
+	(*WriteTxnMarkersRequest)(nil),        // 18: oncelog.api.storage.v1.WriteTxnMarkersRequest
+	(*WriteTxnMarkersResponse)(nil),       // 19: oncelog.api.storage.v1.WriteTxnMarkersResponse
+	(*DescribeProducersRequest)(nil),      // 20: oncelog.api.storage.v1.DescribeProducersRequest
+	(*ProducerState)(nil),                 // 21: oncelog.api.storage.v1.ProducerState
+	(*PartitionProducers)(nil),            // 22: oncelog.api.storage.v1.PartitionProducers
+	(*DescribeProducersResponse)(nil),     // 23: oncelog.api.storage.v1.DescribeProducersResponse
+	(*DescribeReplicasRequest)(nil),       // 24: oncelog.api.storage.v1.DescribeReplicasRequest
+	(*ReplicaPosition)(nil),               // 25: oncelog.api.storage.v1.ReplicaPosition
+	(*PartitionReplicas)(nil),             // 26: oncelog.api.storage.v1.PartitionReplicas
+	(*DescribeReplicasResponse)(nil),      // 27: oncelog.api.storage.v1.DescribeReplicasResponse
+	(*ReplicaFetchPartition)(nil),         // 28: oncelog.api.storage.v1.ReplicaFetchPartition
+	(*ReplicaFetchRequest)(nil),           // 29: oncelog.api.storage.v1.ReplicaFetchRequest
+	(*EpochEndOffset)(nil),                // 30: oncelog.api.storage.v1.EpochEndOffset
+	(*ReplicaFetchPartitionResult)(nil),   // 31: oncelog.api.storage.v1.ReplicaFetchPartitionResult
+	(*ReplicaFetchResponse)(nil),          // 32: oncelog.api.storage.v1.ReplicaFetchResponse
+	(*OffsetForLeaderEpochPartition)(nil), // 33: oncelog.api.storage.v1.OffsetForLeaderEpochPartition
+	(*OffsetForLeaderEpochRequest)(nil),   // 34: oncelog.api.storage.v1.OffsetForLeaderEpochRequest
+	(*OffsetForLeaderEpochResult)(nil),    // 35: oncelog.api.storage.v1.OffsetForLeaderEpochResult
+	(*OffsetForLeaderEpochResponse)(nil),  // 36: oncelog.api.storage.v1.OffsetForLeaderEpochResponse
+	(*v1.TopicPartition)(nil),             // 37: oncelog.api.common.v1.TopicPartition
+	(*v1.ErrorInfo)(nil),                  // 38: oncelog.api.common.v1.ErrorInfo
+	(*v1.TxnMarker)(nil),                  // 39: oncelog.api.common.v1.TxnMarker
+	(*v1.TxnMarkerResult)(nil),            // 40: oncelog.api.common.v1.TxnMarkerResult
+	(*v1.ProducerIdentity)(nil),           // 41: oncelog.api.common.v1.ProducerIdentity
 }
 var file_oncelog_api_storage_v1_partition_storage_service_proto_depIdxs = []int32{
-	33, // 0: oncelog.api.storage.v1.PartitionBatches.topic_partition:type_name -> oncelog.api.common.v1.TopicPartition
+	37, // 0: oncelog.api.storage.v1.PartitionBatches.topic_partition:type_name -> oncelog.api.common.v1.TopicPartition
 	1,  // 1: oncelog.api.storage.v1.ProduceRequest.acks:type_name -> oncelog.api.storage.v1.Acks
 	3,  // 2: oncelog.api.storage.v1.ProduceRequest.partitions:type_name -> oncelog.api.storage.v1.PartitionBatches
-	33, // 3: oncelog.api.storage.v1.PartitionProduceResult.topic_partition:type_name -> oncelog.api.common.v1.TopicPartition
-	34, // 4: oncelog.api.storage.v1.PartitionProduceResult.error:type_name -> oncelog.api.common.v1.ErrorInfo
+	37, // 3: oncelog.api.storage.v1.PartitionProduceResult.topic_partition:type_name -> oncelog.api.common.v1.TopicPartition
+	38, // 4: oncelog.api.storage.v1.PartitionProduceResult.error:type_name -> oncelog.api.common.v1.ErrorInfo
 	5,  // 5: oncelog.api.storage.v1.ProduceResponse.results:type_name -> oncelog.api.storage.v1.PartitionProduceResult
 	4,  // 6: oncelog.api.storage.v1.ProduceStreamRequest.request:type_name -> oncelog.api.storage.v1.ProduceRequest
 	6,  // 7: oncelog.api.storage.v1.ProduceStreamResponse.response:type_name -> oncelog.api.storage.v1.ProduceResponse
-	33, // 8: oncelog.api.storage.v1.FetchPartition.topic_partition:type_name -> oncelog.api.common.v1.TopicPartition
+	37, // 8: oncelog.api.storage.v1.FetchPartition.topic_partition:type_name -> oncelog.api.common.v1.TopicPartition
 	9,  // 9: oncelog.api.storage.v1.FetchRequest.partitions:type_name -> oncelog.api.storage.v1.FetchPartition
 	0,  // 10: oncelog.api.storage.v1.FetchRequest.isolation_level:type_name -> oncelog.api.storage.v1.IsolationLevel
-	33, // 11: oncelog.api.storage.v1.FetchPartitionResult.topic_partition:type_name -> oncelog.api.common.v1.TopicPartition
+	37, // 11: oncelog.api.storage.v1.FetchPartitionResult.topic_partition:type_name -> oncelog.api.common.v1.TopicPartition
 	11, // 12: oncelog.api.storage.v1.FetchPartitionResult.aborted_transactions:type_name -> oncelog.api.storage.v1.AbortedTransaction
-	34, // 13: oncelog.api.storage.v1.FetchPartitionResult.error:type_name -> oncelog.api.common.v1.ErrorInfo
+	38, // 13: oncelog.api.storage.v1.FetchPartitionResult.error:type_name -> oncelog.api.common.v1.ErrorInfo
 	12, // 14: oncelog.api.storage.v1.FetchResponse.results:type_name -> oncelog.api.storage.v1.FetchPartitionResult
-	33, // 15: oncelog.api.storage.v1.ListOffsetsPartition.topic_partition:type_name -> oncelog.api.common.v1.TopicPartition
+	37, // 15: oncelog.api.storage.v1.ListOffsetsPartition.topic_partition:type_name -> oncelog.api.common.v1.TopicPartition
 	2,  // 16: oncelog.api.storage.v1.ListOffsetsPartition.spec:type_name -> oncelog.api.storage.v1.OffsetSpec
 	14, // 17: oncelog.api.storage.v1.ListOffsetsRequest.partitions:type_name -> oncelog.api.storage.v1.ListOffsetsPartition
 	0,  // 18: oncelog.api.storage.v1.ListOffsetsRequest.isolation_level:type_name -> oncelog.api.storage.v1.IsolationLevel
-	33, // 19: oncelog.api.storage.v1.ListOffsetsPartitionResult.topic_partition:type_name -> oncelog.api.common.v1.TopicPartition
-	34, // 20: oncelog.api.storage.v1.ListOffsetsPartitionResult.error:type_name -> oncelog.api.common.v1.ErrorInfo
+	37, // 19: oncelog.api.storage.v1.ListOffsetsPartitionResult.topic_partition:type_name -> oncelog.api.common.v1.TopicPartition
+	38, // 20: oncelog.api.storage.v1.ListOffsetsPartitionResult.error:type_name -> oncelog.api.common.v1.ErrorInfo
 	16, // 21: oncelog.api.storage.v1.ListOffsetsResponse.results:type_name -> oncelog.api.storage.v1.ListOffsetsPartitionResult
-	35, // 22: oncelog.api.storage.v1.WriteTxnMarkersRequest.markers:type_name -> oncelog.api.common.v1.TxnMarker
-	36, // 23: oncelog.api.storage.v1.WriteTxnMarkersResponse.results:type_name -> oncelog.api.common.v1.TxnMarkerResult
-	33, // 24: oncelog.api.storage.v1.DescribeProducersRequest.partitions:type_name -> oncelog.api.common.v1.TopicPartition
-	37, // 25: oncelog.api.storage.v1.ProducerState.producer:type_name -> oncelog.api.common.v1.ProducerIdentity
-	33, // 26: oncelog.api.storage.v1.PartitionProducers.topic_partition:type_name -> oncelog.api.common.v1.TopicPartition
+	39, // 22: oncelog.api.storage.v1.WriteTxnMarkersRequest.markers:type_name -> oncelog.api.common.v1.TxnMarker
+	40, // 23: oncelog.api.storage.v1.WriteTxnMarkersResponse.results:type_name -> oncelog.api.common.v1.TxnMarkerResult
+	37, // 24: oncelog.api.storage.v1.DescribeProducersRequest.partitions:type_name -> oncelog.api.common.v1.TopicPartition
+	41, // 25: oncelog.api.storage.v1.ProducerState.producer:type_name -> oncelog.api.common.v1.ProducerIdentity
+	37, // 26: oncelog.api.storage.v1.PartitionProducers.topic_partition:type_name -> oncelog.api.common.v1.TopicPartition
 	21, // 27: oncelog.api.storage.v1.PartitionProducers.producers:type_name -> oncelog.api.storage.v1.ProducerState
-	34, // 28: oncelog.api.storage.v1.PartitionProducers.error:type_name -> oncelog.api.common.v1.ErrorInfo
+	38, // 28: oncelog.api.storage.v1.PartitionProducers.error:type_name -> oncelog.api.common.v1.ErrorInfo
 	22, // 29: oncelog.api.storage.v1.DescribeProducersResponse.partitions:type_name -> oncelog.api.storage.v1.PartitionProducers
-	33, // 30: oncelog.api.storage.v1.DescribeReplicasRequest.partitions:type_name -> oncelog.api.common.v1.TopicPartition
-	33, // 31: oncelog.api.storage.v1.PartitionReplicas.topic_partition:type_name -> oncelog.api.common.v1.TopicPartition
+	37, // 30: oncelog.api.storage.v1.DescribeReplicasRequest.partitions:type_name -> oncelog.api.common.v1.TopicPartition
+	37, // 31: oncelog.api.storage.v1.PartitionReplicas.topic_partition:type_name -> oncelog.api.common.v1.TopicPartition
 	25, // 32: oncelog.api.storage.v1.PartitionReplicas.replicas:type_name -> oncelog.api.storage.v1.ReplicaPosition
-	34, // 33: oncelog.api.storage.v1.PartitionReplicas.error:type_name -> oncelog.api.common.v1.ErrorInfo
+	38, // 33: oncelog.api.storage.v1.PartitionReplicas.error:type_name -> oncelog.api.common.v1.ErrorInfo
 	26, // 34: oncelog.api.storage.v1.DescribeReplicasResponse.partitions:type_name -> oncelog.api.storage.v1.PartitionReplicas
-	33, // 35: oncelog.api.storage.v1.ReplicaFetchPartition.topic_partition:type_name -> oncelog.api.common.v1.TopicPartition
+	37, // 35: oncelog.api.storage.v1.ReplicaFetchPartition.topic_partition:type_name -> oncelog.api.common.v1.TopicPartition
 	28, // 36: oncelog.api.storage.v1.ReplicaFetchRequest.partitions:type_name -> oncelog.api.storage.v1.ReplicaFetchPartition
-	33, // 37: oncelog.api.storage.v1.ReplicaFetchPartitionResult.topic_partition:type_name -> oncelog.api.common.v1.TopicPartition
+	37, // 37: oncelog.api.storage.v1.ReplicaFetchPartitionResult.topic_partition:type_name -> oncelog.api.common.v1.TopicPartition
 	30, // 38: oncelog.api.storage.v1.ReplicaFetchPartitionResult.diverging_epoch:type_name -> oncelog.api.storage.v1.EpochEndOffset
-	34, // 39: oncelog.api.storage.v1.ReplicaFetchPartitionResult.error:type_name -> oncelog.api.common.v1.ErrorInfo
+	38, // 39: oncelog.api.storage.v1.ReplicaFetchPartitionResult.error:type_name -> oncelog.api.common.v1.ErrorInfo
 	31, // 40: oncelog.api.storage.v1.ReplicaFetchResponse.results:type_name -> oncelog.api.storage.v1.ReplicaFetchPartitionResult
-	4,  // 41: oncelog.api.storage.v1.PartitionStorageService.Produce:input_type -> oncelog.api.storage.v1.ProduceRequest
-	7,  // 42: oncelog.api.storage.v1.PartitionStorageService.ProduceStream:input_type -> oncelog.api.storage.v1.ProduceStreamRequest
-	10, // 43: oncelog.api.storage.v1.PartitionStorageService.Fetch:input_type -> oncelog.api.storage.v1.FetchRequest
-	15, // 44: oncelog.api.storage.v1.PartitionStorageService.ListOffsets:input_type -> oncelog.api.storage.v1.ListOffsetsRequest
-	18, // 45: oncelog.api.storage.v1.PartitionStorageService.WriteTxnMarkers:input_type -> oncelog.api.storage.v1.WriteTxnMarkersRequest
-	20, // 46: oncelog.api.storage.v1.PartitionStorageService.DescribeProducers:input_type -> oncelog.api.storage.v1.DescribeProducersRequest
-	29, // 47: oncelog.api.storage.v1.PartitionStorageService.ReplicaFetch:input_type -> oncelog.api.storage.v1.ReplicaFetchRequest
-	24, // 48: oncelog.api.storage.v1.PartitionStorageService.DescribeReplicas:input_type -> oncelog.api.storage.v1.DescribeReplicasRequest
-	6,  // 49: oncelog.api.storage.v1.PartitionStorageService.Produce:output_type -> oncelog.api.storage.v1.ProduceResponse
-	8,  // 50: oncelog.api.storage.v1.PartitionStorageService.ProduceStream:output_type -> oncelog.api.storage.v1.ProduceStreamResponse
-	13, // 51: oncelog.api.storage.v1.PartitionStorageService.Fetch:output_type -> oncelog.api.storage.v1.FetchResponse
-	17, // 52: oncelog.api.storage.v1.PartitionStorageService.ListOffsets:output_type -> oncelog.api.storage.v1.ListOffsetsResponse
-	19, // 53: oncelog.api.storage.v1.PartitionStorageService.WriteTxnMarkers:output_type -> oncelog.api.storage.v1.WriteTxnMarkersResponse
-	23, // 54: oncelog.api.storage.v1.PartitionStorageService.DescribeProducers:output_type -> oncelog.api.storage.v1.DescribeProducersResponse
-	32, // 55: oncelog.api.storage.v1.PartitionStorageService.ReplicaFetch:output_type -> oncelog.api.storage.v1.ReplicaFetchResponse
-	27, // 56: oncelog.api.storage.v1.PartitionStorageService.DescribeReplicas:output_type -> oncelog.api.storage.v1.DescribeReplicasResponse
-	49, // [49:57] is the sub-list for method output_type
-	41, // [41:49] is the sub-list for method input_type
-	41, // [41:41] is the sub-list for extension type_name
-	41, // [41:41] is the sub-list for extension extendee
-	0,  // [0:41] is the sub-list for field type_name
+	37, // 41: oncelog.api.storage.v1.OffsetForLeaderEpochPartition.topic_partition:type_name -> oncelog.api.common.v1.TopicPartition
+	33, // 42: oncelog.api.storage.v1.OffsetForLeaderEpochRequest.partitions:type_name -> oncelog.api.storage.v1.OffsetForLeaderEpochPartition
+	37, // 43: oncelog.api.storage.v1.OffsetForLeaderEpochResult.topic_partition:type_name -> oncelog.api.common.v1.TopicPartition
+	30, // 44: oncelog.api.storage.v1.OffsetForLeaderEpochResult.end:type_name -> oncelog.api.storage.v1.EpochEndOffset
+	38, // 45: oncelog.api.storage.v1.OffsetForLeaderEpochResult.error:type_name -> oncelog.api.common.v1.ErrorInfo
+	35, // 46: oncelog.api.storage.v1.OffsetForLeaderEpochResponse.results:type_name -> oncelog.api.storage.v1.OffsetForLeaderEpochResult
+	4,  // 47: oncelog.api.storage.v1.PartitionStorageService.Produce:input_type -> oncelog.api.storage.v1.ProduceRequest
+	7,  // 48: oncelog.api.storage.v1.PartitionStorageService.ProduceStream:input_type -> oncelog.api.storage.v1.ProduceStreamRequest
+	10, // 49: oncelog.api.storage.v1.PartitionStorageService.Fetch:input_type -> oncelog.api.storage.v1.FetchRequest
+	15, // 50: oncelog.api.storage.v1.PartitionStorageService.ListOffsets:input_type -> oncelog.api.storage.v1.ListOffsetsRequest
+	18, // 51: oncelog.api.storage.v1.PartitionStorageService.WriteTxnMarkers:input_type -> oncelog.api.storage.v1.WriteTxnMarkersRequest
+	20, // 52: oncelog.api.storage.v1.PartitionStorageService.DescribeProducers:input_type -> oncelog.api.storage.v1.DescribeProducersRequest
+	29, // 53: oncelog.api.storage.v1.PartitionStorageService.ReplicaFetch:input_type -> oncelog.api.storage.v1.ReplicaFetchRequest
+	24, // 54: oncelog.api.storage.v1.PartitionStorageService.DescribeReplicas:input_type -> oncelog.api.storage.v1.DescribeReplicasRequest
+	34, // 55: oncelog.api.storage.v1.PartitionStorageService.OffsetForLeaderEpoch:input_type -> oncelog.api.storage.v1.OffsetForLeaderEpochRequest
+	6,  // 56: oncelog.api.storage.v1.PartitionStorageService.Produce:output_type -> oncelog.api.storage.v1.ProduceResponse
+	8,  // 57: oncelog.api.storage.v1.PartitionStorageService.ProduceStream:output_type -> oncelog.api.storage.v1.ProduceStreamResponse
+	13, // 58: oncelog.api.storage.v1.PartitionStorageService.Fetch:output_type -> oncelog.api.storage.v1.FetchResponse
+	17, // 59: oncelog.api.storage.v1.PartitionStorageService.ListOffsets:output_type -> oncelog.api.storage.v1.ListOffsetsResponse
+	19, // 60: oncelog.api.storage.v1.PartitionStorageService.WriteTxnMarkers:output_type -> oncelog.api.storage.v1.WriteTxnMarkersResponse
+	23, // 61: oncelog.api.storage.v1.PartitionStorageService.DescribeProducers:output_type -> oncelog.api.storage.v1.DescribeProducersResponse
+	32, // 62: oncelog.api.storage.v1.PartitionStorageService.ReplicaFetch:output_type -> oncelog.api.storage.v1.ReplicaFetchResponse
+	27, // 63: oncelog.api.storage.v1.PartitionStorageService.DescribeReplicas:output_type -> oncelog.api.storage.v1.DescribeReplicasResponse
+	36, // 64: oncelog.api.storage.v1.PartitionStorageService.OffsetForLeaderEpoch:output_type -> oncelog.api.storage.v1.OffsetForLeaderEpochResponse
+	56, // [56:65] is the sub-list for method output_type
+	47, // [47:56] is the sub-list for method input_type
+	47, // [47:47] is the sub-list for extension type_name
+	47, // [47:47] is the sub-list for extension extendee
+	0,  // [0:47] is the sub-list for field type_name
 }
 
 func init() { file_oncelog_api_storage_v1_partition_storage_service_proto_init() }
@@ -2408,7 +2655,7 @@ func file_oncelog_api_storage_v1_partition_storage_service_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_oncelog_api_storage_v1_partition_storage_service_proto_rawDesc), len(file_oncelog_api_storage_v1_partition_storage_service_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   30,
+			NumMessages:   34,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

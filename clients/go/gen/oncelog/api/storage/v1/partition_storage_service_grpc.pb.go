@@ -21,14 +21,15 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	PartitionStorageService_Produce_FullMethodName           = "/oncelog.api.storage.v1.PartitionStorageService/Produce"
-	PartitionStorageService_ProduceStream_FullMethodName     = "/oncelog.api.storage.v1.PartitionStorageService/ProduceStream"
-	PartitionStorageService_Fetch_FullMethodName             = "/oncelog.api.storage.v1.PartitionStorageService/Fetch"
-	PartitionStorageService_ListOffsets_FullMethodName       = "/oncelog.api.storage.v1.PartitionStorageService/ListOffsets"
-	PartitionStorageService_WriteTxnMarkers_FullMethodName   = "/oncelog.api.storage.v1.PartitionStorageService/WriteTxnMarkers"
-	PartitionStorageService_DescribeProducers_FullMethodName = "/oncelog.api.storage.v1.PartitionStorageService/DescribeProducers"
-	PartitionStorageService_ReplicaFetch_FullMethodName      = "/oncelog.api.storage.v1.PartitionStorageService/ReplicaFetch"
-	PartitionStorageService_DescribeReplicas_FullMethodName  = "/oncelog.api.storage.v1.PartitionStorageService/DescribeReplicas"
+	PartitionStorageService_Produce_FullMethodName              = "/oncelog.api.storage.v1.PartitionStorageService/Produce"
+	PartitionStorageService_ProduceStream_FullMethodName        = "/oncelog.api.storage.v1.PartitionStorageService/ProduceStream"
+	PartitionStorageService_Fetch_FullMethodName                = "/oncelog.api.storage.v1.PartitionStorageService/Fetch"
+	PartitionStorageService_ListOffsets_FullMethodName          = "/oncelog.api.storage.v1.PartitionStorageService/ListOffsets"
+	PartitionStorageService_WriteTxnMarkers_FullMethodName      = "/oncelog.api.storage.v1.PartitionStorageService/WriteTxnMarkers"
+	PartitionStorageService_DescribeProducers_FullMethodName    = "/oncelog.api.storage.v1.PartitionStorageService/DescribeProducers"
+	PartitionStorageService_ReplicaFetch_FullMethodName         = "/oncelog.api.storage.v1.PartitionStorageService/ReplicaFetch"
+	PartitionStorageService_DescribeReplicas_FullMethodName     = "/oncelog.api.storage.v1.PartitionStorageService/DescribeReplicas"
+	PartitionStorageService_OffsetForLeaderEpoch_FullMethodName = "/oncelog.api.storage.v1.PartitionStorageService/OffsetForLeaderEpoch"
 )
 
 // PartitionStorageServiceClient is the client API for PartitionStorageService service.
@@ -53,6 +54,8 @@ type PartitionStorageServiceClient interface {
 	ReplicaFetch(ctx context.Context, in *ReplicaFetchRequest, opts ...grpc.CallOption) (*ReplicaFetchResponse, error)
 	// DescribeReplicas reports, for partitions this node leads, where each replica stands as the leader sees it.
 	DescribeReplicas(ctx context.Context, in *DescribeReplicasRequest, opts ...grpc.CallOption) (*DescribeReplicasResponse, error)
+	// OffsetForLeaderEpoch says where a leader epoch ends in the leader's log; a consumer validates its position with it.
+	OffsetForLeaderEpoch(ctx context.Context, in *OffsetForLeaderEpochRequest, opts ...grpc.CallOption) (*OffsetForLeaderEpochResponse, error)
 }
 
 type partitionStorageServiceClient struct {
@@ -146,6 +149,16 @@ func (c *partitionStorageServiceClient) DescribeReplicas(ctx context.Context, in
 	return out, nil
 }
 
+func (c *partitionStorageServiceClient) OffsetForLeaderEpoch(ctx context.Context, in *OffsetForLeaderEpochRequest, opts ...grpc.CallOption) (*OffsetForLeaderEpochResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(OffsetForLeaderEpochResponse)
+	err := c.cc.Invoke(ctx, PartitionStorageService_OffsetForLeaderEpoch_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // PartitionStorageServiceServer is the server API for PartitionStorageService service.
 // All implementations must embed UnimplementedPartitionStorageServiceServer
 // for forward compatibility.
@@ -168,6 +181,8 @@ type PartitionStorageServiceServer interface {
 	ReplicaFetch(context.Context, *ReplicaFetchRequest) (*ReplicaFetchResponse, error)
 	// DescribeReplicas reports, for partitions this node leads, where each replica stands as the leader sees it.
 	DescribeReplicas(context.Context, *DescribeReplicasRequest) (*DescribeReplicasResponse, error)
+	// OffsetForLeaderEpoch says where a leader epoch ends in the leader's log; a consumer validates its position with it.
+	OffsetForLeaderEpoch(context.Context, *OffsetForLeaderEpochRequest) (*OffsetForLeaderEpochResponse, error)
 	mustEmbedUnimplementedPartitionStorageServiceServer()
 }
 
@@ -201,6 +216,9 @@ func (UnimplementedPartitionStorageServiceServer) ReplicaFetch(context.Context, 
 }
 func (UnimplementedPartitionStorageServiceServer) DescribeReplicas(context.Context, *DescribeReplicasRequest) (*DescribeReplicasResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method DescribeReplicas not implemented")
+}
+func (UnimplementedPartitionStorageServiceServer) OffsetForLeaderEpoch(context.Context, *OffsetForLeaderEpochRequest) (*OffsetForLeaderEpochResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method OffsetForLeaderEpoch not implemented")
 }
 func (UnimplementedPartitionStorageServiceServer) mustEmbedUnimplementedPartitionStorageServiceServer() {
 }
@@ -357,6 +375,24 @@ func _PartitionStorageService_DescribeReplicas_Handler(srv interface{}, ctx cont
 	return interceptor(ctx, in, info, handler)
 }
 
+func _PartitionStorageService_OffsetForLeaderEpoch_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(OffsetForLeaderEpochRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PartitionStorageServiceServer).OffsetForLeaderEpoch(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: PartitionStorageService_OffsetForLeaderEpoch_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PartitionStorageServiceServer).OffsetForLeaderEpoch(ctx, req.(*OffsetForLeaderEpochRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // PartitionStorageService_ServiceDesc is the grpc.ServiceDesc for PartitionStorageService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -391,6 +427,10 @@ var PartitionStorageService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "DescribeReplicas",
 			Handler:    _PartitionStorageService_DescribeReplicas_Handler,
+		},
+		{
+			MethodName: "OffsetForLeaderEpoch",
+			Handler:    _PartitionStorageService_OffsetForLeaderEpoch_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
