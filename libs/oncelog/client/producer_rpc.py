@@ -2,81 +2,31 @@
 :class:`~oncelog.client.transaction_manager.CoordinatorClient` the producer gives its sender and transaction
 manager.
 
-The coordinator and group offsets calls go through the typed clients of :mod:`oncelog.client.services`; the
-ProduceStream (encoded batches in, per-partition answers out) is translated here, the one producer module that
-reads the generated API. Failures are :class:`~oncelog.errors.OncelogError` with the server's reason. Retries
-are not made here; the sender and the transaction manager decide them.
+Every call goes through the typed clients of :mod:`oncelog.client.services`, the ProduceStream through
+:meth:`~oncelog.client.services.PartitionStorageClient.open_produce_stream`, so no producer module reads the
+generated API. Failures are :class:`~oncelog.errors.OncelogError` with the server's reason. Retries are not made
+here; the sender and the transaction manager decide them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
 
-import grpc
-
-from oncelog.api.common import v1 as common_pb
-from oncelog.api.storage import v1 as storage_pb
 from oncelog.client.coordinator_client import EndTxnResult
 from oncelog.client.metadata import ClusterMetadata
 from oncelog.client.records import ConsumerGroupMetadata, OffsetAndMetadata, PreparedTransaction, TopicPartition
-from oncelog.client.sender import PartitionResult, ProduceAnswer, ProduceEntry, ProduceSettings
-from oncelog.client.services import GroupMember, GroupOffsetsClient, TransactionCoordinatorClient
+from oncelog.client.services import (
+    GroupMember,
+    GroupOffsetsClient,
+    PartitionStorageClient,
+    ProduceSettings,
+    ProduceStreamCall,
+    TransactionCoordinatorClient,
+)
 from oncelog.client.transport import Channels
-from oncelog.rpc.errors import from_error_info, from_rpc_error
 from oncelog.vocabulary import ControlType, CoordinatorKind, ProducerIdAndEpoch, Role
 
-__all__ = ["GrpcProduceStream", "GrpcProducerTransport"]
-
-
-class GrpcProduceStream:
-    """One ProduceStream call; see :class:`~oncelog.client.sender.ProduceStream`."""
-
-    def __init__(self, call_: Any, settings: ProduceSettings) -> None:
-        self._call = call_
-        self._transactional_id = settings.transactional_id
-        self._acks = storage_pb.ACKS_ALL if settings.acks_all else storage_pb.ACKS_LEADER
-        self._timeout_ms = settings.timeout_ms
-
-    async def write(self, correlation_id: int, entries: Sequence[ProduceEntry]) -> None:
-        request = storage_pb.ProduceRequest(
-            transactional_id=self._transactional_id,
-            acks=self._acks,
-            timeout_ms=self._timeout_ms,
-            partitions=[
-                storage_pb.PartitionBatches(
-                    topic_partition=common_pb.TopicPartition(topic=tp.topic, partition=tp.partition),
-                    leader_epoch=leader_epoch,
-                    records=payload,
-                )
-                for tp, leader_epoch, payload in entries
-            ],
-        )
-        try:
-            await self._call.write(storage_pb.ProduceStreamRequest(correlation_id=correlation_id, request=request))
-        except grpc.RpcError as exc:
-            raise from_rpc_error(exc) from exc
-
-    async def read(self) -> ProduceAnswer | None:
-        try:
-            message = await self._call.read()
-        except grpc.RpcError as exc:
-            raise from_rpc_error(exc) from exc
-        if message is grpc.aio.EOF:
-            return None
-        results = {
-            TopicPartition(r.topic_partition.topic, r.topic_partition.partition): PartitionResult(
-                r.base_offset,
-                r.log_append_time_ms,
-                r.duplicate,
-                from_error_info(r.error) if r.HasField("error") else None,
-            )
-            for r in message.response.results
-        }
-        return ProduceAnswer(message.correlation_id, results)
-
-    def cancel(self) -> None:
-        self._call.cancel()
+__all__ = ["GrpcProducerTransport"]
 
 
 class GrpcProducerTransport:
@@ -88,15 +38,15 @@ class GrpcProducerTransport:
     """
 
     def __init__(self, channels: Channels, metadata: ClusterMetadata) -> None:
-        self._channels = channels
         self._metadata = metadata
+        self._storage = PartitionStorageClient(channels.get)
         self._txn = TransactionCoordinatorClient(channels.get)
         self._offsets = GroupOffsetsClient(channels.get)
 
     # -------------------------------------------------------------------------------- partition-storage
 
-    def open_produce_stream(self, address: str, settings: ProduceSettings) -> GrpcProduceStream:
-        return GrpcProduceStream(self._channels.storage(address).ProduceStream(), settings)
+    def open_produce_stream(self, address: str, settings: ProduceSettings) -> ProduceStreamCall:
+        return self._storage.open_produce_stream(address, settings)
 
     # -------------------------------------------------------------------------------- coordinators
 

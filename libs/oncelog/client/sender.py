@@ -36,6 +36,7 @@ from oncelog.client.errors import AbortableError, Action, FatalError, Refresh, R
 from oncelog.client.producer_batch import ProducerBatch
 from oncelog.client.records import TopicPartition
 from oncelog.client.sequences import ProducerSequences
+from oncelog.client.services import PartitionResult, ProduceAnswer, ProduceEntry, ProduceSettings
 from oncelog.client.transaction_manager import ProducerIdSource, TransactionManager
 from oncelog.client.transport import Backoff, Deadline
 from oncelog.errors import CoordinatorNotAvailable, InvalidRecord, NetworkException, OncelogError, RequestTimedOut
@@ -58,51 +59,7 @@ log = logging.getLogger("oncelog.client.producer")
 
 SENDER_TICK_S = 0.1  # longest sleep of the sender: delivery timeouts and request timeouts are checked this often
 
-ProduceEntry = tuple[TopicPartition, int, bytes]
-"""One batch of a produce request: its partition, the leader epoch the producer knows, the encoded batch."""
-
-
 # ------------------------------------------------------------------------------------------------ transport
-
-
-@dataclass(frozen=True, slots=True)
-class ProduceSettings:
-    """What every produce request of one producer carries besides its batches.
-
-    Attributes:
-        transactional_id: the producer's transactional id, "" for none.
-        acks_all: every in-sync replica must have the batch (``acks="all"``), else the leader alone.
-        timeout_ms: how long the server may wait for replication before it answers REQUEST_TIMED_OUT.
-    """
-
-    transactional_id: str
-    acks_all: bool
-    timeout_ms: int
-
-
-@dataclass(frozen=True, slots=True)
-class PartitionResult:
-    """A partition's answer to one batch.
-
-    Attributes:
-        base_offset: offset of the batch's first record (-1 on error).
-        log_append_time_ms: the broker's time for LogAppendTime topics, else -1.
-        duplicate: the partition already had the batch (a retry of a written batch).
-        error: the partition refused the batch, or None.
-    """
-
-    base_offset: int
-    log_append_time_ms: int = -1
-    duplicate: bool = False
-    error: OncelogError | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class ProduceAnswer:
-    """The answer to one request on a produce stream: the result per partition of the request."""
-
-    correlation_id: int
-    results: Mapping[TopicPartition, PartitionResult]
 
 
 class ProduceStream(Protocol):

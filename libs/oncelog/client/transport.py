@@ -26,7 +26,6 @@ from typing import Any, TypeVar
 import grpc
 from grpc import aio
 
-from oncelog.api.storage import v1 as storage_pb
 from oncelog.client.errors import IllegalStateError
 from oncelog.client.services import Backoff, Deadline, call  # re-exported: the producer's modules import them here
 from oncelog.errors import OncelogError, Reason
@@ -259,11 +258,6 @@ class Channels:
                 channel = aio.insecure_channel(address, options=self._options, interceptors=interceptors)
             self._channels[address] = channel
         return channel
-
-    def storage(self, address: str) -> storage_pb.PartitionStorageServiceStub:
-        """PartitionStorageService stub for ``address`` (the producer's ProduceStream; every unary call goes
-        through :mod:`oncelog.client.services`)."""
-        return storage_pb.PartitionStorageServiceStub(self.get(address))
 
     async def close(self) -> None:
         """Close every channel; calls in flight fail with CANCELLED."""

@@ -32,9 +32,11 @@ from oncelog.client.services import (
     GroupOffsetsClient,
     ListedOffset,
     OffsetQuery,
+    PartitionResult,
     PartitionStorageClient,
     PidAllocatorClient,
     ProducerIdBlock,
+    ProduceSettings,
     Retry,
     RetryPolicy,
     TransactionCoordinatorClient,
@@ -520,6 +522,71 @@ async def test_offset_for_leader_epoch_sends_both_epochs_and_returns_each_end_or
     assert answers[TP0] == EpochEndOffset(3, 120) and not EpochEndOffset(3, 120).undefined
     assert isinstance(answers[TP1], NotLeader)
     assert EpochEndOffset(-1, -1).undefined
+
+
+async def test_produce_stream_sends_each_request_with_its_settings_and_reads_answers_in_order(serve: Any) -> None:
+    received: list[Any] = []
+
+    class Storage(storage_pb.PartitionStorageServiceServicer):
+        async def ProduceStream(self, requests: Any, context: Any) -> Any:
+            async for message in requests:
+                received.append(message)
+                if message.correlation_id == 3:
+                    return  # the server ends the stream
+                first, second = message.request.partitions
+                yield storage_pb.ProduceStreamResponse(
+                    correlation_id=message.correlation_id,
+                    response=storage_pb.ProduceResponse(
+                        results=[
+                            storage_pb.PartitionProduceResult(
+                                topic_partition=first.topic_partition,
+                                base_offset=40 + message.correlation_id,
+                                log_append_time_ms=-1,
+                                duplicate=message.correlation_id == 2,
+                            ),
+                            storage_pb.PartitionProduceResult(
+                                topic_partition=second.topic_partition,
+                                base_offset=-1,
+                                error=to_error_info(NotLeader("moved to s-1")),
+                            ),
+                        ]
+                    ),
+                )
+
+    channel_for = await serve((storage_pb.add_PartitionStorageServiceServicer_to_server, Storage()))
+    client = PartitionStorageClient(channel_for, timeout_s=5)
+    stream = client.open_produce_stream(serve.address, ProduceSettings("t-1", acks_all=False, timeout_ms=1_500))
+    for correlation_id in (1, 2):
+        await stream.write(correlation_id, [(TP0, 3, b"batch-%d" % correlation_id), (TP1, -1, b"other")])
+    first, second = await stream.read(), await stream.read()
+    assert first is not None and second is not None
+    assert [first.correlation_id, second.correlation_id] == [1, 2]
+    assert first.results[TP0] == PartitionResult(41, -1, False, None)
+    assert second.results[TP0] == PartitionResult(42, -1, True, None)
+    assert isinstance(second.results[TP1].error, NotLeader) and second.results[TP1].base_offset == -1
+    request = received[0].request
+    assert (request.transactional_id, request.acks, request.timeout_ms) == ("t-1", storage_pb.ACKS_LEADER, 1_500)
+    assert [(p.topic_partition.partition, p.leader_epoch, p.records) for p in request.partitions] == [
+        (0, 3, b"batch-1"),
+        (1, -1, b"other"),
+    ]
+    await stream.write(3, [(TP0, 3, b"last")])
+    assert await stream.read() is None
+
+
+async def test_a_failed_produce_stream_raises_the_servers_error_on_read(serve: Any) -> None:
+    class Storage(storage_pb.PartitionStorageServiceServicer):
+        async def ProduceStream(self, requests: Any, context: Any) -> Any:
+            async for _ in requests:
+                raise ConcurrentTransactions("the stream broke")
+            yield  # pragma: no cover - makes this an async generator
+
+    channel_for = await serve((storage_pb.add_PartitionStorageServiceServicer_to_server, Storage()))
+    stream = PartitionStorageClient(channel_for).open_produce_stream(serve.address, ProduceSettings("", True, 100))
+    await stream.write(1, [(TP0, -1, b"batch")])
+    with pytest.raises(ConcurrentTransactions, match="the stream broke"):
+        await stream.read()
+    stream.cancel()
 
 
 async def test_group_offsets_and_pid_allocator_clients(serve: Any) -> None:

@@ -1,11 +1,14 @@
-"""PartitionStorageService client."""
+"""PartitionStorageService client, with the producer's ProduceStream."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
+import grpc
+
+from oncelog.api.common import v1 as common_pb
 from oncelog.api.storage import v1 as storage_pb
 from oncelog.client.fetch_filter import AbortedTransaction
 from oncelog.client.records import ProducerStateDescription, ReplicaDescription
@@ -19,6 +22,7 @@ from oncelog.client.services.wire import (
     _tp_pb,
 )
 from oncelog.errors import OncelogError
+from oncelog.rpc.errors import from_error_info, from_rpc_error
 from oncelog.vocabulary import IsolationLevel, TopicPartition
 
 # --------------------------------------------------------------------------------------- PartitionStorageService
@@ -100,11 +104,111 @@ class EpochEndOffset(NamedTuple):
         return self.epoch < 0 or self.end_offset < 0
 
 
+ProduceEntry = tuple[TopicPartition, int, bytes]
+"""One batch of a produce request: its partition, the leader epoch the producer knows, the encoded batch."""
+
+
+@dataclass(frozen=True, slots=True)
+class ProduceSettings:
+    """What every produce request of one producer carries besides its batches.
+
+    Attributes:
+        transactional_id: the producer's transactional id, "" for none.
+        acks_all: every in-sync replica must have the batch (``acks="all"``), else the leader alone.
+        timeout_ms: how long the server may wait for replication before it answers REQUEST_TIMED_OUT.
+    """
+
+    transactional_id: str
+    acks_all: bool
+    timeout_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionResult:
+    """A partition's answer to one batch.
+
+    Attributes:
+        base_offset: offset of the batch's first record (-1 on error).
+        log_append_time_ms: the broker's time for LogAppendTime topics, else -1.
+        duplicate: the partition already had the batch (a retry of a written batch).
+        error: the partition refused the batch, or None.
+    """
+
+    base_offset: int
+    log_append_time_ms: int = -1
+    duplicate: bool = False
+    error: OncelogError | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ProduceAnswer:
+    """The answer to one request on a produce stream: the result per partition of the request."""
+
+    correlation_id: int
+    results: Mapping[TopicPartition, PartitionResult]
+
+
+class ProduceStreamCall:
+    """One open ProduceStream to a storage node (the producer's :class:`~oncelog.client.sender.ProduceStream`):
+    ``write`` sends one request of encoded batches, ``read`` returns the next answer in request order, None once
+    the server closed the stream. Both raise the server's :class:`~oncelog.errors.OncelogError` when it fails."""
+
+    def __init__(self, call_: Any, settings: ProduceSettings) -> None:
+        self._call = call_
+        self._transactional_id = settings.transactional_id
+        self._acks = storage_pb.ACKS_ALL if settings.acks_all else storage_pb.ACKS_LEADER
+        self._timeout_ms = settings.timeout_ms
+
+    async def write(self, correlation_id: int, entries: Sequence[ProduceEntry]) -> None:
+        request = storage_pb.ProduceRequest(
+            transactional_id=self._transactional_id,
+            acks=self._acks,
+            timeout_ms=self._timeout_ms,
+            partitions=[
+                storage_pb.PartitionBatches(
+                    topic_partition=common_pb.TopicPartition(topic=tp.topic, partition=tp.partition),
+                    leader_epoch=leader_epoch,
+                    records=payload,
+                )
+                for tp, leader_epoch, payload in entries
+            ],
+        )
+        try:
+            await self._call.write(storage_pb.ProduceStreamRequest(correlation_id=correlation_id, request=request))
+        except grpc.RpcError as exc:
+            raise from_rpc_error(exc) from exc
+
+    async def read(self) -> ProduceAnswer | None:
+        try:
+            message = await self._call.read()
+        except grpc.RpcError as exc:
+            raise from_rpc_error(exc) from exc
+        if message is grpc.aio.EOF:
+            return None
+        results = {
+            TopicPartition(r.topic_partition.topic, r.topic_partition.partition): PartitionResult(
+                r.base_offset,
+                r.log_append_time_ms,
+                r.duplicate,
+                from_error_info(r.error) if r.HasField("error") else None,
+            )
+            for r in message.response.results
+        }
+        return ProduceAnswer(message.correlation_id, results)
+
+    def cancel(self) -> None:
+        self._call.cancel()
+
+
 class PartitionStorageClient(_Client):
     """PartitionStorageService on a partition's leader: fetch, offsets, producer state, transaction markers."""
 
     def _stub(self, address: str) -> storage_pb.PartitionStorageServiceStub:
         return storage_pb.PartitionStorageServiceStub(self._channel_for(address))
+
+    def open_produce_stream(self, address: str, settings: ProduceSettings) -> ProduceStreamCall:
+        """Open a ProduceStream to ``address`` (the producer's path: many requests in flight, answers in order)."""
+        return ProduceStreamCall(self._stub(address).ProduceStream(), settings)
 
     async def produce(
         self,
@@ -117,7 +221,7 @@ class PartitionStorageClient(_Client):
     ) -> dict[TopicPartition, int | OncelogError]:
         """Append one encoded RecordBatch v2 per partition (unary Produce); each partition's base offset or error.
 
-        The producer streams instead (ProduceStream, ``client/producer_rpc.py``); this is for tools and tests.
+        The producer streams instead (:meth:`open_produce_stream`); this is for tools and tests.
         """
         request = storage_pb.ProduceRequest(
             transactional_id=transactional_id,
