@@ -44,6 +44,8 @@ from oncelog.client.services import (
     Deadline,
     GroupMember,
     GroupOffsetsClient,
+    HeartbeatAnswer,
+    MemberHeartbeat,
     PartitionStorageClient,
     RetryPolicy,
 )
@@ -52,10 +54,8 @@ from oncelog.errors import OncelogError, Reason, UnknownTopicOrPartition
 from oncelog.telemetry.metrics import OncelogMetrics
 from oncelog.vocabulary import CoordinatorKind, IsolationLevel
 
-if TYPE_CHECKING:  # the group heartbeat still passes wire messages (client/group_membership.py)
+if TYPE_CHECKING:
     from opentelemetry.metrics import MeterProvider
-
-    from oncelog.api.offsets import v1 as offsets_pb
 
 __all__ = ["Consumer"]
 
@@ -300,9 +300,7 @@ class Consumer:
         self._listener = listener
         self._reconcile()
 
-    async def _heartbeat(
-        self, request: offsets_pb.ConsumerGroupHeartbeatRequest, timeout_s: float
-    ) -> offsets_pb.ConsumerGroupHeartbeatResponse:
+    async def _heartbeat(self, request: MemberHeartbeat, timeout_s: float) -> HeartbeatAnswer:
         deadline = Deadline(timeout_s)
         return await self._group_call(
             lambda address: self._offsets.consumer_group_heartbeat(

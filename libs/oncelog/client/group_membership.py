@@ -23,9 +23,8 @@ import uuid
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Protocol
 
-from oncelog.api.common import v1 as common_pb
-from oncelog.api.offsets import v1 as offsets_pb
 from oncelog.client.records import TopicPartition
+from oncelog.client.services import HeartbeatAnswer, MemberHeartbeat
 from oncelog.errors import OncelogError, Reason
 
 log = logging.getLogger("oncelog.client.group_membership")
@@ -50,9 +49,7 @@ class ConsumerRebalanceListener(Protocol):
         ...
 
 
-HeartbeatCall = Callable[
-    [offsets_pb.ConsumerGroupHeartbeatRequest, float], Awaitable[offsets_pb.ConsumerGroupHeartbeatResponse]
-]
+HeartbeatCall = Callable[[MemberHeartbeat, float], Awaitable[HeartbeatAnswer]]
 
 
 class GroupMembership:
@@ -150,17 +147,15 @@ class GroupMembership:
         with self._lock:
             if self._lost:
                 return  # the caller thread must call on_partitions_lost before this member joins again
-            request = offsets_pb.ConsumerGroupHeartbeatRequest(
+            request = MemberHeartbeat(
                 group_id=self.group_id,
                 member_id=self.member_id,
                 member_epoch=self.member_epoch,
                 group_instance_id=self._instance_id,
-                subscribed_topic_names=list(self._topics),
-                subscribed_topic_regex=self._pattern,
+                topics=self._topics,
+                pattern=self._pattern,
                 server_assignor=self._assignor,
-                owned_partitions=[
-                    common_pb.TopicPartition(topic=tp.topic, partition=tp.partition) for tp in sorted(self._owned)
-                ],
+                owned=tuple(sorted(self._owned)),
                 client_id=self._client_id,
             )
         try:
@@ -176,7 +171,7 @@ class GroupMembership:
         with self._lock:
             self.member_id = response.member_id
             self.member_epoch = response.member_epoch
-            self._assignment = frozenset(TopicPartition(tp.topic, tp.partition) for tp in response.assignment)
+            self._assignment = response.assignment
             if response.heartbeat_interval_ms > 0:
                 self._interval_s = response.heartbeat_interval_ms / 1000
 
@@ -192,7 +187,7 @@ class GroupMembership:
             await self._send_leave(timeout_s)
 
     async def _send_leave(self, timeout_s: float) -> None:
-        request = offsets_pb.ConsumerGroupHeartbeatRequest(
+        request = MemberHeartbeat(
             group_id=self.group_id,
             member_id=self.member_id,
             member_epoch=-2 if self._instance_id else -1,

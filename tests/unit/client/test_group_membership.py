@@ -10,10 +10,9 @@ import asyncio
 
 import pytest
 
-from oncelog.api.common import v1 as common_pb
-from oncelog.api.offsets import v1 as offsets_pb
 from oncelog.client.group_membership import GroupMembership
 from oncelog.client.records import TopicPartition
+from oncelog.client.services import HeartbeatAnswer, MemberHeartbeat
 from oncelog.errors import InvalidRegularExpression, UnknownMemberId
 
 A, B = TopicPartition("t", 0), TopicPartition("t", 1)
@@ -24,11 +23,9 @@ class Script:
 
     def __init__(self, *answers: object) -> None:
         self.answers = list(answers)
-        self.requests: list[offsets_pb.ConsumerGroupHeartbeatRequest] = []
+        self.requests: list[MemberHeartbeat] = []
 
-    async def __call__(
-        self, request: offsets_pb.ConsumerGroupHeartbeatRequest, timeout_s: float
-    ) -> offsets_pb.ConsumerGroupHeartbeatResponse:
+    async def __call__(self, request: MemberHeartbeat, timeout_s: float) -> HeartbeatAnswer:
         self.requests.append(request)
         answer = self.answers.pop(0)
         if isinstance(answer, Exception):
@@ -36,13 +33,8 @@ class Script:
         return answer  # type: ignore[return-value]
 
 
-def answer(epoch: int, *tps: TopicPartition) -> offsets_pb.ConsumerGroupHeartbeatResponse:
-    return offsets_pb.ConsumerGroupHeartbeatResponse(
-        member_id="m",
-        member_epoch=epoch,
-        heartbeat_interval_ms=100,
-        assignment=[common_pb.TopicPartition(topic=tp.topic, partition=tp.partition) for tp in tps],
-    )
+def answer(epoch: int, *tps: TopicPartition) -> HeartbeatAnswer:
+    return HeartbeatAnswer(member_id="m", member_epoch=epoch, assignment=frozenset(tps), heartbeat_interval_ms=100)
 
 
 class Recorder:
@@ -67,8 +59,8 @@ class Recorder:
         self.held -= tps
 
 
-def owned_in(request: offsets_pb.ConsumerGroupHeartbeatRequest) -> set[TopicPartition]:
-    return {TopicPartition(tp.topic, tp.partition) for tp in request.owned_partitions}
+def owned_in(request: MemberHeartbeat) -> set[TopicPartition]:
+    return set(request.owned)
 
 
 def test_revoked_partitions_are_reported_released_only_after_the_callback() -> None:

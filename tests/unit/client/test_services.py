@@ -30,7 +30,9 @@ from oncelog.client.services import (
     FetchPosition,
     GroupMember,
     GroupOffsetsClient,
+    HeartbeatAnswer,
     ListedOffset,
+    MemberHeartbeat,
     OffsetQuery,
     PartitionResult,
     PartitionStorageClient,
@@ -53,6 +55,7 @@ from oncelog.errors import (
     ProducerFenced,
     Reason,
     TransactionalIdNotFound,
+    UnknownMemberId,
     UnknownTopicOrPartition,
     error_for,
 )
@@ -587,6 +590,46 @@ async def test_a_failed_produce_stream_raises_the_servers_error_on_read(serve: A
     with pytest.raises(ConcurrentTransactions, match="the stream broke"):
         await stream.read()
     stream.cancel()
+
+
+async def test_consumer_group_heartbeat_sends_the_members_state_and_returns_its_assignment(serve: Any) -> None:
+    seen = Recorder()
+
+    class Offsets(offsets_pb.GroupOffsetsServiceServicer):
+        async def ConsumerGroupHeartbeat(self, request: Any, context: Any) -> Any:
+            seen.requests["ConsumerGroupHeartbeat"] = request
+            if request.member_epoch == -1:
+                raise UnknownMemberId("no such member")
+            return offsets_pb.ConsumerGroupHeartbeatResponse(
+                member_id="m-9",
+                member_epoch=4,
+                heartbeat_interval_ms=300,
+                session_timeout_ms=4_000,
+                assignment=[common_pb.TopicPartition(topic="orders", partition=1)],
+            )
+
+    channel_for = await serve((offsets_pb.add_GroupOffsetsServiceServicer_to_server, Offsets()))
+    client = GroupOffsetsClient(channel_for, timeout_s=5)
+    beat = MemberHeartbeat(
+        "g",
+        "m-1",
+        3,
+        group_instance_id="i-1",
+        topics=("orders", "refunds"),
+        server_assignor="range",
+        owned=(TP0, TP1),
+        client_id="c-1",
+    )
+    answer = await client.consumer_group_heartbeat(serve.address, beat)
+    assert answer == HeartbeatAnswer("m-9", 4, frozenset({TP1}), heartbeat_interval_ms=300, session_timeout_ms=4_000)
+    sent = seen.requests["ConsumerGroupHeartbeat"]
+    assert (sent.group_id, sent.member_id, sent.member_epoch, sent.group_instance_id) == ("g", "m-1", 3, "i-1")
+    assert list(sent.subscribed_topic_names) == ["orders", "refunds"] and sent.subscribed_topic_regex == ""
+    assert (sent.server_assignor, sent.client_id) == ("range", "c-1")
+    assert [(p.topic, p.partition) for p in sent.owned_partitions] == [("orders", 0), ("orders", 1)]
+    with pytest.raises(UnknownMemberId):
+        await client.consumer_group_heartbeat(serve.address, MemberHeartbeat("g", "m-1", -1, pattern="o.*"))
+    assert seen.requests["ConsumerGroupHeartbeat"].subscribed_topic_regex == "o.*"
 
 
 async def test_group_offsets_and_pid_allocator_clients(serve: Any) -> None:

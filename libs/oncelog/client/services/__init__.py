@@ -21,7 +21,7 @@ client's :class:`~oncelog.client.transport.Channels` cache, or one channel per a
 
 from oncelog.client.fetch_filter import AbortedTransaction
 from oncelog.client.services.cluster import ClusterClient, PidAllocatorClient, ProducerIdBlock
-from oncelog.client.services.groups import GroupMember, GroupOffsetsClient
+from oncelog.client.services.groups import GroupMember, GroupOffsetsClient, HeartbeatAnswer, MemberHeartbeat
 from oncelog.client.services.retry import (
     RETRY_TABLE,
     Backoff,
@@ -71,7 +71,9 @@ __all__ = [
     "FetchedPartition",
     "GroupMember",
     "GroupOffsetsClient",
+    "HeartbeatAnswer",
     "ListedOffset",
+    "MemberHeartbeat",
     "OffsetQuery",
     "PartitionResult",
     "PartitionStorageClient",

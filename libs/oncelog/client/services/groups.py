@@ -36,6 +36,44 @@ class GroupMember:
     group_instance_id: str = ""
 
 
+@dataclass(frozen=True, slots=True)
+class MemberHeartbeat:
+    """One member's ConsumerGroupHeartbeat (KIP-848, design/consumer-groups.md §7).
+
+    Attributes:
+        group_id: the consumer group.
+        member_id: the member's id (client-generated on joining).
+        member_epoch: 0 to join, -1 to leave, -2 for a static member's temporary leave, else its current epoch.
+        group_instance_id: makes the member static ("" for none).
+        topics: the subscribed topic names (ignored when ``pattern`` is set).
+        pattern: a subscription regex over whole topic names ("" for none).
+        server_assignor: "uniform" or "range" ("" lets the group decide).
+        owned: the partitions the member holds now.
+        client_id: the client's name, shown by ``oncelog groups describe``.
+    """
+
+    group_id: str
+    member_id: str
+    member_epoch: int
+    group_instance_id: str = ""
+    topics: tuple[str, ...] = ()
+    pattern: str = ""
+    server_assignor: str = ""
+    owned: tuple[TopicPartition, ...] = ()
+    client_id: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatAnswer:
+    """The coordinator's answer to a heartbeat: the member's id and epoch, and the partitions it may own now."""
+
+    member_id: str
+    member_epoch: int
+    assignment: frozenset[TopicPartition]
+    heartbeat_interval_ms: int = 0
+    session_timeout_ms: int = 0
+
+
 def _member_pb(member: GroupMember | None) -> offsets_pb.GroupMember | None:
     if member is None:
         return None
@@ -127,15 +165,28 @@ class GroupOffsetsClient(_Client):
         )
 
     async def consumer_group_heartbeat(
-        self,
-        address: str,
-        request: offsets_pb.ConsumerGroupHeartbeatRequest,
-        *,
-        timeout_s: float | None = None,
-    ) -> offsets_pb.ConsumerGroupHeartbeatResponse:
-        """One member's heartbeat (KIP-848). Takes and returns the wire messages, which
-        :mod:`oncelog.client.group_membership` builds and reads, until it moves onto domain values."""
-        return await call(self._stub(address).ConsumerGroupHeartbeat, request, timeout_s=self._timeout(timeout_s))
+        self, address: str, heartbeat: MemberHeartbeat, *, timeout_s: float | None = None
+    ) -> HeartbeatAnswer:
+        """One member's heartbeat (KIP-848): its subscription and owned partitions in, its assignment out."""
+        request = offsets_pb.ConsumerGroupHeartbeatRequest(
+            group_id=heartbeat.group_id,
+            member_id=heartbeat.member_id,
+            member_epoch=heartbeat.member_epoch,
+            group_instance_id=heartbeat.group_instance_id,
+            subscribed_topic_names=list(heartbeat.topics),
+            subscribed_topic_regex=heartbeat.pattern,
+            server_assignor=heartbeat.server_assignor,
+            owned_partitions=[_tp_pb(tp) for tp in heartbeat.owned],
+            client_id=heartbeat.client_id,
+        )
+        response = await call(self._stub(address).ConsumerGroupHeartbeat, request, timeout_s=self._timeout(timeout_s))
+        return HeartbeatAnswer(
+            member_id=response.member_id,
+            member_epoch=response.member_epoch,
+            assignment=frozenset(_tp(tp) for tp in response.assignment),
+            heartbeat_interval_ms=response.heartbeat_interval_ms,
+            session_timeout_ms=response.session_timeout_ms,
+        )
 
     async def list_consumer_groups(self, address: str, *, timeout_s: float | None = None) -> list[ConsumerGroupListing]:
         """Every consumer group with its state (any group-offsets replica answers from SQL)."""
