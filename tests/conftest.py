@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
-from oncelog.testing.postgres import find_postgres_bin, postgres_server
+from oncelog.testing.cluster import DATABASE_SERVER_ENV
+from oncelog.testing.postgres import find_postgres_bin, new_database, postgres_server
 from oncelog.testing.servers import find_redis_server, redis_server
 
 # Property tests check results, never speed: Hypothesis's default 200 ms deadline per example turned a busy
@@ -46,7 +47,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=os.environ.get("ONCELOG_TEST_CLUSTER", "all"),
         help=(
             "local: SQLite only, no PostgreSQL needed (the stores' tests on SQLite, local clusters on SQLite files, "
-            "as `oncelog dev`); postgres: the stores' tests and the shared local clusters on PostgreSQL; all "
+            "as `oncelog dev`); postgres: the stores' tests and every local cluster on PostgreSQL; all "
             "(default, what CI runs): the stores' tests on both, the shared local clusters on SQLite files. "
             "Also ONCELOG_TEST_CLUSTER."
         ),
@@ -58,27 +59,13 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize("database_url", CLUSTERS[metafunc.config.getoption("cluster")], indirect=True)
 
 
-def _new_postgres_database(server: str) -> str:
-    """A fresh, empty database on the PostgreSQL server at ``server``; returns its URL."""
-    import uuid
-
-    import sqlalchemy as sa
-
-    name = "t_" + uuid.uuid4().hex[:12]
-    admin = sa.create_engine(server, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
-    admin.dispose()
-    return server.rsplit("/", 1)[0] + "/" + name
-
-
 @pytest.fixture
 def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     """A fresh, empty catalog database of each backend ``--cluster`` selects (both by default)."""
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path / 'catalog.db'}"
         return
-    yield _new_postgres_database(request.getfixturevalue("postgres_url"))
+    yield new_database(request.getfixturevalue("postgres_url"))
 
 
 @pytest.fixture(scope="session")
@@ -89,7 +76,27 @@ def cluster_database(request: pytest.FixtureRequest) -> Callable[[], str]:
     if request.config.getoption("cluster") != "postgres":
         return lambda: ""
     server = request.getfixturevalue("postgres_url")
-    return lambda: _new_postgres_database(server)
+    return lambda: new_database(server)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def local_clusters_follow_the_switch(request: pytest.FixtureRequest) -> Iterator[None]:
+    """With ``--cluster=postgres``, every ``LocalCluster`` a test builds without a ``database_url`` (its own
+    cluster, a CLI or script subprocess's) gets a fresh PostgreSQL database (``DATABASE_SERVER_ENV``); tests that
+    pass a URL keep it. Otherwise local clusters keep SQLite files, as ``oncelog dev`` does."""
+    if request.config.getoption("cluster") != "postgres":
+        yield
+        return
+    server = request.getfixturevalue("postgres_url")
+    previous = os.environ.get(DATABASE_SERVER_ENV)
+    os.environ[DATABASE_SERVER_ENV] = server
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop(DATABASE_SERVER_ENV, None)
+        else:
+            os.environ[DATABASE_SERVER_ENV] = previous
 
 
 @pytest.fixture(scope="session")

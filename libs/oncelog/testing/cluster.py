@@ -46,6 +46,10 @@ class DataDirInUseError(ClusterStartError):
         )
 
 
+DATABASE_SERVER_ENV = "ONCELOG_LOCAL_CLUSTER_DATABASE_SERVER"
+"""A PostgreSQL server URL: every LocalCluster built without a ``database_url`` then gets a fresh database there
+instead of a SQLite file (what ``pytest --cluster=postgres`` sets for the whole test run, subprocesses included)."""
+
 LOCK_FILE = "cluster.lock"
 """Held (flock) by the process running a local cluster on a data directory, and naming its pid."""
 
@@ -85,7 +89,8 @@ class LocalCluster:
         host: interface to bind; loopback by default.
         base_port: 0 gives every process a free port; otherwise pid-allocator gets ``base_port + 1``,
             txn-coordinator ``+2``, group-offsets ``+3`` and storage node i ``+10 + i``.
-        database_url: catalog URL; defaults to a SQLite file in ``data_dir``.
+        database_url: catalog URL; defaults to a SQLite file in ``data_dir``, or to a fresh database on the
+            PostgreSQL server that ``ONCELOG_LOCAL_CLUSTER_DATABASE_SERVER`` names.
         env: extra environment for every process (``OTEL_*``, ``ONCELOG_*`` overrides).
         services: which services to run.
         replicas: processes per service other than partition-storage (default 1 each); replicas after the
@@ -116,8 +121,6 @@ class LocalCluster:
 
     def __post_init__(self) -> None:
         self.data_dir = Path(self.data_dir).resolve()
-        if not self.database_url:
-            self.database_url = f"sqlite:///{self.data_dir / 'catalog.db'}"
         unknown = set(self.services) - set(SERVICES)
         if unknown:
             raise ValueError(f"unknown services {sorted(unknown)}; choose from {', '.join(SERVICES)}")
@@ -128,6 +131,14 @@ class LocalCluster:
                 f"replication_factor={self.replication_factor} must be 0 (the default) or at most storage_nodes="
                 f"{self.storage_nodes}: each copy of a partition lives on its own storage node"
             )
+        if not self.database_url:
+            server = os.environ.get(DATABASE_SERVER_ENV, "")
+            if server:
+                from oncelog.testing.postgres import new_database  # sqlalchemy only where a server is named
+
+                self.database_url = new_database(server)
+            else:
+                self.database_url = f"sqlite:///{self.data_dir / 'catalog.db'}"
         for service in self.services:
             count = self.storage_nodes if service == Role.PARTITION_STORAGE else self.replicas.get(service, 1)
             for index in range(count):

@@ -23,6 +23,22 @@ from pathlib import Path
 from oncelog.testing.servers import free_port
 
 
+def new_database(server_url: str) -> str:
+    """Create a fresh, empty database on the PostgreSQL server at ``server_url``; returns its URL."""
+    import uuid
+
+    import sqlalchemy as sa
+
+    name = "t_" + uuid.uuid4().hex[:12]
+    admin = sa.create_engine(server_url, isolation_level="AUTOCOMMIT")
+    try:
+        with admin.connect() as conn:
+            conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
+    finally:
+        admin.dispose()
+    return server_url.rsplit("/", 1)[0] + "/" + name
+
+
 def find_postgres_bin() -> Path | None:
     """Directory holding ``initdb`` and ``postgres``, newest version first; None if PostgreSQL is absent."""
     for candidate in sorted(glob.glob("/usr/lib/postgresql/*/bin"), reverse=True):
