@@ -114,8 +114,8 @@ class Topic:
         client = LogClient([cluster.bootstrap])
         tps = client.topic_partitions([self.name])
         deadline = time.monotonic() + 30
-        while client.list_offsets(tps, pb.OFFSET_SPEC_LATEST, IsolationLevel.READ_COMMITTED) != client.list_offsets(
-            tps, pb.OFFSET_SPEC_LATEST, IsolationLevel.READ_UNCOMMITTED
+        while client.list_offsets(tps, "latest", IsolationLevel.READ_COMMITTED) != client.list_offsets(
+            tps, "latest", IsolationLevel.READ_UNCOMMITTED
         ):
             assert time.monotonic() < deadline, f"a transaction on {self.name} stayed open"
             time.sleep(0.02)

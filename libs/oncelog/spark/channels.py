@@ -8,7 +8,8 @@ every partition it reads (design/spark-connector.md §5). The process id in the 
 parent's
 channel, which gRPC does not support.
 
-:class:`LogClient` is what the connector needs of the cluster, as blocking calls with retries: partition
+:class:`LogClient` is what the connector needs of the cluster, as blocking calls with retries, made through the
+typed :class:`~oncelog.client.services.BlockingClient` (no request is built here): partition
 leaders from ClusterService ``Metadata``, ``ListOffsets`` and ``Fetch`` on the leaders, and the sink's
 batch markers from the group offsets service (``FetchOffsets`` with ``require_stable``). It holds only
 addresses and timeouts, so it pickles with the reader. Leaders are cached per process and per bootstrap
@@ -27,17 +28,21 @@ from typing import TypeVar
 
 import grpc
 
-from oncelog.api.cluster import v1 as cluster_pb
-from oncelog.api.common import v1 as common_pb
-from oncelog.api.offsets import v1 as offsets_pb
-from oncelog.api.storage import v1 as storage_pb
 from oncelog.client.records import TopicPartition
-from oncelog.client.services import Deadline, RetryPolicy, retry_of
+from oncelog.client.services import (
+    BlockingClient,
+    Deadline,
+    FetchedPartition,
+    FetchPosition,
+    OffsetQuery,
+    RetryPolicy,
+    retry_of,
+)
 from oncelog.errors import NotLeader, OncelogError, Reason, UnknownTopicOrPartition
-from oncelog.rpc import ChannelFactory, from_error_info, from_rpc_error
-from oncelog.vocabulary import IsolationLevel
+from oncelog.rpc import ChannelFactory
+from oncelog.vocabulary import CoordinatorKind, IsolationLevel
 
-__all__ = ["LogClient", "PartitionLeader", "channel", "cluster_stub", "storage_stub"]
+__all__ = ["LogClient", "PartitionLeader", "channel"]
 
 T = TypeVar("T")
 
@@ -48,11 +53,6 @@ _factories: dict[int, ChannelFactory] = {}
 _leaders: dict[tuple[int, tuple[str, ...], str], dict[int, PartitionLeader]] = {}
 # (pid, bootstrap, group id) -> address of the group-offsets process owning the group's shard
 _coordinators: dict[tuple[int, tuple[str, ...], str], str] = {}
-
-_ISOLATION = {
-    IsolationLevel.READ_COMMITTED: storage_pb.ISOLATION_LEVEL_READ_COMMITTED,
-    IsolationLevel.READ_UNCOMMITTED: storage_pb.ISOLATION_LEVEL_READ_UNCOMMITTED,
-}
 
 
 def channel(target: str) -> grpc.Channel:
@@ -66,16 +66,6 @@ def channel(target: str) -> grpc.Channel:
                 factory = _factories[pid] = ChannelFactory.from_env()
             opened = _channels[(pid, target)] = factory.sync(target)
         return opened
-
-
-def cluster_stub(target: str) -> cluster_pb.ClusterServiceStub:
-    """A ClusterService stub on this process's channel to ``target``."""
-    return cluster_pb.ClusterServiceStub(channel(target))
-
-
-def storage_stub(target: str) -> storage_pb.PartitionStorageServiceStub:
-    """A PartitionStorageService stub on this process's channel to ``target``."""
-    return storage_pb.PartitionStorageServiceStub(channel(target))
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +97,11 @@ class LogClient:
         self.request_timeout_s = request_timeout_s
         self.retry_backoff_s = retry_backoff_s
 
+    @property
+    def _calls(self) -> BlockingClient:
+        """The typed blocking calls on this process's channels (built on use: a LogClient pickles addresses only)."""
+        return BlockingClient(channel, timeout_s=self.request_timeout_s)
+
     # ------------------------------------------------------------------------------------------- metadata
 
     def partitions(self, topic: str, *, refresh: bool = False) -> dict[int, PartitionLeader]:
@@ -120,13 +115,11 @@ class LogClient:
         cached = None if refresh else _leaders.get(key)
         if cached is not None:
             return cached
-        response = self._retry(
-            lambda: self._cluster_call(
-                lambda stub: stub.Metadata(cluster_pb.MetadataRequest(topics=[topic]), timeout=self.request_timeout_s)
-            ),
+        described_topics = self._retry(
+            lambda: self._cluster_call(lambda address: self._calls.metadata(address, [topic])),
             fatal={Reason.UNKNOWN_TOPIC_OR_PARTITION},
         )
-        for described in response.topics:
+        for described in described_topics:
             if described.name == topic:
                 leaders = {p.partition: PartitionLeader(p.leader_address, p.leader_epoch) for p in described.partitions}
                 _leaders[key] = leaders
@@ -160,15 +153,14 @@ class LogClient:
     def _forget(self, topic: str) -> None:
         _leaders.pop((os.getpid(), self.bootstrap, topic), None)
 
-    def _cluster_call(self, rpc: Callable[[cluster_pb.ClusterServiceStub], T]) -> T:
+    def _cluster_call(self, rpc: Callable[[str], T]) -> T:
         last: OncelogError | None = None
         for address in self.bootstrap:
             try:
-                return rpc(cluster_stub(address))
-            except grpc.RpcError as exc:
-                err = from_rpc_error(exc)
+                return rpc(address)
+            except OncelogError as err:
                 if err.reason not in (Reason.NETWORK_EXCEPTION, Reason.REQUEST_TIMED_OUT):
-                    raise err from None
+                    raise
                 last = err
         assert last is not None
         raise last
@@ -176,9 +168,9 @@ class LogClient:
     # ------------------------------------------------------------------------------------------- offsets
 
     def list_offsets(
-        self, tps: Iterable[TopicPartition], spec: storage_pb.OffsetSpec.ValueType, isolation: IsolationLevel
+        self, tps: Iterable[TopicPartition], spec: str, isolation: IsolationLevel
     ) -> dict[TopicPartition, int]:
-        """Resolve ``spec`` (``OFFSET_SPEC_EARLIEST`` or ``OFFSET_SPEC_LATEST``) for each partition.
+        """Resolve ``spec`` (``"earliest"`` or ``"latest"``) for each partition.
 
         LATEST is the last stable offset under read_committed and the high watermark otherwise. One call
         goes to each leader; partitions whose leader moved are asked again until the request timeout.
@@ -189,6 +181,7 @@ class LogClient:
         """
         pending = sorted(set(tps))
         resolved: dict[TopicPartition, int] = {}
+        query = OffsetQuery.of(spec)
 
         def attempt() -> None:
             by_leader: dict[str, list[TopicPartition]] = {}
@@ -197,20 +190,17 @@ class LogClient:
                     by_leader.setdefault(self._leader(tp).address, []).append(tp)
             failure: OncelogError | None = None
             for address, group in by_leader.items():
-                request = storage_pb.ListOffsetsRequest(
-                    partitions=[storage_pb.ListOffsetsPartition(topic_partition=_tp_pb(tp), spec=spec) for tp in group],
-                    isolation_level=_ISOLATION[isolation],
-                )
                 try:
-                    response = storage_stub(address).ListOffsets(request, timeout=self.request_timeout_s)
-                except grpc.RpcError as exc:
-                    failure = self._failed(group, from_rpc_error(exc))
+                    answers = self._calls.list_offsets(address, dict.fromkeys(group, query), isolation=isolation)
+                except OncelogError as err:
+                    failure = self._failed(group, err)
                     continue
-                for tp, result in zip(group, response.results, strict=True):
-                    if result.HasField("error"):
-                        failure = self._failed([tp], from_error_info(result.error))
+                for tp in group:
+                    answer = answers[tp]
+                    if isinstance(answer, OncelogError):
+                        failure = self._failed([tp], answer)
                     else:
-                        resolved[tp] = result.offset
+                        resolved[tp] = answer.offset
             if failure is not None:
                 raise failure
 
@@ -219,9 +209,7 @@ class LogClient:
 
     # --------------------------------------------------------------------------------------------- fetch
 
-    def fetch(
-        self, tp: TopicPartition, offset: int, *, max_bytes: int, isolation: IsolationLevel
-    ) -> storage_pb.FetchPartitionResult:
+    def fetch(self, tp: TopicPartition, offset: int, *, max_bytes: int, isolation: IsolationLevel) -> FetchedPartition:
         """Fetch whole record batches of ``tp`` from the one holding ``offset``, retrying leader moves.
 
         Raises:
@@ -232,13 +220,13 @@ class LogClient:
 
     def fetch_many(
         self, wanted: Mapping[TopicPartition, tuple[int, int]], *, isolation: IsolationLevel
-    ) -> dict[TopicPartition, storage_pb.FetchPartitionResult]:
+    ) -> dict[TopicPartition, FetchedPartition]:
         """Fetch several partitions, ``{tp: (offset, max_bytes)}``, with one call per leader.
 
         Raises:
             As :meth:`fetch`.
         """
-        results: dict[TopicPartition, storage_pb.FetchPartitionResult] = {}
+        results: dict[TopicPartition, FetchedPartition] = {}
 
         def attempt() -> None:
             by_leader: dict[str, list[tuple[TopicPartition, PartitionLeader]]] = {}
@@ -248,27 +236,19 @@ class LogClient:
                     by_leader.setdefault(leader.address, []).append((tp, leader))
             failure: OncelogError | None = None
             for address, group in by_leader.items():
-                request = storage_pb.FetchRequest(
-                    partitions=[
-                        storage_pb.FetchPartition(
-                            topic_partition=_tp_pb(tp),
-                            fetch_offset=wanted[tp][0],
-                            max_bytes=wanted[tp][1],
-                            leader_epoch=leader.leader_epoch,
-                        )
-                        for tp, leader in group
-                    ],
-                    isolation_level=_ISOLATION[isolation],
-                    max_bytes=sum(wanted[tp][1] for tp, _ in group),
-                )
+                positions = [
+                    FetchPosition(tp, wanted[tp][0], leader.leader_epoch, wanted[tp][1]) for tp, leader in group
+                ]
                 try:
-                    response = storage_stub(address).Fetch(request, timeout=self.request_timeout_s)
-                except grpc.RpcError as exc:
-                    failure = self._failed([tp for tp, _ in group], from_rpc_error(exc))
+                    answers = self._calls.fetch(
+                        address, positions, isolation=isolation, max_bytes=sum(wanted[tp][1] for tp, _ in group)
+                    )
+                except OncelogError as err:
+                    failure = self._failed([tp for tp, _ in group], err)
                     continue
-                for (tp, _), result in zip(group, response.results, strict=True):
-                    if result.HasField("error"):
-                        failure = self._failed([tp], from_error_info(result.error))
+                for (tp, _), result in zip(group, answers, strict=True):
+                    if result.error is not None:
+                        failure = self._failed([tp], result.error)
                     else:
                         results[tp] = result
             if failure is not None:
@@ -289,21 +269,16 @@ class LogClient:
         Raises:
             OncelogError: no stable answer within the request timeout.
         """
-        request = offsets_pb.FetchOffsetsRequest(group_id=group_id, partitions=[_tp_pb(tp)], require_stable=True)
 
         def attempt() -> tuple[int, str]:
             address = self._coordinator(group_id)
             try:
-                response = offsets_pb.GroupOffsetsServiceStub(channel(address)).FetchOffsets(
-                    request, timeout=self.request_timeout_s
-                )
-            except grpc.RpcError as exc:
-                err = from_rpc_error(exc)
+                found = self._calls.fetch_offsets(address, group_id, [tp], require_stable=True).get(tp)
+            except OncelogError as err:
                 if err.reason in (Reason.NOT_COORDINATOR, Reason.NETWORK_EXCEPTION):
                     _coordinators.pop((os.getpid(), self.bootstrap, group_id), None)
-                raise err from None
-            [found] = response.offsets
-            return found.offset, found.metadata
+                raise
+            return (-1, "") if found is None else (found.offset, found.metadata)
 
         return self._retry(attempt)
 
@@ -311,13 +286,9 @@ class LogClient:
         key = (os.getpid(), self.bootstrap, group_id)
         address = _coordinators.get(key)
         if address is None:
-            response = self._cluster_call(
-                lambda stub: stub.FindCoordinator(
-                    cluster_pb.FindCoordinatorRequest(key=group_id, type=cluster_pb.COORDINATOR_TYPE_GROUP),
-                    timeout=self.request_timeout_s,
-                )
+            address = _coordinators[key] = self._cluster_call(
+                lambda bootstrap: self._calls.find_coordinator(bootstrap, group_id, CoordinatorKind.GROUP)
             )
-            address = _coordinators[key] = response.address
         return address
 
     # ------------------------------------------------------------------------------------------- retries
@@ -343,7 +314,3 @@ class LogClient:
             Deadline(self.request_timeout_s),
             retry_if=lambda err: retry_of(err) is not None and err.reason not in final,
         )
-
-
-def _tp_pb(tp: TopicPartition) -> common_pb.TopicPartition:
-    return common_pb.TopicPartition(topic=tp.topic, partition=tp.partition)

@@ -47,8 +47,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from oncelog.api.storage import v1 as storage_pb
-from oncelog.client.fetch_filter import AbortedTransaction, CompletedFetch
+from oncelog.client.fetch_filter import CompletedFetch
 from oncelog.client.records import ConsumerRecord, TopicPartition
 from oncelog.errors import CorruptMessage, OffsetOutOfRange, OncelogError, UnknownTopicOrPartition
 from oncelog.records import iter_batches
@@ -146,7 +145,7 @@ def read_range(
         except OffsetOutOfRange as err:
             position = _after_data_loss(client, tp, position, end, isolation, fail_on_data_loss, err)
             continue
-        aborted = [AbortedTransaction(t.producer_id, t.first_offset) for t in result.aborted_transactions]
+        aborted = result.aborted_transactions
         fetched = CompletedFetch(
             tp, result.records, fetch_offset=position, isolation_level=isolation, aborted_transactions=aborted
         )
@@ -191,7 +190,7 @@ def _after_data_loss(
     err: OncelogError,
 ) -> int:
     """Where to go on when ``position`` is outside the log: raise, or skip to the log start."""
-    log_start = client.list_offsets([tp], storage_pb.OFFSET_SPEC_EARLIEST, isolation)[tp]
+    log_start = client.list_offsets([tp], "earliest", isolation)[tp]
     if position >= log_start:
         raise OffsetOutOfRange(
             f"{tp}: offset {position} is beyond the end of the log (the topic was truncated or re-created): {err}"
@@ -256,7 +255,7 @@ class _Planner:
                 [f"bootstrap: the cluster at {','.join(self.options.bootstrap)} did not answer: {err.message}"]
             ) from None
 
-    def bounds(self, tps: Sequence[TopicPartition], spec: storage_pb.OffsetSpec.ValueType) -> PartitionOffsets:
+    def bounds(self, tps: Sequence[TopicPartition], spec: str) -> PartitionOffsets:
         return self.client.list_offsets(tps, spec, self.options.isolation_level)
 
     def resolve(self, name: str, spec: OffsetsSpec, tps: Sequence[TopicPartition]) -> PartitionOffsets:
@@ -268,9 +267,9 @@ class _Planner:
         earliest = [tp for tp, o in wanted.items() if o == EARLIEST]
         latest = [tp for tp, o in wanted.items() if o == LATEST]
         if earliest:
-            wanted.update(self.bounds(earliest, storage_pb.OFFSET_SPEC_EARLIEST))
+            wanted.update(self.bounds(earliest, "earliest"))
         if latest:
-            wanted.update(self.bounds(latest, storage_pb.OFFSET_SPEC_LATEST))
+            wanted.update(self.bounds(latest, "latest"))
         return wanted
 
     def checkpointed(self, document: Mapping[str, Any], *, initial: bool = False) -> PartitionOffsets:
@@ -324,7 +323,7 @@ class OncelogBatchReader(DataSourceReader):
         problems = []
         explicit_ends = {tp: o for tp, o in self.options.ending_offsets.offsets.items() if o >= 0}
         if explicit_ends:
-            readable = planner.bounds(sorted(explicit_ends), storage_pb.OFFSET_SPEC_LATEST)
+            readable = planner.bounds(sorted(explicit_ends), "latest")
             problems += [
                 f"endingOffsets: {tp} ends at {o}, beyond its latest readable offset {readable[tp]}"
                 f" ({self.options.isolation_level.value})"
@@ -399,7 +398,7 @@ class OncelogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def prepareForTriggerAvailableNow(self) -> None:
         """Trigger.AvailableNow: fix the end at what is readable now; later data waits for the next run."""
         planner = _Planner(self.options)
-        self._target = planner.bounds(planner.topic_partitions(), storage_pb.OFFSET_SPEC_LATEST)
+        self._target = planner.bounds(planner.topic_partitions(), "latest")
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         """The end of the next micro-batch: the readable end of every partition, within ``limit``.
@@ -411,7 +410,7 @@ class OncelogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         planner = _Planner(self.options)
         begin = planner.checkpointed(start, initial=True)
         tps = planner.topic_partitions()
-        latest = planner.bounds(tps, storage_pb.OFFSET_SPEC_LATEST)
+        latest = planner.bounds(tps, "latest")
         self._latest = dict(latest)
         for tp, offset in begin.items():
             if offset == LATEST:

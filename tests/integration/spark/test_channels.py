@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from oncelog.api.storage.v1 import OFFSET_SPEC_LATEST
 from oncelog.client.records import TopicPartition
 from oncelog.errors import UnknownTopicOrPartition
 from oncelog.spark import channels
@@ -59,7 +58,7 @@ def test_unknown_topic_fails_without_waiting_for_the_timeout(cluster: LocalClust
 def test_unknown_partition_is_not_retried(cluster: LocalCluster, topic: Topic) -> None:
     client = LogClient([cluster.bootstrap], request_timeout_s=30)
     with pytest.raises(UnknownTopicOrPartition, match="has 1 partition"):
-        client.list_offsets([TopicPartition(topic.name, 5)], OFFSET_SPEC_LATEST, IsolationLevel.READ_COMMITTED)
+        client.list_offsets([TopicPartition(topic.name, 5)], "latest", IsolationLevel.READ_COMMITTED)
 
 
 def test_an_unreachable_bootstrap_moves_on_to_the_next(cluster: LocalCluster, topic: Topic) -> None:

@@ -20,8 +20,8 @@ from pyspark import cloudpickle
 from pyspark.sql.datasource import InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxBytes, ReadMaxRows
 
-from oncelog.api.storage import v1 as storage_pb
 from oncelog.client.records import TopicPartition
+from oncelog.client.services import FetchedPartition
 from oncelog.errors import OffsetOutOfRange
 from oncelog.spark import OncelogDataSource, OptionError
 from oncelog.spark.channels import LogClient
@@ -381,13 +381,13 @@ class LostLog:
     def __init__(self, real: LogClient, log_start: int) -> None:
         self.real, self.log_start = real, log_start
 
-    def fetch(self, tp: TopicPartition, offset: int, **kwargs: object) -> storage_pb.FetchPartitionResult:
+    def fetch(self, tp: TopicPartition, offset: int, **kwargs: object) -> FetchedPartition:
         if offset < self.log_start:
             raise OffsetOutOfRange(f"fetch offset {offset} is below the log start {self.log_start}")
         return self.real.fetch(tp, offset, **kwargs)
 
-    def list_offsets(self, tps: list[TopicPartition], spec: int, isolation: IsolationLevel) -> dict:
-        assert spec == storage_pb.OFFSET_SPEC_EARLIEST
+    def list_offsets(self, tps: list[TopicPartition], spec: str, isolation: IsolationLevel) -> dict:
+        assert spec == "earliest"
         return {tp: self.log_start for tp in tps}
 
 

@@ -29,7 +29,6 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from oncelog.api.storage.v1 import OFFSET_SPEC_LATEST as LATEST
 from oncelog.client import AdminClient, NewTopic
 from oncelog.client.errors import ProducerFencedError
 from oncelog.client.producer import Producer
@@ -98,8 +97,8 @@ def visible(
     client = LogClient([cluster.bootstrap])
     tps = client.topic_partitions([topic.name])
     deadline = time.monotonic() + 30
-    while settle and client.list_offsets(tps, LATEST, IsolationLevel.READ_COMMITTED) != client.list_offsets(
-        tps, LATEST, IsolationLevel.READ_UNCOMMITTED
+    while settle and client.list_offsets(tps, "latest", IsolationLevel.READ_COMMITTED) != client.list_offsets(
+        tps, "latest", IsolationLevel.READ_UNCOMMITTED
     ):
         assert time.monotonic() < deadline, "a transaction stayed open"
         time.sleep(0.02)
@@ -229,8 +228,8 @@ def test_failed_task_aborts_its_transaction_before_raising(cluster: LocalCluster
     client = LogClient([cluster.bootstrap])
     tps = client.topic_partitions([topic.name])
     deadline = time.monotonic() + 10  # the abort's markers are written asynchronously after EndTxn
-    while client.list_offsets(tps, LATEST, IsolationLevel.READ_COMMITTED) != client.list_offsets(
-        tps, LATEST, IsolationLevel.READ_UNCOMMITTED
+    while client.list_offsets(tps, "latest", IsolationLevel.READ_COMMITTED) != client.list_offsets(
+        tps, "latest", IsolationLevel.READ_UNCOMMITTED
     ):
         assert time.monotonic() < deadline, "the failed attempt's transaction stayed open"
         time.sleep(0.02)

@@ -20,6 +20,7 @@ client's :class:`~oncelog.client.transport.Channels` cache, or one channel per a
 """
 
 from oncelog.client.fetch_filter import AbortedTransaction
+from oncelog.client.services.blocking import BlockingClient, call_sync
 from oncelog.client.services.cluster import ClusterClient, PidAllocatorClient, ProducerIdBlock
 from oncelog.client.services.groups import GroupMember, GroupOffsetsClient, HeartbeatAnswer, MemberHeartbeat
 from oncelog.client.services.retry import (
@@ -60,6 +61,7 @@ __all__ = [
     "RETRY_TABLE",
     "AbortedTransaction",
     "Backoff",
+    "BlockingClient",
     "ChannelSource",
     "ClusterClient",
     "Deadline",
@@ -90,6 +92,7 @@ __all__ = [
     "TxnMarker",
     "TxnMarkerResult",
     "call",
+    "call_sync",
     "check_transaction_states",
     "is_retriable",
     "retry_of",

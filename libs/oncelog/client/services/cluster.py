@@ -32,6 +32,16 @@ _COORDINATOR_PB = {
 }
 
 
+def topics_of(response: cluster_pb.MetadataResponse) -> list[TopicInfo]:
+    """The topics of a Metadata answer, sorted by name (shared by the asyncio and the blocking client)."""
+    return sorted((topic_info(t) for t in response.topics), key=lambda t: t.name)
+
+
+def find_coordinator_request(key: str, kind: CoordinatorKind) -> cluster_pb.FindCoordinatorRequest:
+    """The FindCoordinator request for ``key``'s shard of ``kind``."""
+    return cluster_pb.FindCoordinatorRequest(key=key, type=_COORDINATOR_PB[kind])
+
+
 class ClusterClient(_Client):
     """ClusterService: every oncelog process answers it, from the shared catalog."""
 
@@ -76,7 +86,7 @@ class ClusterClient(_Client):
             cluster_pb.MetadataRequest(topics=list(topics)),
             timeout_s=self._timeout(timeout_s),
         )
-        return sorted((topic_info(t) for t in response.topics), key=lambda t: t.name)
+        return topics_of(response)
 
     async def find_coordinator(
         self, address: str, key: str, kind: CoordinatorKind, *, timeout_s: float | None = None
@@ -87,9 +97,7 @@ class ClusterClient(_Client):
             CoordinatorNotAvailable: no process owns the shard right now (retriable).
         """
         response = await call(
-            self._stub(address).FindCoordinator,
-            cluster_pb.FindCoordinatorRequest(key=key, type=_COORDINATOR_PB[kind]),
-            timeout_s=self._timeout(timeout_s),
+            self._stub(address).FindCoordinator, find_coordinator_request(key, kind), timeout_s=self._timeout(timeout_s)
         )
         return response.address
 

@@ -93,6 +93,20 @@ def _committed(offsets: Iterable[common_pb.PartitionOffset]) -> dict[TopicPartit
     }
 
 
+def fetch_offsets_request(
+    group_id: str, partitions: Iterable[TopicPartition], require_stable: bool
+) -> offsets_pb.FetchOffsetsRequest:
+    """The FetchOffsets request (shared by the asyncio and the blocking client)."""
+    return offsets_pb.FetchOffsetsRequest(
+        group_id=group_id, partitions=[_tp_pb(tp) for tp in partitions], require_stable=require_stable
+    )
+
+
+def committed(response: offsets_pb.FetchOffsetsResponse) -> dict[TopicPartition, OffsetAndMetadata | None]:
+    """The committed offsets of a FetchOffsets answer (None where nothing is committed)."""
+    return _committed(response.offsets)
+
+
 class GroupOffsetsClient(_Client):
     """GroupOffsetsService on the process owning a group's shard: committed offsets, inside and outside
     transactions (design/architecture.md §6)."""
@@ -131,13 +145,8 @@ class GroupOffsetsClient(_Client):
     ) -> dict[TopicPartition, OffsetAndMetadata | None]:
         """The committed offsets (None where nothing is committed); every partition of the group when none is
         named. ``require_stable`` answers UNSTABLE_OFFSET_COMMIT while a transactional commit is pending."""
-        response = await call(
-            self._stub(address).FetchOffsets,
-            offsets_pb.FetchOffsetsRequest(
-                group_id=group_id, partitions=[_tp_pb(tp) for tp in partitions], require_stable=require_stable
-            ),
-            timeout_s=self._timeout(timeout_s),
-        )
+        request = fetch_offsets_request(group_id, partitions, require_stable)
+        response = await call(self._stub(address).FetchOffsets, request, timeout_s=self._timeout(timeout_s))
         return _committed(response.offsets)
 
     async def txn_offset_commit(

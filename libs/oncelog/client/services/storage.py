@@ -77,11 +77,70 @@ _OFFSET_SPEC_PB = {
 }
 
 
+def fetch_request(
+    positions: Iterable[FetchPosition], isolation: IsolationLevel, max_wait_ms: int, min_bytes: int, max_bytes: int
+) -> storage_pb.FetchRequest:
+    """The Fetch request for ``positions`` (shared by the asyncio and the blocking client)."""
+    return storage_pb.FetchRequest(
+        partitions=[
+            storage_pb.FetchPartition(
+                topic_partition=_tp_pb(p.topic_partition),
+                fetch_offset=p.offset,
+                max_bytes=p.max_bytes,
+                leader_epoch=p.leader_epoch,
+            )
+            for p in positions
+        ],
+        isolation_level=_ISOLATION_PB[isolation],
+        max_wait_ms=max_wait_ms,
+        min_bytes=min_bytes,
+        max_bytes=max_bytes,
+    )
+
+
+def fetched(response: storage_pb.FetchResponse) -> list[FetchedPartition]:
+    """Each partition's answer to Fetch, in request order."""
+    return [
+        FetchedPartition(
+            topic_partition=_tp(r.topic_partition),
+            error=_error(r),
+            high_watermark=r.high_watermark,
+            last_stable_offset=r.last_stable_offset,
+            log_start_offset=r.log_start_offset,
+            records=r.records,
+            aborted_transactions=tuple(
+                AbortedTransaction(a.producer_id, a.first_offset) for a in r.aborted_transactions
+            ),
+        )
+        for r in response.results
+    ]
+
+
 class ListedOffset(NamedTuple):
     """A resolved offset, with the timestamp of its record (-1 for earliest and latest, and when none matched)."""
 
     offset: int
     timestamp_ms: int
+
+
+def list_offsets_request(
+    queries: Mapping[TopicPartition, OffsetQuery], isolation: IsolationLevel
+) -> storage_pb.ListOffsetsRequest:
+    """The ListOffsets request for ``queries`` (shared by the asyncio and the blocking client)."""
+    return storage_pb.ListOffsetsRequest(
+        partitions=[
+            storage_pb.ListOffsetsPartition(
+                topic_partition=_tp_pb(tp), spec=_OFFSET_SPEC_PB[q.spec], timestamp_ms=max(q.timestamp_ms, 0)
+            )
+            for tp, q in queries.items()
+        ],
+        isolation_level=_ISOLATION_PB[isolation],
+    )
+
+
+def listed(response: storage_pb.ListOffsetsResponse) -> dict[TopicPartition, ListedOffset | OncelogError]:
+    """Each partition's resolved offset, or its error."""
+    return {_tp(r.topic_partition): _error(r) or ListedOffset(r.offset, r.timestamp_ms) for r in response.results}
 
 
 class EpochQuery(NamedTuple):
@@ -249,38 +308,11 @@ class PartitionStorageClient(_Client):
 
         The call's deadline is ``timeout_s`` plus the wait. A partition's failure is in its result.
         """
-        request = storage_pb.FetchRequest(
-            partitions=[
-                storage_pb.FetchPartition(
-                    topic_partition=_tp_pb(p.topic_partition),
-                    fetch_offset=p.offset,
-                    max_bytes=p.max_bytes,
-                    leader_epoch=p.leader_epoch,
-                )
-                for p in positions
-            ],
-            isolation_level=_ISOLATION_PB[isolation],
-            max_wait_ms=max_wait_ms,
-            min_bytes=min_bytes,
-            max_bytes=max_bytes,
-        )
+        request = fetch_request(positions, isolation, max_wait_ms, min_bytes, max_bytes)
         response = await call(
             self._stub(address).Fetch, request, timeout_s=self._timeout(timeout_s) + max_wait_ms / 1000
         )
-        return [
-            FetchedPartition(
-                topic_partition=_tp(r.topic_partition),
-                error=_error(r),
-                high_watermark=r.high_watermark,
-                last_stable_offset=r.last_stable_offset,
-                log_start_offset=r.log_start_offset,
-                records=r.records,
-                aborted_transactions=tuple(
-                    AbortedTransaction(a.producer_id, a.first_offset) for a in r.aborted_transactions
-                ),
-            )
-            for r in response.results
-        ]
+        return fetched(response)
 
     async def list_offsets(
         self,
@@ -291,17 +323,9 @@ class PartitionStorageClient(_Client):
         timeout_s: float | None = None,
     ) -> dict[TopicPartition, ListedOffset | OncelogError]:
         """Resolve an offset per partition (``latest`` is the last stable offset at READ_COMMITTED)."""
-        request = storage_pb.ListOffsetsRequest(
-            partitions=[
-                storage_pb.ListOffsetsPartition(
-                    topic_partition=_tp_pb(tp), spec=_OFFSET_SPEC_PB[q.spec], timestamp_ms=max(q.timestamp_ms, 0)
-                )
-                for tp, q in queries.items()
-            ],
-            isolation_level=_ISOLATION_PB[isolation],
-        )
+        request = list_offsets_request(queries, isolation)
         response = await call(self._stub(address).ListOffsets, request, timeout_s=self._timeout(timeout_s))
-        return {_tp(r.topic_partition): _error(r) or ListedOffset(r.offset, r.timestamp_ms) for r in response.results}
+        return listed(response)
 
     async def offset_for_leader_epoch(
         self, address: str, queries: Mapping[TopicPartition, EpochQuery], *, timeout_s: float | None = None
