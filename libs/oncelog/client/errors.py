@@ -30,6 +30,7 @@ import enum
 from dataclasses import dataclass
 from typing import Literal, get_args
 
+from oncelog.client.services.retry import RETRY_TABLE, Retry, retry_of
 from oncelog.errors import OncelogError, Reason
 
 __all__ = [
@@ -248,15 +249,13 @@ _FATAL = Disposition(Action.FATAL)
 _FAIL = Disposition(Action.FAIL)
 _ABORT_AND_BUMP = Disposition(Action.ABORTABLE, epoch_bump=True)
 
-_METADATA_REASONS = frozenset(
-    {
-        Reason.NOT_LEADER,
-        Reason.FENCED_LEADER_EPOCH,
-        Reason.UNKNOWN_LEADER_EPOCH,
-        Reason.UNKNOWN_TOPIC_OR_PARTITION,
-    }
-)
+# Which reasons are retried, and which send the client to look a server up again, come from the one retry table
+# (design/client.md §2): of the reasons it retries with Retry.LOCATE, the coordinator ones find the coordinator
+# again, a broken connection looks up whatever the call addresses (_refresh), and the rest are a partition leader's.
 _COORDINATOR_REASONS = frozenset({Reason.NOT_COORDINATOR, Reason.COORDINATOR_NOT_AVAILABLE})
+_METADATA_REASONS = frozenset(
+    reason for reason, how in RETRY_TABLE.items() if how is Retry.LOCATE
+) - _COORDINATOR_REASONS - {Reason.NETWORK_EXCEPTION}
 _GROUP_MEMBERSHIP_REASONS = frozenset(
     {Reason.ILLEGAL_GENERATION, Reason.UNKNOWN_MEMBER_ID, Reason.STALE_MEMBER_EPOCH, Reason.FENCED_MEMBER_EPOCH}
 )
@@ -353,7 +352,7 @@ def classify(err: OncelogError, *, source: Source, transactional: bool = False) 
     elif reason is Reason.OFFSET_OUT_OF_RANGE:  # source == "fetch"
         return Disposition(Action.RESET_POSITION)
 
-    if err.retriable:
+    if retry_of(err) is not None:
         refresh = _refresh(reason, source)
         return _RETRY if refresh is Refresh.NONE else Disposition(Action.RETRY, refresh)
 

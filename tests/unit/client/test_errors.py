@@ -217,6 +217,15 @@ def test_flags_sent_by_the_server_override_the_reason_defaults() -> None:
     assert classify(not_retriable, source="produce", transactional=True).action is Action.ABORTABLE
 
 
+def test_a_retriable_flag_on_a_reason_the_retry_table_does_not_retry_is_no_retry() -> None:
+    """classify reads retries from the one table (design/client.md §2): the server's flag can only veto one."""
+    flagged = error_for(Reason.MESSAGE_TOO_LARGE, "batch of 2 MiB")
+    flagged.retriable = True
+    assert classify(flagged, source="fetch").action is Action.FAIL
+    assert classify(flagged, source="produce") == Disposition(Action.FAIL, epoch_bump=True)
+    assert classify(flagged, source="coordinator").action is Action.FATAL
+
+
 def test_unknown_source_is_rejected() -> None:
     with pytest.raises(ValueError, match="unknown error source 'admin'"):
         classify(NotLeader("x"), source="admin")  # type: ignore[arg-type]
