@@ -64,6 +64,7 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+V = TypeVar("V")
 
 _MAX_PRODUCER_EPOCH = 32_767
 _LISTING_KEY = "oncelog-consumer-group-listing"
@@ -168,6 +169,25 @@ class AdminClient:
         except OncelogError as err:
             self._metadata.note_failure({tp.topic for tp in partitions}, err)
             raise
+
+    async def _from_leaders(
+        self,
+        partitions: Iterable[TopicPartition],
+        deadline: Deadline,
+        rpc: Callable[[str, list[TopicPartition], float], Awaitable[Mapping[TopicPartition, V | OncelogError]]],
+    ) -> dict[TopicPartition, V]:
+        """Ask each partition's leader, one ``rpc(address, its partitions, timeout_s)`` per leader; the first
+        partition that failed raises its error (its leader marked stale, so the retry looks it up again)."""
+        wanted = list(partitions)
+        found: dict[TopicPartition, V] = {}
+        for address, tps in (await self._by_leader(wanted, deadline)).items():
+            answers = await self._leader_call(tps, rpc(address, tps, self._rpc_timeout(deadline)))
+            for tp, answer in answers.items():
+                if isinstance(answer, OncelogError):
+                    self._raise_failure(tp, answer)
+                else:
+                    found[tp] = answer
+        return {tp: found[tp] for tp in wanted}
 
     def _raise_failure(self, tp: TopicPartition, failure: OncelogError) -> None:
         self._metadata.note_failure([tp.topic], failure)
@@ -343,23 +363,14 @@ class AdminClient:
                 raise ValueError(f"{exc} (for {TopicPartition(*tp)})") from None
 
         async def resolve(deadline: Deadline) -> dict[TopicPartition, tuple[int, int]]:
-            found: dict[TopicPartition, tuple[int, int]] = {}
-            for address, tps in (await self._by_leader(queries, deadline)).items():
-                answers = await self._leader_call(
-                    tps,
-                    self._storage.list_offsets(
-                        address,
-                        {tp: queries[tp] for tp in tps},
-                        isolation=isolation,
-                        timeout_s=self._rpc_timeout(deadline),
-                    ),
-                )
-                for tp, answer in answers.items():
-                    if isinstance(answer, OncelogError):
-                        self._raise_failure(tp, answer)
-                    else:
-                        found[tp] = (answer.offset, answer.timestamp_ms)
-            return found
+            listed = await self._from_leaders(
+                queries,
+                deadline,
+                lambda address, tps, timeout_s: self._storage.list_offsets(
+                    address, {tp: queries[tp] for tp in tps}, isolation=isolation, timeout_s=timeout_s
+                ),
+            )
+            return {tp: (answer.offset, answer.timestamp_ms) for tp, answer in listed.items()}
 
         return self._run(resolve, timeout)
 
@@ -373,17 +384,11 @@ class AdminClient:
         wanted = [TopicPartition(*tp) for tp in partitions]
 
         async def describe(deadline: Deadline) -> dict[TopicPartition, list[ProducerStateDescription]]:
-            found: dict[TopicPartition, list[ProducerStateDescription]] = {}
-            for address, tps in (await self._by_leader(wanted, deadline)).items():
-                answers = await self._leader_call(
-                    tps, self._storage.describe_producers(address, tps, timeout_s=self._rpc_timeout(deadline))
-                )
-                for tp, answer in answers.items():
-                    if isinstance(answer, OncelogError):
-                        self._raise_failure(tp, answer)
-                    else:
-                        found[tp] = answer
-            return {tp: found[tp] for tp in wanted}
+            return await self._from_leaders(
+                wanted,
+                deadline,
+                lambda address, tps, timeout_s: self._storage.describe_producers(address, tps, timeout_s=timeout_s),
+            )
 
         return self._run(describe, timeout)
 
@@ -394,17 +399,11 @@ class AdminClient:
         wanted = [TopicPartition(*tp) for tp in partitions]
 
         async def describe(deadline: Deadline) -> dict[TopicPartition, list[ReplicaDescription]]:
-            found: dict[TopicPartition, list[ReplicaDescription]] = {}
-            for address, tps in (await self._by_leader(wanted, deadline)).items():
-                answers = await self._leader_call(
-                    tps, self._storage.describe_replicas(address, tps, timeout_s=self._rpc_timeout(deadline))
-                )
-                for tp, answer in answers.items():
-                    if isinstance(answer, OncelogError):
-                        self._raise_failure(tp, answer)
-                    else:
-                        found[tp] = answer
-            return {tp: found[tp] for tp in wanted}
+            return await self._from_leaders(
+                wanted,
+                deadline,
+                lambda address, tps, timeout_s: self._storage.describe_replicas(address, tps, timeout_s=timeout_s),
+            )
 
         return self._run(describe, timeout)
 

@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from oncelog.testing.servers import free_port
+from oncelog.testing.servers import StartedProcesses, free_port, log_tail
 from oncelog.vocabulary import Role
 
 # start order: the pid-allocator first, so coordinators find ids ready; storage before coordinators' markers
@@ -80,7 +80,7 @@ class NodeProcess:
 
 
 @dataclass
-class LocalCluster:
+class LocalCluster(StartedProcesses):
     """Start, stop, kill and restart the services of one cluster under ``data_dir``.
 
     Args:
@@ -327,16 +327,6 @@ class LocalCluster:
         self.write_cluster_json()
         return node.address
 
-    def __enter__(self) -> LocalCluster:
-        try:
-            return self.start()
-        except BaseException:
-            self.stop()
-            raise
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
     # -- addresses -------------------------------------------------------------------------------------
 
     def node(self, node_id: str) -> NodeProcess:
@@ -385,7 +375,4 @@ class LocalCluster:
 
     def log_tail(self, node: NodeProcess, lines: int = 30) -> str:
         """The last lines of a node's log, for error messages."""
-        try:
-            return "\n".join(node.log_file.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return "(no log)"
+        return log_tail(node.log_file, lines)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -20,6 +19,8 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from oncelog.testing.servers import StartedProcesses, log_tail, stop_process
 
 KAFKA_VERSION = "4.4.0"
 """The Apache Kafka release the reference broker runs (scripts/kafka/pom.xml pins the same)."""
@@ -78,7 +79,7 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 @dataclass
-class ApacheKafka:
+class ApacheKafka(StartedProcesses):
     """One broker process; ``start()`` formats and starts it, ``stop()`` stops it (SIGTERM, then SIGKILL).
 
     Args:
@@ -194,37 +195,15 @@ class ApacheKafka:
 
     def stop(self, timeout_s: float = 30.0) -> int | None:
         """SIGTERM (Kafka's controlled shutdown), SIGKILL after ``timeout_s``; returns the exit code."""
-        if self.process is None:
-            return None
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        return self.process.returncode
+        return stop_process(self.process, timeout_s)
 
     def log_tail(self, lines: int = 40) -> str:
         """The last lines of the broker's log."""
-        try:
-            return "\n".join(self.log_file.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return "(no log)"
-
-    def __enter__(self) -> ApacheKafka:
-        try:
-            return self.start()
-        except BaseException:
-            self.stop()
-            raise
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+        return log_tail(self.log_file, lines)
 
 
 @dataclass
-class KafkaGatewayProcess:
+class KafkaGatewayProcess(StartedProcesses):
     """``python -m oncelog.kafka_gateway`` in front of a running oncelog cluster, on a free loopback port.
 
     Args:
@@ -285,32 +264,10 @@ class KafkaGatewayProcess:
 
     def stop(self, timeout_s: float = 15.0) -> int | None:
         """SIGTERM, then SIGKILL after ``timeout_s``; returns the exit code."""
-        if self.process is None:
-            return None
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        return self.process.returncode
+        return stop_process(self.process, timeout_s)
 
     def _tail(self, lines: int = 30) -> str:
-        try:
-            return "\n".join(self.log_file.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return "(no log)"
-
-    def __enter__(self) -> KafkaGatewayProcess:
-        try:
-            return self.start()
-        except BaseException:
-            self.stop()
-            raise
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+        return log_tail(self.log_file, lines)
 
 
 def _cluster_id() -> str:

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from oncelog.testing.servers import free_port
+from oncelog.testing.servers import free_port, stop_process
 
 
 def new_database(server_url: str) -> str:
@@ -83,13 +83,7 @@ class PostgresInstance:
 
     def stop(self) -> None:
         """Stop the server now (SIGINT = fast shutdown: open sessions are cut); idempotent."""
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGINT)
-            try:
-                self.process.wait(15)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        stop_process(self.process, 15, sig=signal.SIGINT)
 
 
 @contextmanager

@@ -1,14 +1,18 @@
-"""Throwaway local servers for tests and benchmarks: a free loopback port and a ``redis-server``."""
+"""Throwaway local servers for tests and benchmarks: a free loopback port, a ``redis-server``, and how every
+server process of the test helpers is stopped and its log quoted."""
 
 from __future__ import annotations
 
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Self
 
 
 def free_port() -> int:
@@ -16,6 +20,52 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+class StartedProcesses:
+    """``with`` support for a helper that starts processes: ``start()`` on entry (``stop()`` when it fails halfway,
+    so nothing is left running), ``stop()`` on exit."""
+
+    def start(self, *args: Any, **kwargs: Any) -> Self:
+        raise NotImplementedError
+
+    def stop(self, *args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        try:
+            return self.start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def stop_process(
+    process: subprocess.Popen[bytes] | None, timeout_s: float, *, sig: signal.Signals = signal.SIGTERM
+) -> int | None:
+    """Send ``sig`` (a graceful stop), SIGKILL after ``timeout_s``, and reap; returns the exit code (None when
+    nothing was started)."""
+    if process is None:
+        return None
+    if process.poll() is None:
+        process.send_signal(sig)
+        try:
+            process.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+    return process.returncode
+
+
+def log_tail(path: Path, lines: int) -> str:
+    """The last ``lines`` lines of a log file, for error messages; ``(no log)`` when it cannot be read."""
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
 
 
 def find_redis_server() -> str | None:
