@@ -24,13 +24,11 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import grpc
-from grpc import aio
 
 from oncelog.client.errors import IllegalStateError
 from oncelog.client.services import Backoff, Deadline, call  # re-exported: the producer's modules import them here
 from oncelog.errors import OncelogError, Reason
-from oncelog.rpc.channels import DEFAULT_MAX_MESSAGE_BYTES, channel_options
-from oncelog.rpc.interceptors import AioClientInterceptor
+from oncelog.rpc.channels import DEFAULT_MAX_MESSAGE_BYTES, ChannelFactory, ChannelPool
 
 __all__ = [
     "BOOTSTRAP_ENV",
@@ -55,10 +53,10 @@ BOOTSTRAP_ENV = "ONCELOG_BOOTSTRAP"
 # A restarted server should be dialled again within a second, not after gRPC's default backoff of up
 # to two minutes: a producer retrying a batch is waiting for exactly that reconnect. (Not
 # grpc.min_reconnect_backoff_ms: gRPC also uses it as the connect timeout, which must stay generous.)
-_RECONNECT_OPTIONS = [
+_RECONNECT_OPTIONS = (
     ("grpc.initial_reconnect_backoff_ms", 100),
     ("grpc.max_reconnect_backoff_ms", 1_000),
-]
+)
 
 
 class BootstrapError(OncelogError):
@@ -223,8 +221,13 @@ class IoThread:
             self.loop.close()
 
 
-class Channels:
-    """One ``grpc.aio`` channel per server address, opened lazily on the client's loop.
+class Channels(ChannelPool):
+    """The client's channels: one ``grpc.aio`` channel per server address, opened lazily on the client's loop
+    (an :class:`~oncelog.rpc.ChannelPool`).
+
+    gRPC's own retries are off on them: the library retries by itself, knowing which calls are idempotent, and a
+    transparent channel-level retry could replay a non-idempotent produce whose first attempt was written. A
+    restarted server is dialled again within a second (the reconnect backoff below).
 
     Args:
         credentials: TLS credentials for every channel; None for plaintext.
@@ -234,32 +237,11 @@ class Channels:
     def __init__(
         self, *, credentials: grpc.ChannelCredentials | None = None, max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
     ) -> None:
-        self._credentials = credentials
-        # The library retries by itself, knowing which calls are idempotent; a transparent channel-level
-        # retry could replay a non-idempotent produce whose first attempt was written.
-        self._options = [
-            (key, value)
-            for key, value in channel_options(max_message_bytes)
-            if key not in ("grpc.enable_retries", "grpc.service_config")
-        ]
-        self._options += [("grpc.enable_retries", 0), *_RECONNECT_OPTIONS]
-        self._channels: dict[str, aio.Channel] = {}
-
-    def get(self, address: str) -> aio.Channel:
-        """The channel to ``address`` (must be called on the loop)."""
-        channel = self._channels.get(address)
-        if channel is None:
-            interceptors = [AioClientInterceptor()]
-            if self._credentials is not None:
-                channel = aio.secure_channel(
-                    address, self._credentials, options=self._options, interceptors=interceptors
-                )
-            else:
-                channel = aio.insecure_channel(address, options=self._options, interceptors=interceptors)
-            self._channels[address] = channel
-        return channel
-
-    async def close(self) -> None:
-        """Close every channel; calls in flight fail with CANCELLED."""
-        channels, self._channels = list(self._channels.values()), {}
-        await asyncio.gather(*(channel.close() for channel in channels), return_exceptions=True)
+        super().__init__(
+            ChannelFactory(
+                credentials=credentials,
+                max_message_bytes=max_message_bytes,
+                retries=False,
+                extra_options=_RECONNECT_OPTIONS,
+            )
+        )

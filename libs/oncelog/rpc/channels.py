@@ -11,8 +11,9 @@ A process opens all its channels through one :class:`ChannelFactory`, built from
 
 from __future__ import annotations
 
+import asyncio
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,6 +57,22 @@ def channel_options(max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> list[
     ]
 
 
+def aio_channel_options(
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+    *,
+    credentials: grpc.ChannelCredentials | None = None,
+    server_name: str = "",
+    retries: bool = True,
+    extra_options: Sequence[tuple[str, Any]] = (),
+) -> list[tuple[str, Any]]:
+    """The options :func:`aio_channel` opens a channel with (arguments as there)."""
+    options = channel_options(max_message_bytes)
+    if not retries:
+        options = [o for o in options if o[0] not in ("grpc.enable_retries", "grpc.service_config")]
+        options.append(("grpc.enable_retries", 0))
+    return [*options, *extra_options, *_name_override(credentials, server_name)]
+
+
 def aio_channel(
     target: str,
     *,
@@ -63,6 +80,8 @@ def aio_channel(
     credentials: grpc.ChannelCredentials | None = None,
     server_name: str = "",
     tracer_provider: Any = None,
+    retries: bool = True,
+    extra_options: Sequence[tuple[str, Any]] = (),
 ) -> aio.Channel:
     """Open a grpc.aio channel to ``target`` (host:port) with oncelog's defaults and tracing.
 
@@ -72,9 +91,18 @@ def aio_channel(
         credentials: TLS credentials; ``None`` opens a plaintext channel.
         server_name: name to verify in the server's certificate instead of the host of ``target``.
         tracer_provider: tracer provider of the client spans; the global one by default.
+        retries: the channel retries UNAVAILABLE itself; False switches gRPC's retries off (the client library
+            retries by itself, knowing which calls are idempotent).
+        extra_options: more channel options (for example reconnect backoffs).
     """
     interceptors = [AioClientInterceptor(tracer_provider)]
-    options = channel_options(max_message_bytes) + _name_override(credentials, server_name)
+    options = aio_channel_options(
+        max_message_bytes,
+        credentials=credentials,
+        server_name=server_name,
+        retries=retries,
+        extra_options=extra_options,
+    )
     if credentials is not None:
         return aio.secure_channel(target, credentials, options=options, interceptors=interceptors)
     return aio.insecure_channel(target, options=options, interceptors=interceptors)
@@ -117,12 +145,16 @@ class ChannelFactory:
         server_name: name verified in servers' certificates instead of the dialled host.
         max_message_bytes: largest message sent or received.
         tracer_provider: tracer provider of the client spans; the global one by default.
+        retries: asyncio channels retry UNAVAILABLE themselves (off for the client library's channels).
+        extra_options: more options for asyncio channels.
     """
 
     credentials: grpc.ChannelCredentials | None = None
     server_name: str = ""
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
     tracer_provider: Any = None
+    retries: bool = True
+    extra_options: tuple[tuple[str, Any], ...] = ()
 
     @classmethod
     def from_tls(cls, tls: TlsConfig, **kwargs: Any) -> ChannelFactory:
@@ -148,6 +180,8 @@ class ChannelFactory:
             credentials=self.credentials,
             server_name=self.server_name,
             tracer_provider=self.tracer_provider,
+            retries=self.retries,
+            extra_options=self.extra_options,
         )
 
     def sync(self, target: str) -> grpc.Channel:
@@ -191,7 +225,6 @@ class ChannelPool:
             await channel.close()
 
     async def close(self) -> None:
-        """Close every channel."""
+        """Close every channel; calls in flight fail with CANCELLED."""
         channels, self._channels = list(self._channels.values()), {}
-        for channel in channels:
-            await channel.close()
+        await asyncio.gather(*(channel.close() for channel in channels), return_exceptions=True)

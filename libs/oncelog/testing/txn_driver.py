@@ -49,7 +49,7 @@ from oncelog.client.services import (
 )
 from oncelog.errors import OncelogError, Reason
 from oncelog.records import BatchHeader, ControlType, Record, build_batch, iter_batches, read_control_record
-from oncelog.rpc import aio_channel, from_rpc_error
+from oncelog.rpc import ChannelPool, from_rpc_error
 from oncelog.vocabulary import IsolationLevel, ProducerIdAndEpoch
 
 __all__ = [
@@ -128,7 +128,7 @@ class ClusterView:
     def __init__(self, bootstrap: Sequence[str] | Callable[[], Sequence[str]], *, deadline_s: float = 30.0) -> None:
         self._bootstrap = bootstrap if callable(bootstrap) else (lambda: tuple(bootstrap))
         self.deadline_s = deadline_s
-        self._channels: dict[str, aio.Channel] = {}
+        self._channels = ChannelPool()
         self._leaders: dict[TopicPartition, str] = {}
         self.cluster = ClusterClient(self.channel, timeout_s=_RPC_TIMEOUT_S)
         self.partitions = PartitionStorageClient(self.channel, timeout_s=_RPC_TIMEOUT_S)
@@ -139,10 +139,7 @@ class ClusterView:
 
     def channel(self, address: str) -> aio.Channel:
         """The (cached) channel to ``address``."""
-        channel = self._channels.get(address)
-        if channel is None:
-            channel = self._channels[address] = aio_channel(address)
-        return channel
+        return self._channels.get(address)
 
     def storage(self, address: str) -> storage_pb.PartitionStorageServiceStub:
         """PartitionStorageService of the node at ``address``."""
@@ -158,9 +155,7 @@ class ClusterView:
 
     async def close(self) -> None:
         """Close every channel."""
-        channels, self._channels = list(self._channels.values()), {}
-        for channel in channels:
-            await channel.close()
+        await self._channels.close()
 
     # ------------------------------------------------------------------------------ ClusterService
 
