@@ -12,9 +12,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from oncelog.api.common import v1 as common_pb
-from oncelog.api.offsets import v1 as offsets_pb
-from oncelog.client.services import GroupOffsetsClient
+from oncelog.client.services import GroupOffsetsClient, HeartbeatAnswer, MemberHeartbeat
 from oncelog.errors import OncelogError, Reason
 from oncelog.kafka_gateway.classic_groups import (
     ClassicMember,
@@ -117,14 +115,14 @@ class GroupServicer:
         owned: Iterable[TopicPartition] = (),
         instance_id: str = "",
         client_id: str = "",
-    ) -> offsets_pb.ConsumerGroupHeartbeatResponse:
-        request = offsets_pb.ConsumerGroupHeartbeatRequest(
+    ) -> HeartbeatAnswer:
+        request = MemberHeartbeat(
             group_id=group_id,
             member_id=member_id,
             member_epoch=epoch,
             group_instance_id=instance_id,
-            subscribed_topic_names=list(topics),
-            owned_partitions=[common_pb.TopicPartition(topic=tp.topic, partition=tp.partition) for tp in sorted(owned)],
+            topics=tuple(topics),
+            owned=tuple(sorted(owned)),
             client_id=client_id,
         )
         key = (group_id, CoordinatorKind.GROUP)
@@ -243,7 +241,7 @@ class GroupServicer:
                 return ErrorCode.unknown_member_id
             return error_code_of(exc)
         member.epoch = response.member_epoch
-        member.owned = frozenset(TopicPartition(tp.topic, tp.partition) for tp in response.assignment)
+        member.owned = response.assignment
         return ErrorCode.none
 
     async def heartbeat(self, request: Request) -> dict[str, Any]:
