@@ -16,7 +16,9 @@ Which failures are worth another attempt is decided in one place, :data:`RETRY_T
 between attempts in one place, :class:`RetryPolicy` (built on tenacity, design/client.md §3).
 
 All calls are coroutines on a ``grpc.aio`` channel; ``channel_for`` maps an address to a channel (the
-client's :class:`~oncelog.client.transport.Channels` cache, or one channel per address in a test).
+client's :class:`~oncelog.client.transport.Channels` pool, or one channel per address in a test).
+:class:`BlockingClient` makes the calls of the Spark connector, which has no event loop, on blocking channels with
+the same request builders and answer readers.
 """
 
 from oncelog.client.fetch_filter import AbortedTransaction
