@@ -304,7 +304,7 @@ def run(settings: Settings, out_dir: Path) -> tuple[str, Path]:
         "machine": {"cpus": os.cpu_count(), "loadavg_before": load_before, "loadavg_after": os.getloadavg()},
         "versions": {
             "kafka": KAFKA_VERSION,
-            "confluent_kafka": confluent_kafka.version()[0],
+            "confluent_kafka": confluent_kafka.__version__,
             "librdkafka": confluent_kafka.libversion()[0],
             "python": sys.version.split()[0],
         },
