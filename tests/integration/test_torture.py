@@ -39,6 +39,11 @@ def test_bounded_run_under_kill_pause_and_partition_finds_no_anomaly(tmp_path: P
     assert all(e["stop_s"] is not None for e in result.episodes), "every fault healed"
     assert not result.nemesis_errors, result.nemesis_errors
     assert result.counts.get("ok", 0) >= 200, f"too little work to check: {result.counts}"
+    # every link went through the proxies: clients to services, and services to one another
+    sources = {link.split(" -> ")[0] for link in result.links}
+    assert "client" in sources, result.links
+    assert any(link.startswith("txn-coordinator-") and "partition-storage-" in link for link in result.links)
+    assert any(link.count("partition-storage-") == 2 for link in result.links), "replication through the proxy"
     assert result.valid, result.check.to_dict()["anomalies"]
     assert (result.history.parent / "history.jsonl").stat().st_size > 0
     png = report.timeline(result, tmp_path / "timeline.png")

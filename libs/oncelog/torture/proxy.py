@@ -26,6 +26,7 @@ import random
 import socket
 import struct
 import threading
+from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
@@ -128,6 +129,8 @@ class FaultProxy:
         self._changed = asyncio.Event()
         self._servers: list[asyncio.base_events.Server] = []
         self.stats: dict[str, int] = {"connections": 0, "held_chunks": 0, "dropped": 0, "resets": 0}
+        self.links: Counter[tuple[str, str]] = Counter()
+        """Connections accepted per link (source, destination)."""
         self._thread = threading.Thread(target=self._loop.run_forever, name="fault-proxy", daemon=True)
         self._thread.start()
 
@@ -195,6 +198,7 @@ class FaultProxy:
         source = await self._loop.run_in_executor(None, self._identify, int(peer[1]) if peer else 0)
         conn = _Conn(source, destination, [writer])
         self.stats["connections"] += 1
+        self.links[(source, destination)] += 1
         rule = self._rule(source, destination, "request")
         if rule is not None and rule.action == "reset":
             self.stats["resets"] += 1

@@ -26,6 +26,7 @@ def to_dict(result: TortureResult) -> dict[str, Any]:
         "fault_episodes": result.fault_counts(),
         "episodes": result.episodes,
         "nemesis_errors": result.nemesis_errors,
+        "proxy": {"stats": result.proxy_stats, "links": result.links},
         "history": str(result.history),
         "reproduce": reproduce_command(result),
         **{k: v for k, v in result.check.to_dict().items() if k in ("anomalies", "allowed")},

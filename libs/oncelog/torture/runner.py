@@ -114,6 +114,9 @@ class TortureResult:
     started_ns: int
     completions: list[tuple[int, str]] = field(default_factory=list)
     duration_s: float = 0.0
+    proxy_stats: dict[str, int] = field(default_factory=dict)
+    links: dict[str, int] = field(default_factory=dict)
+    """Connections the proxy accepted per link, ``"source -> destination"``."""
 
     @property
     def valid(self) -> bool:
@@ -255,6 +258,8 @@ def run(config: TortureConfig, on_tick: Callable[[Snapshot], None] | None = None
         started_ns=started,
         completions=list(history.completions),
         duration_s=(time.monotonic_ns() - started) / 1e9,
+        proxy_stats=dict(proxy.stats),
+        links={f"{s} -> {d}": n for (s, d), n in sorted(proxy.links.items())},
     )
 
 
