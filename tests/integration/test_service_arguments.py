@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-SERVICES = ["pid_allocator", "txn_coordinator", "partition_storage", "group_offsets"]
+SERVICES = ["pid_allocator", "txn_coordinator", "partition_storage", "group_offsets", "kafka_gateway"]
 
 pytestmark = pytest.mark.timeout(120)
 
