@@ -150,3 +150,16 @@ def test_a_topic_created_with_a_setting_describes_it_back(kafka_bootstrap: str) 
     entries = admin.describe_configs([resource])[resource].result(60)
     assert {k: entries[k].value for k in settings} == settings
     assert not entries["retention.ms"].is_default
+
+
+@pytest.mark.parametrize("acks", ["0", "1"])
+def test_a_producer_without_acknowledgements_or_with_the_leaders_writes_every_record(
+    kafka_bootstrap: str, acks: str
+) -> None:
+    topic = _topic(kafka_bootstrap)
+    producer = Producer({"bootstrap.servers": kafka_bootstrap, "acks": acks, "enable.idempotence": False})
+    for i in range(50):
+        producer.produce(topic, f"a{i}".encode(), partition=0)
+    assert producer.flush(60) == 0
+    records = _read(kafka_bootstrap, [TopicPartition(topic, 0, 0)], 50, "read_uncommitted")
+    assert [(o, v) for _, o, _, v in records] == [(i, f"a{i}".encode()) for i in range(50)]
