@@ -155,8 +155,12 @@ def measure_run(sides: list[Side], run: int, settings: Settings, out: Collector)
         for side in _order(sides, run, step):
             topic = side.topic(mode)
             value = b"x" * 1024
-            idempotent = side.idempotent_rate(topic, value, settings.seconds)
-            transactional = side.transactional_rate(topic, value, settings.seconds)
+            if run % 2 == 0:  # the two halves of the ratio alternate too, so a load trend favours neither
+                idempotent = side.idempotent_rate(topic, value, settings.seconds)
+                transactional = side.transactional_rate(topic, value, settings.seconds)
+            else:
+                transactional = side.transactional_rate(topic, value, settings.seconds)
+                idempotent = side.idempotent_rate(topic, value, settings.seconds)
             out.add("txn_ratio", mode, side.name, transactional / idempotent)
         topics = {side.name: side.topic(mode, partitions=4) for side in sides}
         for producers in PRODUCER_COUNTS:
