@@ -36,6 +36,7 @@ import os
 import sys
 import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 REGIONS = ("emea", "amer", "apac")
@@ -157,7 +158,8 @@ def _report_progress(query: Any, seen: set[int]) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Parse the arguments, start the query and run it until killed, or until idle with ``--stop-when-idle``."""
+    """Parse the arguments, start the query and run it until killed, until idle with ``--stop-when-idle``, or until
+    ``--stop-file`` exists."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--bootstrap", required=True, help="address of any oncelog service, host:port")
     parser.add_argument("--checkpoint", required=True, help="Spark checkpoint location (keep it across restarts)")
@@ -171,6 +173,13 @@ def main(argv: list[str] | None = None) -> int:
         type=float,
         default=0,
         help="stop cleanly after this many seconds without input rows (0: run until killed)",
+    )
+    parser.add_argument(
+        "--stop-file",
+        type=Path,
+        default=None,
+        help="stop cleanly, between micro-batches, once this file exists (a supervisor creates it when it has seen "
+        "every output it expects)",
     )
     args = parser.parse_args(argv)
     if args.max_records_per_trigger < 1:
@@ -193,7 +202,9 @@ def main(argv: list[str] | None = None) -> int:
         if _report_progress(query, seen):
             last_rows = time.monotonic()
         busy = query.status["isTriggerActive"] or query.status["isDataAvailable"]
-        if args.stop_when_idle > 0 and not busy and time.monotonic() - last_rows >= args.stop_when_idle:
+        idle = args.stop_when_idle > 0 and not busy and time.monotonic() - last_rows >= args.stop_when_idle
+        told = args.stop_file is not None and not query.status["isTriggerActive"] and args.stop_file.exists()
+        if idle or told:
             query.stop()
     _report_progress(query, seen)
     if query.exception() is not None:
