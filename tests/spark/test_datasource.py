@@ -16,7 +16,6 @@ from typing import Any
 
 import pytest
 
-from oncelog.api.storage.v1 import OFFSET_SPEC_LATEST
 from oncelog.spark.channels import LogClient
 from oncelog.testing import LocalCluster
 from oncelog.vocabulary import IsolationLevel
@@ -169,7 +168,7 @@ def test_stream_from_latest_on_a_topic_being_written_loses_nothing_through_a_res
         assert replay.recentProgress[0]["batchId"] == last, "the restart replayed the uncommitted batch"
     run_available_now(frame, output, checkpoint)  # the rest, now that the writer stopped
     client = LogClient([cluster.bootstrap])
-    end = client.list_offsets(client.topic_partitions([topic.name]), OFFSET_SPEC_LATEST, IsolationLevel.READ_COMMITTED)
+    end = client.list_offsets(client.topic_partitions([topic.name]), "latest", IsolationLevel.READ_COMMITTED)
     written = sorted((r.partition, r.offset) for r in spark.read.parquet(str(output)).collect())
     expected = sorted((tp.partition, o) for tp in end for o in range(pinned[str(tp.partition)], end[tp]))
     assert min(end.values()) > max(pinned.values()), "records arrived after the start was pinned"
