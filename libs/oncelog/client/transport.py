@@ -134,6 +134,10 @@ def resolve_bootstrap(
     return addresses
 
 
+# rounds of cancel-and-release when the I/O thread closes (see IoThread.close)
+_CLOSE_ROUNDS = 5
+
+
 class IoThread:
     """A daemon thread running the asyncio loop on which one client does all its network I/O.
 
@@ -196,20 +200,29 @@ class IoThread:
             raise IllegalStateError("close() was called from the client's I/O thread; call it from another thread")
         self._closed = True
 
+        def others() -> list[asyncio.Task[Any]]:
+            return [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+
         async def cancel_all() -> None:
-            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-            if release is not None:
-                await release()
-            # grpc.aio feeds intercepted streaming calls through async generators. One left suspended is
-            # finalized whenever it is garbage collected, by scheduling aclose() on its loop: after the
-            # loop closed, that prints "Event loop is closed". Close them while the loop still runs; the
-            # loop tracks every one it started until it is collected, so no collection is needed here (a
-            # full gc.collect() took 20-40 ms of CPU per closed client in a process with pyspark loaded).
-            await self.loop.shutdown_asyncgens()
-            await asyncio.sleep(0)  # let callbacks of the cancelled calls run
+            # Rounds until a round leaves no task behind: a callback of a call cancelled in one round (or failed
+            # by closing the channels) can start a task, such as a metadata refresh, that opens a channel after
+            # the release; the next round cancels that task and releases its channel while the loop still runs.
+            for _ in range(_CLOSE_ROUNDS):
+                tasks = others()
+                for task in tasks:
+                    task.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
+                if release is not None:
+                    await release()
+                # grpc.aio feeds intercepted streaming calls through async generators. One left suspended is
+                # finalized whenever it is garbage collected, by scheduling aclose() on its loop: after the
+                # loop closed, that prints "Event loop is closed". Close them while the loop still runs; the
+                # loop tracks every one it started until it is collected, so no collection is needed here (a
+                # full gc.collect() took 20-40 ms of CPU per closed client in a process with pyspark loaded).
+                await self.loop.shutdown_asyncgens()
+                await asyncio.sleep(0)  # let callbacks of the cancelled calls run
+                if not others():
+                    break
 
         try:
             asyncio.run_coroutine_threadsafe(cancel_all(), self.loop).result(timeout_s)
