@@ -100,6 +100,13 @@ class Worker(threading.Thread):
     def reset(self) -> None:
         """Close the clients (they are rebuilt on the next step)."""
 
+    def close_quietly(self, client: Producer | Consumer) -> None:
+        """Close ``client``; a failure to close is kept in ``failures`` for the report, not raised."""
+        try:
+            client.close(timeout=3)
+        except Exception as failure:
+            self.failures.append(f"close: {failure!r}")
+
 
 class Transactional(Worker):
     """A worker with one transactional producer, recreated (and so fencing its predecessor) after errors."""
@@ -135,10 +142,7 @@ class Transactional(Worker):
     def reset(self) -> None:
         if self.producer is not None:
             producer, self.producer = self.producer, None
-            try:
-                producer.close(timeout=3)
-            except Exception as failure:
-                self.failures.append(f"close: {failure!r}")
+            self.close_quietly(producer)
 
     def transaction(
         self,
@@ -246,10 +250,7 @@ class IdempotentWorker(Worker):
     def reset(self) -> None:
         if self.producer is not None:
             producer, self.producer = self.producer, None
-            try:
-                producer.close(timeout=3)
-            except Exception as failure:
-                self.failures.append(f"close: {failure!r}")
+            self.close_quietly(producer)
 
 
 class Reader(Worker):
@@ -289,10 +290,7 @@ class Reader(Worker):
     def reset(self) -> None:
         if self.consumer is not None:
             consumer, self.consumer = self.consumer, None
-            try:
-                consumer.close(timeout=3)
-            except Exception as failure:
-                self.failures.append(f"close: {failure!r}")
+            self.close_quietly(consumer)
 
 
 class Copier(Transactional):
@@ -338,10 +336,7 @@ class Copier(Transactional):
         super().reset()
         if self.consumer is not None:
             consumer, self.consumer = self.consumer, None
-            try:
-                consumer.close(timeout=3)
-            except Exception as failure:
-                self.failures.append(f"close: {failure!r}")
+            self.close_quietly(consumer)
 
 
 class Abandoner(Worker):
@@ -378,10 +373,7 @@ class Abandoner(Worker):
 
     def close_abandoned(self) -> None:
         for producer in self.abandoned:
-            try:
-                producer.close(timeout=3)
-            except Exception as failure:
-                self.failures.append(f"close: {failure!r}")
+            self.close_quietly(producer)
         self.abandoned.clear()
 
 
