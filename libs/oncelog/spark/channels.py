@@ -176,9 +176,13 @@ class LogClient:
         goes to each leader; partitions whose leader moved are asked again until the request timeout.
 
         Raises:
+            ValueError: ``spec`` is neither name (a protobuf ``OFFSET_SPEC_*`` number would otherwise be read as
+                a timestamp in ms and answer offsets near 0).
             UnknownTopicOrPartition: a partition does not exist.
             OncelogError: a partition could not be resolved in time.
         """
+        if spec not in ("earliest", "latest"):
+            raise ValueError(f"offset spec {spec!r}: LogClient.list_offsets takes 'earliest' or 'latest'")
         pending = sorted(set(tps))
         resolved: dict[TopicPartition, int] = {}
         query = OffsetQuery.of(spec)
