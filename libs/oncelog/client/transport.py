@@ -258,3 +258,7 @@ class Channels(ChannelPool):
                 extra_options=_RECONNECT_OPTIONS,
             )
         )
+
+    def closed_error(self) -> Exception:
+        """A call made after the client closed its channels (a late retry or refresh) fails with this."""
+        return IllegalStateError("the client is closed; create a new one")

@@ -201,20 +201,40 @@ class ChannelPool:
 
     ``forget(address)`` closes and drops an address's channel after a transport failure: a node that restarted
     listens elsewhere, and channels to dead addresses are not kept around.
+
+    Once ``close()`` has run the pool opens nothing more: ``get()`` raises :meth:`closed_error`. A task still
+    running when its owner closed (a retry, a background refresh) would otherwise open a channel nobody closes,
+    whose poller then fires on a closed event loop ("Event loop is closed").
     """
 
     def __init__(self, factory: ChannelFactory | None = None) -> None:
         self._factory = factory or ChannelFactory()
         self._channels: dict[str, aio.Channel] = {}
+        self._closed = False
+
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`close` has been called."""
+        return self._closed
+
+    def closed_error(self) -> Exception:
+        """What ``get()`` raises after ``close()`` (a subclass names its owner's state)."""
+        return RuntimeError("the channel pool is closed; no channel can be opened")
 
     def __len__(self) -> int:
         """How many channels are open."""
         return len(self._channels)
 
     def get(self, address: str) -> aio.Channel:
-        """The channel to ``address`` (call on the loop that uses it)."""
+        """The channel to ``address`` (call on the loop that uses it).
+
+        Raises:
+            Exception: :meth:`closed_error`, once the pool is closed.
+        """
         channel = self._channels.get(address)
         if channel is None:
+            if self._closed:
+                raise self.closed_error()
             channel = self._channels[address] = self._factory.aio(address)
         return channel
 
@@ -225,6 +245,7 @@ class ChannelPool:
             await channel.close()
 
     async def close(self) -> None:
-        """Close every channel; calls in flight fail with CANCELLED."""
+        """Close every channel and open no more; calls in flight fail with CANCELLED. Idempotent."""
+        self._closed = True
         channels, self._channels = list(self._channels.values()), {}
         await asyncio.gather(*(channel.close() for channel in channels), return_exceptions=True)

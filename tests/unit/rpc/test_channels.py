@@ -3,6 +3,9 @@ built on them (``oncelog.client.transport.Channels``)."""
 
 from __future__ import annotations
 
+import pytest
+
+from oncelog.client.errors import IllegalStateError
 from oncelog.client.transport import Channels
 from oncelog.rpc import ChannelPool
 from oncelog.rpc.channels import aio_channel_options
@@ -24,5 +27,18 @@ async def test_the_clients_channels_are_a_pool_one_channel_per_address_closed_to
     assert channels.get("127.0.0.1:1") is first and channels.get("127.0.0.1:2") is not first
     assert len(channels) == 2
     await channels.close()
-    assert len(channels) == 0 and channels.get("127.0.0.1:1") is not first, "a closed channel is never handed out"
+    assert len(channels) == 0 and channels.closed
+    with pytest.raises(IllegalStateError, match="the client is closed"):
+        channels.get("127.0.0.1:1")
+    assert len(channels) == 0, "a closed pool opens no channel: nobody would close it"
     await channels.close()
+
+
+async def test_a_service_pool_opens_nothing_after_close_and_forget_still_works() -> None:
+    pool = ChannelPool()
+    pool.get("127.0.0.1:1")
+    await pool.close()
+    with pytest.raises(RuntimeError, match="channel pool is closed"):
+        pool.get("127.0.0.1:1")
+    await pool.forget("127.0.0.1:1")
+    assert len(pool) == 0
