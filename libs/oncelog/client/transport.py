@@ -15,6 +15,7 @@ Bootstrap: any oncelog process serves ClusterService (design/architecture.md §2
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import json
 import os
 import threading
@@ -138,6 +139,30 @@ def resolve_bootstrap(
 _CLOSE_ROUNDS = 5
 
 
+class _ClientEventLoop(asyncio.SelectorEventLoop):
+    """The I/O thread's loop: once closed, it drops callbacks handed to it from other threads.
+
+    grpc.aio has one completion queue per process, polled by a reader on whichever client's loop opened the
+    first channel; that reader hands every completion to the loop of its call with ``call_soon_threadsafe``.
+    gRPC can complete an operation of a closed client's cancelled call after that client's loop closed: a
+    plain loop then raises "Event loop is closed" inside another, live client's reader (which also stops it
+    from handing on the rest of the queue until its next wake-up). Nobody waits on a closed client's calls, so
+    such a completion is dropped.
+    """
+
+    def call_soon_threadsafe(  # type: ignore[override]  # same parameters; typeshed spells them with a TypeVarTuple
+        self, callback: Callable[..., object], *args: Any, context: contextvars.Context | None = None
+    ) -> asyncio.Handle:
+        try:
+            return super().call_soon_threadsafe(callback, *args, context=context)
+        except RuntimeError:
+            if not self.is_closed():
+                raise
+            dropped = asyncio.Handle(callback, args, self, context)
+            dropped.cancel()
+            return dropped
+
+
 class IoThread:
     """A daemon thread running the asyncio loop on which one client does all its network I/O.
 
@@ -146,7 +171,7 @@ class IoThread:
     """
 
     def __init__(self, name: str) -> None:
-        self.loop = asyncio.new_event_loop()
+        self.loop: asyncio.AbstractEventLoop = _ClientEventLoop()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._closed = False
         self._thread.start()

@@ -50,3 +50,23 @@ def test_a_task_that_respawns_on_cancel_cannot_open_a_channel_after_the_release(
 async def _start(dialler) -> None:  # type: ignore[no-untyped-def]
     asyncio.get_running_loop().create_task(dialler(0))
     await asyncio.sleep(0)
+
+
+def test_a_closed_client_loop_drops_a_completion_handed_over_from_another_thread() -> None:
+    # grpc.aio's completion queue reader runs on one client's loop and hands each completion to its call's loop
+    # with call_soon_threadsafe. A completion for a client closed meanwhile must not raise inside the live one.
+    closed = IoThread("closed-client")
+    closed.close()
+    live = IoThread("live-client")
+    ran: list[bool] = []
+    try:
+        handed_over = live.submit(_hand_over(closed.loop, lambda: ran.append(True)))
+        assert handed_over.result(timeout=5) is None
+    finally:
+        live.close()
+    assert ran == [], "a callback ran on a closed loop"
+
+
+async def _hand_over(loop: asyncio.AbstractEventLoop, callback) -> None:  # type: ignore[no-untyped-def]
+    handle = loop.call_soon_threadsafe(callback)
+    assert handle.cancelled()
