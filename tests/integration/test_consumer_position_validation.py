@@ -46,7 +46,9 @@ def produce(cluster: LocalCluster, leader: str, seq: int, *, pid: int) -> int:
     )
     stub = pb.PartitionStorageServiceStub(sync_channel(cluster.node(leader).address))
     [result] = stub.Produce(pb.ProduceRequest(acks=pb.ACKS_ALL, partitions=[batches]), timeout=60).results
-    assert not result.HasField("error"), from_error_info(result.error)
+    assert not result.HasField("error"), (
+        f"{from_error_info(result.error)}\n-- the leader's log:\n{cluster.log_tail(cluster.node(leader), 60)}"
+    )
     return result.base_offset
 
 
