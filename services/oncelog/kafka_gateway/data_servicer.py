@@ -21,8 +21,15 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from oncelog.client.records import NewTopic
-from oncelog.client.services import ClusterClient, FetchPosition, OffsetQuery, PartitionStorageClient
-from oncelog.errors import CorruptMessage, InvalidRequest, OncelogError
+from oncelog.client.services import (
+    ClusterClient,
+    EpochEndOffset,
+    EpochQuery,
+    FetchPosition,
+    OffsetQuery,
+    PartitionStorageClient,
+)
+from oncelog.errors import CorruptMessage, InvalidRequest, OffsetOutOfRange, OncelogError
 from oncelog.kafka_gateway.error_codes import error_code_of
 from oncelog.kafka_gateway.producer_epochs import TransactionalIdentities
 from oncelog.kafka_gateway.protocol import Request, api_version_list
@@ -80,6 +87,7 @@ class DataServicer:
             1: self.fetch,
             2: self.list_offsets,
             10: self.find_coordinator,
+            23: self.offset_for_leader_epoch,
         }
 
     # ------------------------------------------------------------------------------------ cluster
@@ -120,8 +128,10 @@ class DataServicer:
                         "error_code": ErrorCode.none if p.leader_address else ErrorCode.leader_not_available,
                         "partition_index": p.partition,
                         "leader_id": leader,
-                        # -1: clients then skip OffsetForLeaderEpoch validation, which the gateway does not serve
-                        "leader_epoch": -1,
+                        # the storage leader's epoch: clients send it back on Fetch and OffsetForLeaderEpoch
+                        # (KIP-320), so a consumer with stale metadata is fenced and one whose position lies beyond
+                        # a new leader's log finds out where its epoch ends
+                        "leader_epoch": p.leader_epoch,
                         "replica_nodes": [leader],
                         "isr_nodes": [leader],
                         "offline_replicas": [],
@@ -295,13 +305,26 @@ class DataServicer:
         isolation = IsolationLevel.READ_COMMITTED if committed else IsolationLevel.READ_UNCOMMITTED
         positions = {
             TopicPartition(t.topic, p.partition): FetchPosition(
-                TopicPartition(t.topic, p.partition), p.fetch_offset, -1, p.partition_max_bytes
+                TopicPartition(t.topic, p.partition),
+                p.fetch_offset,
+                getattr(p, "current_leader_epoch", -1),  # v9+: the storage leader fences a stale epoch
+                p.partition_max_bytes,
             )
             for t in body.topics
             for p in t.partitions
         }
-        by_leader, errors = await self._leaders(list(positions))
-        answers: dict[TopicPartition, dict[str, Any]] = {}
+        # Fetch v12+: the epoch of the last batch each position read. The leader is asked where it ends before
+        # fetching when it is not the partition's current epoch (which ends at the log end), and after an
+        # OFFSET_OUT_OF_RANGE otherwise, so an ordinary fetch costs no extra call.
+        last_epochs = {
+            TopicPartition(t.topic, p.partition): p.last_fetched_epoch
+            for t in body.topics
+            for p in t.partitions
+            if getattr(p, "last_fetched_epoch", -1) >= 0
+        }
+        stale = {tp: e for tp, e in last_epochs.items() if e != await self._routes.leader_epoch(tp)}
+        answers: dict[TopicPartition, dict[str, Any]] = await self._diverged(stale, positions) if stale else {}
+        by_leader, errors = await self._leaders([tp for tp in positions if tp not in answers])
 
         async def fetch_from(address: str, tps: list[TopicPartition]) -> None:
             try:
@@ -342,6 +365,13 @@ class DataServicer:
         await asyncio.gather(*(fetch_from(address, tps) for address, tps in by_leader.items()))
         for tp, exc in errors.items():
             answers[tp] = _fetch_error(tp, exc)
+        out_of_range = {
+            tp: epoch
+            for tp, epoch in last_epochs.items()
+            if tp not in stale and answers[tp]["error_code"] == ErrorCode.offset_out_of_range
+        }
+        if out_of_range:
+            answers.update(await self._diverged(out_of_range, positions))
         by_topic: dict[str, list[dict[str, Any]]] = defaultdict(list)
         for tp in positions:
             by_topic[tp.topic].append(answers[tp])
@@ -351,6 +381,81 @@ class DataServicer:
             "session_id": 0,  # no fetch sessions: every request is a full fetch (KIP-227's sessionless mode)
             "responses": [{"topic": name, "partitions": parts} for name, parts in by_topic.items()],
         }
+
+    async def _diverged(
+        self, asked: dict[TopicPartition, int], positions: dict[TopicPartition, FetchPosition]
+    ) -> dict[TopicPartition, dict[str, Any]]:
+        """Fetch v12+ answers for the positions whose last fetched epoch (``asked``) diverges from the leader's log.
+
+        A Fetch v12+ names the epoch of the last batch the client read. As Kafka's broker does, the leader's end of
+        that epoch decides: an epoch the leader does not know is OFFSET_OUT_OF_RANGE; an end below the fetch offset
+        (or an older epoch) is answered with no records and ``diverging_epoch``, so the client truncates (KIP-320
+        without a separate OffsetForLeaderEpoch). Positions that do not diverge are absent from the answer.
+        """
+        ends = await self._epoch_ends(
+            {tp: EpochQuery(epoch, positions[tp].leader_epoch) for tp, epoch in asked.items()}
+        )
+        diverged: dict[TopicPartition, dict[str, Any]] = {}
+        for tp, end in ends.items():
+            if isinstance(end, OncelogError):  # a fenced or unknown current epoch: the fetch would fail alike
+                diverged[tp] = _fetch_error(tp, end)
+            elif end.epoch < 0 or end.end_offset < 0:
+                diverged[tp] = _fetch_error(
+                    tp, OffsetOutOfRange(f"{tp.topic}-{tp.partition}: the leader has no epoch {asked[tp]} or below")
+                )
+            elif end.epoch < asked[tp] or end.end_offset < positions[tp].offset:
+                diverged[tp] = {
+                    **_fetch_error(tp, None),
+                    "diverging_epoch": {"epoch": end.epoch, "end_offset": end.end_offset},
+                }
+        return diverged
+
+    async def _epoch_ends(
+        self, queries: dict[TopicPartition, EpochQuery]
+    ) -> dict[TopicPartition, EpochEndOffset | OncelogError]:
+        """Where each asked epoch ends, from each partition's storage leader (routing errors drop the cache)."""
+        by_leader, errors = await self._leaders(list(queries))
+        ends: dict[TopicPartition, EpochEndOffset | OncelogError] = dict(errors)
+
+        async def ask(address: str, tps: list[TopicPartition]) -> None:
+            try:
+                found = await self._storage.offset_for_leader_epoch(
+                    address, {tp: queries[tp] for tp in tps}, timeout_s=self._timeout_s
+                )
+            except OncelogError as exc:
+                found = dict.fromkeys(tps, exc)
+            for tp, outcome in found.items():
+                if isinstance(outcome, OncelogError):
+                    self._routes.failed(outcome)
+                ends[tp] = outcome
+
+        await asyncio.gather(*(ask(address, tps) for address, tps in by_leader.items()))
+        return ends
+
+    async def offset_for_leader_epoch(self, request: Request) -> dict[str, Any]:
+        """Where each asked leader epoch ends in the partition leader's log (KIP-320)."""
+        order: list[TopicPartition] = []
+        queries: dict[TopicPartition, EpochQuery] = {}
+        for t in request.body.topics:
+            for p in t.partitions:
+                tp = TopicPartition(t.topic, p.partition)
+                order.append(tp)
+                queries[tp] = EpochQuery(p.leader_epoch, p.current_leader_epoch)
+        ends = await self._epoch_ends(queries)
+        by_topic: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        for tp in order:
+            end = ends[tp]
+            if isinstance(end, OncelogError):
+                entry = {"error_code": _error(end), "partition": tp.partition, "leader_epoch": -1, "end_offset": -1}
+            else:
+                entry = {
+                    "error_code": ErrorCode.none,
+                    "partition": tp.partition,
+                    "leader_epoch": end.epoch,
+                    "end_offset": end.end_offset,
+                }
+            by_topic[tp.topic].append(entry)
+        return {"throttle_time": 0, "topics": [{"topic": n, "partitions": parts} for n, parts in by_topic.items()]}
 
     async def list_offsets(self, request: Request) -> dict[str, Any]:
         body = request.body
@@ -405,7 +510,7 @@ def _uuid(value: str) -> uuid.UUID:
         return ZERO_UUID
 
 
-def _fetch_error(tp: TopicPartition, error: OncelogError) -> dict[str, Any]:
+def _fetch_error(tp: TopicPartition, error: OncelogError | None) -> dict[str, Any]:
     return {
         "partition_index": tp.partition,
         "error_code": _error(error),

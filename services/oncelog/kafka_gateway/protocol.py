@@ -48,6 +48,7 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     19: (2, 7),  # CreateTopics
     20: (1, 5),  # DeleteTopics: v6 names topics by id
     22: (0, 4),  # InitProducerId: v5 is KIP-890 (transaction version 2)
+    23: (2, 4),  # OffsetForLeaderEpoch (KIP-320): v0-v1 were removed in Kafka 4.0
     24: (0, 3),  # AddPartitionsToTxn: v4 batches transactions (broker to broker), v5 is KIP-890
     25: (0, 3),  # AddOffsetsToTxn
     26: (0, 3),  # EndTxn
@@ -63,7 +64,7 @@ API_NAMES = {
     0: "Produce", 1: "Fetch", 2: "ListOffsets", 3: "Metadata", 8: "OffsetCommit", 9: "OffsetFetch",
     10: "FindCoordinator", 11: "JoinGroup", 12: "Heartbeat", 13: "LeaveGroup", 14: "SyncGroup", 15: "DescribeGroups",
     16: "ListGroups",
-    18: "ApiVersions", 19: "CreateTopics", 20: "DeleteTopics", 22: "InitProducerId",
+    18: "ApiVersions", 19: "CreateTopics", 20: "DeleteTopics", 22: "InitProducerId", 23: "OffsetForLeaderEpoch",
     24: "AddPartitionsToTxn", 25: "AddOffsetsToTxn", 26: "EndTxn", 28: "TxnOffsetCommit", 32: "DescribeConfigs",
     61: "DescribeProducers",
     65: "DescribeTransactions", 66: "ListTransactions",

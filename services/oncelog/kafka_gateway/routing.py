@@ -103,6 +103,13 @@ class ClusterRoutes:
                     raise NoLeader(f"partition {tp.topic}-{tp.partition} has no leader right now")
         raise UnknownTopicOrPartition(f"topic partition {tp.topic}-{tp.partition} does not exist")
 
+    async def leader_epoch(self, tp: TopicPartition) -> int:
+        """The partition's leader epoch as the cached catalog has it (-1 for an unknown partition)."""
+        topic = (await self.topics()).get(tp.topic)
+        if topic is None or not 0 <= tp.partition < len(topic.partitions):
+            return -1
+        return topic.partitions[tp.partition].leader_epoch
+
     async def coordinator(self, key: str, kind: CoordinatorKind) -> str:
         """The address of the process owning ``key``'s shard."""
         cached = self._coordinators.get((key, kind))
