@@ -56,22 +56,38 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
 class Topic:
     """A fresh topic, filled with idempotent batches and transactions through the storage stubs."""
 
-    def __init__(self, cluster: LocalCluster, partitions: int = 2) -> None:
-        self.name = f"spark-{uuid.uuid4().hex[:10]}"
+    def __init__(self, cluster: LocalCluster, partitions: int = 2, *, name: str | None = None) -> None:
         admin = cluster_pb.ClusterServiceStub(sync_channel(cluster.bootstrap))
-        created = admin.CreateTopics(
-            cluster_pb.CreateTopicsRequest(topics=[cluster_pb.TopicSpec(name=self.name, partitions=partitions)]),
-            timeout=30,
-        )
+        if name is None:
+            self.name = f"spark-{uuid.uuid4().hex[:10]}"
+            described = admin.CreateTopics(
+                cluster_pb.CreateTopicsRequest(topics=[cluster_pb.TopicSpec(name=self.name, partitions=partitions)]),
+                timeout=30,
+            ).topics[0]
+        else:
+            self.name = name
+            described = admin.Metadata(cluster_pb.MetadataRequest(topics=[name]), timeout=30).topics[0]
         self._stubs = {
-            p.partition: pb.PartitionStorageServiceStub(sync_channel(p.leader_address))
-            for p in created.topics[0].partitions
+            p.partition: pb.PartitionStorageServiceStub(sync_channel(p.leader_address)) for p in described.partitions
         }
         self._pid = 90_000 + uuid.uuid4().int % 1_000_000
         self._next_pid = self._pid + 1
         self._seq: dict[int, int] = {}
 
-    def append(self, partition: int, values: Sequence[str], *, txn: str | None = None) -> None:
+    @classmethod
+    def existing(cls, cluster: LocalCluster, name: str) -> Topic:
+        """An existing topic (created by the test), to be filled like a fresh one."""
+        return cls(cluster, name=name)
+
+    def append(
+        self,
+        partition: int,
+        values: Sequence[str],
+        *,
+        txn: str | None = None,
+        timestamp: int = 1_700_000_000_000,
+        headers: tuple[tuple[str, bytes | None], ...] = (),
+    ) -> None:
         """One batch of ``values``: plain, or a whole transaction ending with ``txn`` ("commit"/"abort")."""
         pid, seq = self._pid, self._seq.get(partition, 0)
         if txn is not None:
@@ -79,7 +95,7 @@ class Topic:
             self._next_pid += 1
         else:
             self._seq[partition] = seq + len(values)
-        records = [Record(key=None, value=v.encode(), timestamp=1_700_000_000_000) for v in values]
+        records = [Record(key=None, value=v.encode(), timestamp=timestamp, headers=headers) for v in values]
         batch = build_batch(
             records, producer_id=pid, producer_epoch=0, base_sequence=seq, transactional=txn is not None
         )

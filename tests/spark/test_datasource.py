@@ -54,11 +54,21 @@ def test_batch_read_returns_committed_rows_in_the_kafka_schema(spark: Any, clust
     started = time.monotonic()
     frame = spark.read.format("oncelog").option("bootstrap", cluster.bootstrap).option("topic", topic.name).load()
     assert frame.schema.simpleString() == (
-        "struct<key:binary,value:binary,topic:string,partition:int,offset:bigint,timestamp:timestamp,"
-        "headers:map<string,binary>>"
+        "struct<key:binary,value:binary,topic:string,partition:int,offset:bigint,timestamp:timestamp,timestampType:int>"
     )
     found = sorted((r.partition, r.offset, bytes(r.value).decode()) for r in frame.collect())
     assert found == [(0, 0, "a"), (0, 1, "b"), (1, 2, "c")], "aborted data and markers are not rows"
+    with_headers = (
+        spark.read.format("oncelog")
+        .option("bootstrap", cluster.bootstrap)
+        .option("subscribe", topic.name)
+        .option("includeHeaders", "true")
+        .load()
+    )
+    assert with_headers.schema.simpleString().endswith(
+        ",timestampType:int,headers:array<struct<key:string,value:binary>>>"
+    )
+    assert {r.offset: r.headers for r in with_headers.collect()} == {0: [], 1: [], 2: []}
     print(f"batch read through Spark: {time.monotonic() - started:.1f}s")
 
 

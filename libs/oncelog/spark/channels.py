@@ -136,6 +136,11 @@ class LogClient:
             TopicPartition(topic, index) for topic in topics for index in self.partitions(topic, refresh=True)
         )
 
+    def topic_names(self) -> list[str]:
+        """Every topic of the cluster, sorted (a ``Metadata`` call naming none)."""
+        described = self._retry(lambda: self._cluster_call(lambda address: self._calls.metadata(address, [])))
+        return sorted(t.name for t in described)
+
     def _leader(self, tp: TopicPartition) -> PartitionLeader:
         leaders = self.partitions(tp.topic)
         if tp.partition not in leaders:
@@ -167,6 +172,19 @@ class LogClient:
 
     # ------------------------------------------------------------------------------------------- offsets
 
+    def offsets_for_times(
+        self, timestamps: Mapping[TopicPartition, int], isolation: IsolationLevel
+    ) -> dict[TopicPartition, int | None]:
+        """The first offset of each partition whose record's timestamp is at or after the given ms, below the
+        last stable offset under read_committed; None where no readable record is that recent.
+
+        Raises:
+            UnknownTopicOrPartition: a partition does not exist.
+            OncelogError: a partition could not be resolved in time.
+        """
+        answers = self._list(dict(timestamps.items()), isolation)
+        return {tp: None if offset < 0 else offset for tp, offset in answers.items()}
+
     def list_offsets(
         self, tps: Iterable[TopicPartition], spec: str, isolation: IsolationLevel
     ) -> dict[TopicPartition, int]:
@@ -183,9 +201,12 @@ class LogClient:
         """
         if spec not in ("earliest", "latest"):
             raise ValueError(f"offset spec {spec!r}: LogClient.list_offsets takes 'earliest' or 'latest'")
-        pending = sorted(set(tps))
+        return self._list(dict.fromkeys(tps, spec), isolation)
+
+    def _list(self, specs: Mapping[TopicPartition, str | int], isolation: IsolationLevel) -> dict[TopicPartition, int]:
+        pending = sorted(specs)
         resolved: dict[TopicPartition, int] = {}
-        query = OffsetQuery.of(spec)
+        queries = {tp: OffsetQuery.of(spec) for tp, spec in specs.items()}
 
         def attempt() -> None:
             by_leader: dict[str, list[TopicPartition]] = {}
@@ -195,7 +216,7 @@ class LogClient:
             failure: OncelogError | None = None
             for address, group in by_leader.items():
                 try:
-                    answers = self._calls.list_offsets(address, dict.fromkeys(group, query), isolation=isolation)
+                    answers = self._calls.list_offsets(address, {tp: queries[tp] for tp in group}, isolation=isolation)
                 except OncelogError as err:
                     failure = self._failed(group, err)
                     continue

@@ -7,10 +7,13 @@ looked up by its lower-cased name, and everything is parsed once, on the driver,
 options that need the cluster (does the topic exist, is the partition there) are checked when the query
 plans its first batch.
 
-The names follow Spark's Kafka source where the meaning is the same (``startingOffsets``,
-``endingOffsets``, ``maxRecordsPerTrigger``, ``minPartitions``, ``maxRecordsPerPartition``,
-``failOnDataLoss``), so a pipeline moves from ``format("kafka")`` to ``format("oncelog")`` by renaming
-``kafka.bootstrap.servers`` to ``bootstrap`` and ``subscribe`` to ``topics``. Sink options
+The names follow Spark's Kafka source where the meaning is the same (``subscribe``, ``subscribePattern``,
+``startingOffsets``, ``endingOffsets``, ``startingTimestamp``, ``startingOffsetsByTimestamp``,
+``maxOffsetsPerTrigger``, ``minPartitions``, ``failOnDataLoss``, ``includeHeaders``), so a pipeline moves from
+``format("kafka")`` to ``format("oncelog")`` by replacing ``kafka.bootstrap.servers`` with ``bootstrap``. A
+Spark Kafka option with no counterpart here (``kafka.*`` consumer settings, ``assign``, ``groupIdPrefix``,
+``minOffsetsPerTrigger``, ...) is refused with a message saying what to do instead, and any other unknown
+option is refused with the closest known name (:data:`SPARK_KAFKA_ONLY`). Sink options
 (:class:`SinkOptions`) are parsed the same way; the sink's columns are checked by
 :class:`oncelog.spark.writer.RowEncoder`.
 """
@@ -19,8 +22,9 @@ from __future__ import annotations
 
 import difflib
 import json
+import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from oncelog.client import transport
@@ -38,6 +42,7 @@ __all__ = [
     "DEFAULT_TRANSACTIONAL_ID_PREFIX",
     "OffsetsSpec",
     "OptionError",
+    "SPARK_KAFKA_ONLY",
     "SinkOptions",
     "SourceOptions",
     "parse_sink_options",
@@ -52,10 +57,19 @@ _SOURCE_OPTIONS = {
         "bootstrap",
         "topic",
         "topics",
+        "subscribe",
+        "subscribePattern",
         "startingOffsets",
         "endingOffsets",
+        "startingTimestamp",
+        "startingOffsetsByTimestamp",
+        "startingOffsetsByTimestampStrategy",
+        "endingTimestamp",
+        "endingOffsetsByTimestamp",
         "maxRecordsPerTrigger",
+        "maxOffsetsPerTrigger",
         "maxBytesPerTrigger",
+        "includeHeaders",
         "isolationLevel",
         "minPartitions",
         "maxRecordsPerPartition",
@@ -78,7 +92,22 @@ _SINK_OPTIONS = {
     )
 }
 # keys Spark itself puts into the option map
-_SPARK_KEYS = {"path", "checkpointlocation", "queryname"}
+_SPARK_KEYS = {"path", "paths", "checkpointlocation", "queryname"}
+
+SPARK_KAFKA_ONLY = {
+    "kafka.bootstrap.servers": "oncelog's services are not reached over the Kafka protocol; set bootstrap to the "
+    "host:port of any oncelog service (or $ONCELOG_BOOTSTRAP)",
+    "kafka.isolation.level": "use isolationLevel (read_committed by default)",
+    "kafka.group.id": "the source keeps its progress in Spark's checkpoint, not in a consumer group; drop it",
+    "groupidprefix": "the source keeps its progress in Spark's checkpoint, not in a consumer group; drop it",
+    "assign": "name the topics with subscribe (or topic/topics) and start each partition with startingOffsets JSON",
+    "minoffsetspertrigger": "not supported: a micro-batch takes what is readable, up to maxOffsetsPerTrigger",
+    "maxtriggerdelay": "not supported (it only qualifies minOffsetsPerTrigger)",
+    "fetchoffset.numretries": "reads retry for requestTimeoutMs; set that instead",
+    "fetchoffset.retryintervalms": "reads retry for requestTimeoutMs; set that instead",
+    "kafkaconsumer.polltimeoutms": "use requestTimeoutMs",
+}
+"""Options of Spark's Kafka connector without an oncelog counterpart, by lower-cased name: what to do instead."""
 
 DEFAULT_TRANSACTIONAL_ID_PREFIX = "oncelog-spark"
 
@@ -105,19 +134,31 @@ class OptionError(ValueError):
 
 @dataclass(frozen=True)
 class OffsetsSpec:
-    """Where reading starts or ends: ``earliest``, ``latest``, or per-partition offsets.
+    """Where reading starts or ends: ``earliest``, ``latest``, per-partition offsets, or timestamps.
 
     Attributes:
-        kind: ``"earliest"``, ``"latest"`` or ``"json"``.
+        kind: ``"earliest"``, ``"latest"``, ``"json"`` or ``"timestamp"``.
         offsets: for ``"json"``, the offset of each named partition; :data:`~oncelog.spark.offsets.EARLIEST`
             (-2) and :data:`~oncelog.spark.offsets.LATEST` (-1) stand for the partition's bounds, as in
             Spark's Kafka source. Partitions not named take ``default``.
         default: ``EARLIEST`` or ``LATEST``, for partitions the JSON does not name.
+        timestamps: for ``"timestamp"`` given per partition (``...OffsetsByTimestamp``), each named
+            partition's time in ms: it starts (or ends) at its first offset whose record is that old or newer.
+        default_timestamp: for ``"timestamp"`` given once (``startingTimestamp``), the time of every partition.
+        none_found: what a partition with no record at or after its timestamp does: ``"latest"`` (use its
+            latest offset) or ``"error"``.
     """
 
     kind: str
     offsets: Mapping[TopicPartition, int]
     default: int
+    timestamps: Mapping[TopicPartition, int] = field(default_factory=dict)
+    default_timestamp: int | None = None
+    none_found: str = "error"
+
+    def timestamp_for(self, tp: TopicPartition) -> int | None:
+        """The time ``tp`` starts or ends at, or None when it takes :attr:`default` (or is not by time)."""
+        return self.timestamps.get(tp, self.default_timestamp)
 
     @classmethod
     def earliest(cls) -> OffsetsSpec:
@@ -144,7 +185,10 @@ class SourceOptions:
         starting_offsets: where a new query (or a batch read) starts; streaming defaults to ``latest``,
             batch to ``earliest`` (Spark's Kafka source does the same).
         ending_offsets: where a batch read ends (``latest`` by default); ``None`` for streaming.
-        max_records_per_trigger: offsets admitted per micro-batch over all partitions, or None.
+        topic_pattern: with ``subscribePattern``, the regular expression every subscribed topic matches in
+            full (``topics`` is then empty and the topics are listed when each batch is planned).
+        max_records_per_trigger: offsets admitted per micro-batch over all partitions (``maxOffsetsPerTrigger``
+            or its other name ``maxRecordsPerTrigger``), or None.
         max_bytes_per_trigger: approximate bytes admitted per micro-batch (whole record batches), or None.
         isolation_level: READ_COMMITTED (default) reads up to the last stable offset and drops aborted data.
         min_partitions: split offset ranges so that at least this many Spark tasks read, or None.
@@ -154,12 +198,14 @@ class SourceOptions:
         fetch_max_bytes: bytes asked for per Fetch call of one partition.
         request_timeout_s: deadline of one call, and how long a read keeps retrying a partition whose
             leader is moving or unreachable.
+        include_headers: rows carry a ``headers`` column (``includeHeaders``, off by default as in Spark).
     """
 
     bootstrap: tuple[str, ...]
     topics: tuple[str, ...]
     starting_offsets: OffsetsSpec
     ending_offsets: OffsetsSpec | None
+    topic_pattern: str | None = None
     max_records_per_trigger: int | None = None
     max_bytes_per_trigger: int | None = None
     isolation_level: IsolationLevel = IsolationLevel.READ_COMMITTED
@@ -168,6 +214,20 @@ class SourceOptions:
     fail_on_data_loss: bool = True
     fetch_max_bytes: int = 4 * 1024 * 1024
     request_timeout_s: float = 30.0
+    include_headers: bool = False
+
+    def subscribes_to(self, topic: str) -> bool:
+        """Whether ``topic`` is one of the subscribed topics (named, or matching ``subscribePattern``)."""
+        if self.topic_pattern is not None:
+            return re.fullmatch(self.topic_pattern, topic) is not None
+        return topic in self.topics
+
+    @property
+    def subscription(self) -> str:
+        """The subscription as the user wrote it, for messages."""
+        if self.topic_pattern is not None:
+            return f"subscribePattern {self.topic_pattern!r}"
+        return f"topics {list(self.topics)}"
 
 
 def parse_source_options(
@@ -194,18 +254,19 @@ def parse_source_options(
     except OptionError as err:
         problems += err.problems
 
-    topics = _topics(opts, problems)
-    starting = _offsets_option(
-        opts, "startingOffsets", topics, problems, default="latest" if streaming else "earliest", allow_earliest=True
-    )
+    topics, pattern = _subscription(opts, problems)
+    subscribed = SourceOptions((), topics, OffsetsSpec.earliest(), None, topic_pattern=pattern)
+    starting = _start_option(opts, subscribed, problems, default="latest" if streaming else "earliest")
     ending: OffsetsSpec | None = None
     if streaming:
-        if "endingoffsets" in opts:
-            problems.append("endingOffsets: only batch reads (spark.read) take an end; a stream runs until stopped")
+        for name in ("endingOffsets", "endingTimestamp", "endingOffsetsByTimestamp"):
+            if name.lower() in opts:
+                problems.append(f"{name}: only batch reads (spark.read) take an end; a stream runs until stopped")
     else:
-        ending = _offsets_option(opts, "endingOffsets", topics, problems, default="latest", allow_earliest=False)
-        if "maxrecordspertrigger" in opts or "maxbytespertrigger" in opts:
-            problems.append("maxRecordsPerTrigger/maxBytesPerTrigger: only streaming reads (spark.readStream) use them")
+        ending = _end_option(opts, subscribed, problems)
+        for name in ("maxOffsetsPerTrigger", "maxRecordsPerTrigger", "maxBytesPerTrigger"):
+            if name.lower() in opts:
+                problems.append(f"{name}: only streaming reads (spark.readStream) use it")
 
     isolation = IsolationLevel.READ_COMMITTED
     raw_isolation = opts.get("isolationlevel", "read_committed").strip().lower()
@@ -214,12 +275,20 @@ def parse_source_options(
     except ValueError:
         problems.append(f"isolationLevel: {raw_isolation!r} is not read_committed or read_uncommitted")
 
+    max_offsets = _positive_int(opts, "maxOffsetsPerTrigger", problems)
+    max_records = _positive_int(opts, "maxRecordsPerTrigger", problems)
+    if max_offsets is not None and max_records is not None and max_offsets != max_records:
+        problems.append(
+            f"maxOffsetsPerTrigger/maxRecordsPerTrigger: two names of one limit with different values "
+            f"({max_offsets} and {max_records}); set only maxOffsetsPerTrigger"
+        )
     parsed = SourceOptions(
         bootstrap=bootstrap,
         topics=topics,
+        topic_pattern=pattern,
         starting_offsets=starting,
         ending_offsets=ending,
-        max_records_per_trigger=_positive_int(opts, "maxRecordsPerTrigger", problems),
+        max_records_per_trigger=max_offsets or max_records,
         max_bytes_per_trigger=_positive_int(opts, "maxBytesPerTrigger", problems),
         isolation_level=isolation,
         min_partitions=_positive_int(opts, "minPartitions", problems),
@@ -227,6 +296,7 @@ def parse_source_options(
         fail_on_data_loss=_boolean(opts, "failOnDataLoss", True, problems),
         fetch_max_bytes=_positive_int(opts, "fetchMaxBytes", problems) or 4 * 1024 * 1024,
         request_timeout_s=(_positive_int(opts, "requestTimeoutMs", problems) or 30_000) / 1000,
+        include_headers=_boolean(opts, "includeHeaders", False, problems),
     )
     if problems:
         raise OptionError(problems)
@@ -340,38 +410,144 @@ def resolve_bootstrap(
 
 
 def _typos(opts: Mapping[str, str], known: Mapping[str, str], *, ignore: Mapping[str, str]) -> list[str]:
-    # Spark passes its own keys (path, checkpointLocation) too, so only near-misses of ours are errors
+    """An unknown option is an error: a mistyped name would otherwise be ignored without a word.
+
+    Spark passes its own keys (``path``, ``checkpointLocation``) too, and one option map may serve a read
+    and a write (``ignore``: the other side's names). Options of Spark's Kafka connector without a counterpart
+    say what to use instead (:data:`SPARK_KAFKA_ONLY`); any other name gets the closest known one.
+    """
     problems = []
     for key in opts:
         if key in known or key in ignore or key in _SPARK_KEYS:
             continue
-        close = difflib.get_close_matches(key, list(known), n=1, cutoff=0.85)
-        if close:
-            problems.append(f"{key}: unknown option; did you mean {known[close[0]]!r}?")
+        if key in SPARK_KAFKA_ONLY:
+            problems.append(
+                f"{key}: an option of Spark's Kafka connector that format('oncelog') does not take; "
+                f"{SPARK_KAFKA_ONLY[key]}"
+            )
+            continue
+        if key.startswith("kafka."):
+            problems.append(
+                f"{key}: Kafka client settings do not apply to format('oncelog'); its options are "
+                f"{', '.join(sorted(known.values(), key=str.lower))}"
+            )
+            continue
+        close = difflib.get_close_matches(key, list(known), n=1, cutoff=0.6)
+        hint = (
+            f"did you mean {known[close[0]]!r}?"
+            if close
+            else f"the options are {', '.join(sorted(known.values(), key=str.lower))}"
+        )
+        problems.append(f"{key}: unknown option; {hint}")
     return problems
 
 
-def _topics(opts: Mapping[str, str], problems: list[str]) -> tuple[str, ...]:
-    given = [name for name in ("topic", "topics") if name in opts]
+_SUBSCRIPTIONS = {
+    "topic": "topic",
+    "topics": "topics",
+    "subscribe": "subscribe",
+    "subscribepattern": "subscribePattern",
+}
+
+
+def _subscription(opts: Mapping[str, str], problems: list[str]) -> tuple[tuple[str, ...], str | None]:
+    """The subscribed topics, or the ``subscribePattern`` regular expression (then no topics)."""
+    given = [name for name in _SUBSCRIPTIONS if name in opts]
     if not given:
-        problems.append('topic: not set; name the topic with .option("topic", "orders"), or a comma list in "topics"')
-        return ()
-    if len(given) == 2:
-        problems.append("topic/topics: set only one of them")
-        return ()
+        problems.append(
+            'topic: not set; name the topic with .option("topic", "orders"), a comma list in "subscribe" (or '
+            '"topics"), or a regular expression in "subscribePattern"'
+        )
+        return (), None
+    if len(given) > 1:
+        problems.append(f"{'/'.join(_SUBSCRIPTIONS[g] for g in given)}: set only one of them")
+        return (), None
+    name = _SUBSCRIPTIONS[given[0]]
     raw = opts[given[0]]
+    if name == "subscribePattern":
+        try:
+            re.compile(raw)
+        except re.error as exc:
+            problems.append(f"subscribePattern: {raw!r} is not a regular expression: {exc}")
+            return (), None
+        if not raw.strip():
+            problems.append("subscribePattern: empty; give a regular expression such as 'orders-.*'")
+            return (), None
+        return (), raw
     topics = tuple(dict.fromkeys(t.strip() for t in raw.split(",") if t.strip()))
     if not topics:
-        problems.append(f"{given[0]}: {raw!r} names no topic")
-    elif given[0] == "topic" and len(topics) > 1:
-        problems.append(f'topic: {raw!r} names several topics; use the "topics" option for a comma list')
-    return topics
+        problems.append(f"{name}: {raw!r} names no topic")
+    elif name == "topic" and len(topics) > 1:
+        problems.append(f'topic: {raw!r} names several topics; use the "subscribe" option for a comma list')
+    return topics, None
+
+
+def _start_option(
+    opts: Mapping[str, str], subscribed: SourceOptions, problems: list[str], *, default: str
+) -> OffsetsSpec:
+    given = [n for n in ("startingOffsets", "startingOffsetsByTimestamp", "startingTimestamp") if n.lower() in opts]
+    if len(given) > 1:
+        problems.append(f"{'/'.join(given)}: set only one of them (each says where reading starts)")
+        return OffsetsSpec.earliest()
+    strategy = str(opts.get("startingoffsetsbytimestampstrategy", "error")).strip().lower()
+    if strategy not in ("error", "latest"):
+        problems.append(
+            f"startingOffsetsByTimestampStrategy: {strategy!r} is not 'error' (fail when a partition has no record "
+            "at or after the timestamp, the default) or 'latest' (start such a partition at its latest offset)"
+        )
+    if given and given[0] != "startingOffsets":
+        return _timestamp_option(
+            opts, given[0], subscribed, problems, none_found="latest" if strategy == "latest" else "error"
+        )
+    return _offsets_option(opts, "startingOffsets", subscribed, problems, default=default, allow_earliest=True)
+
+
+def _end_option(opts: Mapping[str, str], subscribed: SourceOptions, problems: list[str]) -> OffsetsSpec:
+    given = [n for n in ("endingOffsets", "endingOffsetsByTimestamp", "endingTimestamp") if n.lower() in opts]
+    if len(given) > 1:
+        problems.append(f"{'/'.join(given)}: set only one of them (each says where reading ends)")
+        return OffsetsSpec.latest()
+    if given and given[0] != "endingOffsets":
+        # as in Spark: a partition with no record at or after the timestamp ends at its latest offset
+        return _timestamp_option(opts, given[0], subscribed, problems, none_found="latest")
+    return _offsets_option(opts, "endingOffsets", subscribed, problems, default="latest", allow_earliest=False)
+
+
+def _timestamp_option(
+    opts: Mapping[str, str], name: str, subscribed: SourceOptions, problems: list[str], *, none_found: str
+) -> OffsetsSpec:
+    """``startingTimestamp``/``endingTimestamp`` (one timestamp for every partition) or the per-partition JSON."""
+    raw = str(opts[name.lower()]).strip()
+    start = name.startswith("starting")
+    if name.endswith("Timestamp") and not name.endswith("ByTimestamp"):
+        try:
+            stamp = int(raw)
+        except ValueError:
+            problems.append(f"{name}: {raw!r} is not a timestamp in milliseconds since the epoch")
+            return OffsetsSpec.earliest()
+        if stamp < 0:
+            problems.append(f"{name}: must be a timestamp in milliseconds since the epoch (>= 0), got {stamp}")
+            return OffsetsSpec.earliest()
+        return OffsetsSpec(
+            "timestamp", {}, EARLIEST if start else LATEST, default_timestamp=stamp, none_found=none_found
+        )
+    try:
+        document = json.loads(raw)
+        stamps = offsets_from_json(document, allow_sentinels=False)
+    except ValueError as exc:
+        problems.append(f'{name}: {exc} (give JSON like {{"orders": {{"0": 1700000000000}}}}, times in ms)')
+        return OffsetsSpec.earliest()
+    for tp in sorted(stamps):
+        if not subscribed.subscribes_to(tp.topic):
+            problems.append(f"{name}: topic {tp.topic!r} is not among the subscribed {subscribed.subscription}")
+            break
+    return OffsetsSpec("timestamp", {}, EARLIEST if start else LATEST, timestamps=stamps, none_found=none_found)
 
 
 def _offsets_option(
     opts: Mapping[str, str],
     name: str,
-    topics: tuple[str, ...],
+    subscribed: SourceOptions,
     problems: list[str],
     *,
     default: str,
@@ -394,8 +570,8 @@ def _offsets_option(
         problems.append(f"{name}: {exc}")
         return OffsetsSpec.earliest()
     for tp, offset in sorted(offsets.items()):
-        if tp.topic not in topics:
-            problems.append(f"{name}: topic {tp.topic!r} is not among the subscribed topics {list(topics)}")
+        if not subscribed.subscribes_to(tp.topic):
+            problems.append(f"{name}: topic {tp.topic!r} is not among the subscribed {subscribed.subscription}")
             break
         if offset == EARLIEST and not allow_earliest:
             problems.append(f"{name}: {tp} is -2 (earliest), which is not a valid end")

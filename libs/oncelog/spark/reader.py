@@ -37,10 +37,10 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 from pyspark.sql.types import (
+    ArrayType,
     BinaryType,
     IntegerType,
     LongType,
-    MapType,
     StringType,
     StructField,
     StructType,
@@ -66,7 +66,10 @@ from oncelog.spark.options import OffsetsSpec, OptionError, SourceOptions
 from oncelog.vocabulary import IsolationLevel
 
 __all__ = [
+    "HEADERS_TYPE",
     "SCHEMA",
+    "SCHEMA_WITH_HEADERS",
+    "schema_of",
     "OncelogBatchReader",
     "OncelogStreamReader",
     "RangePartition",
@@ -77,6 +80,11 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
+HEADERS_TYPE = ArrayType(
+    StructType([StructField("key", StringType(), True), StructField("value", BinaryType(), True)]), True
+)
+"""Type of the ``headers`` column, as in Spark's Kafka source: ``(key, value)`` pairs in the producer's order."""
+
 SCHEMA = StructType(
     [
         StructField("key", BinaryType(), True),
@@ -85,18 +93,26 @@ SCHEMA = StructType(
         StructField("partition", IntegerType(), True),
         StructField("offset", LongType(), True),
         StructField("timestamp", TimestampType(), True),
-        StructField("headers", MapType(StringType(), BinaryType(), True), True),
+        StructField("timestampType", IntegerType(), True),
     ]
 )
-"""Rows of the source, as in Spark's Kafka source (headers as a map: the last value of a repeated name wins)."""
+"""Rows of the source, as in Spark's Kafka source (``timestampType`` 0 is CreateTime, 1 LogAppendTime)."""
+
+SCHEMA_WITH_HEADERS = StructType([*SCHEMA.fields, StructField("headers", HEADERS_TYPE, True)])
+"""Rows with ``includeHeaders=true``: a ``headers`` column after the others, as in Spark's Kafka source."""
+
+
+def schema_of(options: SourceOptions) -> StructType:
+    """The row schema the options ask for: with a ``headers`` column only under ``includeHeaders``."""
+    return SCHEMA_WITH_HEADERS if options.include_headers else SCHEMA
 
 
 @functools.cache
-def arrow_schema() -> pa.Schema:
-    """:data:`SCHEMA` as the Arrow schema Spark expects batches to carry (timestamps in UTC)."""
+def arrow_schema(include_headers: bool = False) -> pa.Schema:
+    """The row schema as the Arrow schema Spark expects batches to carry (timestamps in UTC)."""
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    return to_arrow_schema(SCHEMA, timezone="UTC")
+    return to_arrow_schema(SCHEMA_WITH_HEADERS if include_headers else SCHEMA, timezone="UTC")
 
 
 class RangePartition(InputPartition):
@@ -204,9 +220,12 @@ def _after_data_loss(
     return min(log_start, end)
 
 
-def records_to_arrow(records: Sequence[ConsumerRecord]) -> pa.RecordBatch:
-    """Rows of :data:`SCHEMA` as one Arrow record batch (what Spark takes from ``read()`` without conversion)."""
-    schema = arrow_schema()
+def records_to_arrow(records: Sequence[ConsumerRecord], *, include_headers: bool = False) -> pa.RecordBatch:
+    """Rows of :func:`schema_of` as one Arrow record batch (what Spark takes from ``read()`` without conversion).
+
+    Headers keep every pair in the producer's order, repeated names included, as Spark's Kafka source does.
+    """
+    schema = arrow_schema(include_headers)
     columns = [
         pa.array([r.key for r in records], type=pa.binary()),
         pa.array([r.value for r in records], type=pa.binary()),
@@ -214,8 +233,11 @@ def records_to_arrow(records: Sequence[ConsumerRecord]) -> pa.RecordBatch:
         pa.array([r.partition for r in records], type=pa.int32()),
         pa.array([r.offset for r in records], type=pa.int64()),
         pa.array([r.timestamp * 1000 for r in records], type=schema.field("timestamp").type),
-        pa.array([list(dict(r.headers).items()) for r in records], type=schema.field("headers").type),
+        pa.array([int(r.timestamp_type) for r in records], type=pa.int32()),
     ]
+    if include_headers:
+        pairs = [[{"key": name, "value": data} for name, data in r.headers] for r in records]
+        columns.append(pa.array(pairs, type=schema.field("headers").type))
     return pa.RecordBatch.from_arrays(columns, schema=schema)
 
 
@@ -231,7 +253,7 @@ def _read_partition(options: SourceOptions, partition: InputPartition) -> Iterat
         fail_on_data_loss=options.fail_on_data_loss,
     ):
         if records:
-            yield records_to_arrow(records)
+            yield records_to_arrow(records, include_headers=options.include_headers)
 
 
 # ------------------------------------------------------------------------------------------------ planning
@@ -245,9 +267,15 @@ class _Planner:
         self.client = LogClient(options.bootstrap, request_timeout_s=options.request_timeout_s)
 
     def topic_partitions(self) -> list[TopicPartition]:
+        """Every partition of the subscribed topics; with ``subscribePattern``, of the topics matching it now."""
         try:
-            return self.client.topic_partitions(self.options.topics)
+            topics = self.options.topics
+            if self.options.topic_pattern is not None:
+                topics = tuple(t for t in self.client.topic_names() if self.options.subscribes_to(t))
+            return self.client.topic_partitions(topics)
         except UnknownTopicOrPartition as err:
+            if self.options.topic_pattern is not None:
+                return self._without_deleted_topics()
             name = "topic" if len(self.options.topics) == 1 else "topics"
             raise OptionError([f"{name}: {err.message} (bootstrap {','.join(self.options.bootstrap)})"]) from None
         except OncelogError as err:
@@ -255,22 +283,81 @@ class _Planner:
                 [f"bootstrap: the cluster at {','.join(self.options.bootstrap)} did not answer: {err.message}"]
             ) from None
 
+    def _without_deleted_topics(self) -> list[TopicPartition]:
+        # a topic matching the pattern was deleted between the listing and its metadata: list again
+        tps: list[TopicPartition] = []
+        for topic in self.client.topic_names():
+            if self.options.subscribes_to(topic):
+                try:
+                    tps += self.client.topic_partitions([topic])
+                except UnknownTopicOrPartition:
+                    continue
+        return sorted(tps)
+
     def bounds(self, tps: Sequence[TopicPartition], spec: str) -> PartitionOffsets:
         return self.client.list_offsets(tps, spec, self.options.isolation_level)
 
-    def resolve(self, name: str, spec: OffsetsSpec, tps: Sequence[TopicPartition]) -> PartitionOffsets:
-        """Concrete offsets of ``spec`` (option ``name``) for ``tps``."""
-        unknown = sorted(set(spec.offsets) - set(tps))
+    def resolve(
+        self, name: str, spec: OffsetsSpec, tps: Sequence[TopicPartition], *, keep_latest: bool = False
+    ) -> PartitionOffsets:
+        """Concrete offsets of ``spec`` (option ``name``) for ``tps``.
+
+        Args:
+            keep_latest: leave partitions at ``latest`` as the marker ``LATEST`` (a stream's batch 0 pins them).
+
+        Raises:
+            OptionError: a partition named in the option does not exist, or (timestamps with
+                ``none_found="error"``) has no record at or after its time.
+        """
+        unknown = sorted((set(spec.offsets) | set(spec.timestamps)) - set(tps))
         if unknown:
-            raise OptionError([f"{name}: {', '.join(map(str, unknown))} does not exist"])
+            counts: dict[str, int] = {}
+            for tp in tps:
+                counts[tp.topic] = counts.get(tp.topic, 0) + 1
+            raise OptionError(
+                [
+                    f"{name}: partition {tp.partition} of topic {tp.topic!r} does not exist"
+                    + (
+                        f" (the topic has partitions 0-{counts[tp.topic] - 1})"
+                        if tp.topic in counts
+                        else " (the topic does not exist)"
+                    )
+                    for tp in unknown
+                ]
+            )
         wanted = {tp: spec.offset_for(tp) for tp in tps}
+        if spec.kind == "timestamp":
+            wanted.update(self._by_timestamp(name, spec, tps))
         earliest = [tp for tp, o in wanted.items() if o == EARLIEST]
-        latest = [tp for tp, o in wanted.items() if o == LATEST]
+        latest = [] if keep_latest else [tp for tp, o in wanted.items() if o == LATEST]
         if earliest:
             wanted.update(self.bounds(earliest, "earliest"))
         if latest:
             wanted.update(self.bounds(latest, "latest"))
         return wanted
+
+    def _by_timestamp(self, name: str, spec: OffsetsSpec, tps: Sequence[TopicPartition]) -> PartitionOffsets:
+        """Each timed partition's first offset whose record is at or after its time, within what is readable.
+
+        A partition without such a record takes its latest offset, or fails under ``none_found="error"``
+        (``startingOffsetsByTimestampStrategy``, as in Spark's Kafka source).
+        """
+        stamps = {tp: ts for tp in tps if (ts := spec.timestamp_for(tp)) is not None}
+        if not stamps:
+            return {}
+        found = self.client.offsets_for_times(stamps, self.options.isolation_level)
+        latest = self.bounds(sorted(stamps), "latest")
+        missing = sorted(tp for tp in stamps if found[tp] is None or found[tp] >= latest[tp])  # type: ignore[operator]
+        if missing and spec.none_found == "error":
+            raise OptionError(
+                [
+                    f"{name}: {tp} has no record at or after timestamp {stamps[tp]} (its latest offset is "
+                    f"{latest[tp]}); give an earlier time, or set startingOffsetsByTimestampStrategy=latest to start "
+                    "such partitions at their latest offset"
+                    for tp in missing
+                ]
+            )
+        return {tp: LATEST if tp in missing else min(int(found[tp] or 0), latest[tp]) for tp in stamps}
 
     def checkpointed(self, document: Mapping[str, Any], *, initial: bool = False) -> PartitionOffsets:
         """Offsets Spark read back from its checkpoint; they must belong to this source's topics.
@@ -286,16 +373,28 @@ class _Planner:
                 raise ValueError("-2 (earliest) is not a checkpointed offset")
         except ValueError as exc:
             raise OptionError([f"checkpointLocation: the checkpointed source offset is not ours: {exc}"]) from None
-        foreign = sorted({tp.topic for tp in offsets} - set(self.options.topics))
+        foreign = sorted({tp.topic for tp in offsets if not self.options.subscribes_to(tp.topic)})
         if foreign:
             raise OptionError(
                 [
                     f"topics: the checkpoint holds offsets of {foreign}, which this query does not subscribe to "
-                    f"({list(self.options.topics)}); the checkpoint belongs to another query, so use a new "
+                    f"({self.options.subscription}); the checkpoint belongs to another query, so use a new "
                     "checkpointLocation"
                 ]
             )
         return offsets
+
+
+def _start_name(spec: OffsetsSpec) -> str:
+    if spec.kind != "timestamp":
+        return "startingOffsets"
+    return "startingOffsetsByTimestamp" if spec.timestamps else "startingTimestamp"
+
+
+def _end_name(spec: OffsetsSpec) -> str:
+    if spec.kind != "timestamp":
+        return "endingOffsets"
+    return "endingOffsetsByTimestamp" if spec.timestamps else "endingTimestamp"
 
 
 class OncelogBatchReader(DataSourceReader):
@@ -318,8 +417,8 @@ class OncelogBatchReader(DataSourceReader):
         assert self.options.ending_offsets is not None
         planner = _Planner(self.options)
         tps = planner.topic_partitions()
-        start = planner.resolve("startingOffsets", self.options.starting_offsets, tps)
-        end = planner.resolve("endingOffsets", self.options.ending_offsets, tps)
+        start = planner.resolve(_start_name(self.options.starting_offsets), self.options.starting_offsets, tps)
+        end = planner.resolve(_end_name(self.options.ending_offsets), self.options.ending_offsets, tps)
         problems = []
         explicit_ends = {tp: o for tp, o in self.options.ending_offsets.offsets.items() if o >= 0}
         if explicit_ends:
@@ -383,9 +482,7 @@ class OncelogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         planner = _Planner(self.options)
         tps = planner.topic_partitions()
         spec = self.options.starting_offsets
-        at_latest = [tp for tp in tps if spec.offset_for(tp) == LATEST]
-        resolved = planner.resolve("startingOffsets", spec, [tp for tp in tps if tp not in at_latest])
-        return offsets_to_json({**resolved, **dict.fromkeys(at_latest, LATEST)})
+        return offsets_to_json(planner.resolve(_start_name(spec), spec, tps, keep_latest=True))
 
     def getDefaultReadLimit(self) -> ReadLimit:
         """``maxRecordsPerTrigger`` or ``maxBytesPerTrigger`` as Spark's read limit (both apply when both are set)."""

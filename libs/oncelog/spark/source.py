@@ -6,7 +6,7 @@ Register it once per session, then use it like Spark's Kafka source::
     spark.dataSource.register(OncelogDataSource)
     orders = (spark.readStream.format("oncelog")
               .option("bootstrap", "127.0.0.1:7101").option("topic", "orders")
-              .option("startingOffsets", "earliest").option("maxRecordsPerTrigger", 10000)
+              .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", 10000)
               .load())
     (orders.selectExpr("key", "upper(CAST(value AS STRING)) AS value")
            .writeStream.format("oncelog").option("bootstrap", "127.0.0.1:7101").option("topic", "shipped")
@@ -35,15 +35,23 @@ from oncelog.errors import OncelogError, UnknownTopicOrPartition
 from oncelog.spark.atomic import OncelogAtomicBatchWriter, OncelogAtomicStreamWriter
 from oncelog.spark.channels import LogClient
 from oncelog.spark.checkpoint import check_sink_names
-from oncelog.spark.options import ATOMICITY_BATCH, OptionError, SinkOptions, parse_sink_options, parse_source_options
-from oncelog.spark.reader import SCHEMA, OncelogBatchReader, OncelogStreamReader
+from oncelog.spark.options import (
+    ATOMICITY_BATCH,
+    OptionError,
+    SinkOptions,
+    SourceOptions,
+    parse_sink_options,
+    parse_source_options,
+)
+from oncelog.spark.reader import OncelogBatchReader, OncelogStreamReader, schema_of
 from oncelog.spark.writer import OncelogBatchWriter, OncelogStreamWriter, RowEncoder
 
 __all__ = ["OncelogDataSource"]
 
 
 class OncelogDataSource(DataSource):
-    """Format ``oncelog``: topic partitions as rows of ``key, value, topic, partition, offset, timestamp, headers``.
+    """Format ``oncelog``: topic partitions as rows of ``key, value, topic, partition, offset, timestamp,
+    timestampType`` (and ``headers`` with ``includeHeaders``), as Spark's Kafka source.
 
     Spark builds this object from the ``.option(...)`` values (``self.options``, case-insensitive) in
     several driver processes; construction does no I/O. Readers get a parsed, picklable copy of the
@@ -56,9 +64,9 @@ class OncelogDataSource(DataSource):
         return "oncelog"
 
     def schema(self) -> StructType:
-        """The fixed row schema; also validates the source options so that bad ones fail at ``load()``."""
-        self._check_source_options()
-        return SCHEMA
+        """The row schema (with ``headers`` under ``includeHeaders``); validates the options so that bad ones
+        fail at ``load()``."""
+        return schema_of(self._check_source_options())
 
     def reader(self, schema: StructType) -> DataSourceReader:
         """The batch reader (``spark.read``)."""
@@ -109,14 +117,21 @@ class OncelogDataSource(DataSource):
                 ) from None
         return options, encoder
 
-    def _check_source_options(self) -> None:
+    def _check_source_options(self) -> SourceOptions:
         # load() cannot tell batch from streaming, so only what both accept is required here; the
         # reader() and streamReader() calls at query start apply the mode-specific rules
         options = {k: v for k, v in self.options.items() if k.lower() not in _MODE_SPECIFIC}
-        parse_source_options(options, streaming=False)
+        return parse_source_options(options, streaming=False)
 
 
 _FOUND_TOPICS: set[tuple[int, tuple[str, ...], str]] = set()
 """(process id, bootstrap, topic) of the sink topics this process found in the cluster."""
 
-_MODE_SPECIFIC = {"endingoffsets", "maxrecordspertrigger", "maxbytespertrigger"}
+_MODE_SPECIFIC = {
+    "endingoffsets",
+    "endingtimestamp",
+    "endingoffsetsbytimestamp",
+    "maxrecordspertrigger",
+    "maxoffsetspertrigger",
+    "maxbytespertrigger",
+}

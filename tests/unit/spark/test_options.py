@@ -163,3 +163,116 @@ def test_max_batch_bytes_needs_batch_atomicity_and_a_positive_size() -> None:
     assert sink_problems({**BASE, "atomicity": "batch", "maxBatchBytes": "0"}) == [
         "maxBatchBytes: must be at least 1, got 0"
     ]
+
+
+# ------------------------------------------------------------------------- options of Spark's Kafka source
+
+
+def test_max_offsets_per_trigger_is_sparks_name_of_the_record_limit() -> None:
+    parsed = parse_source_options({**BASE, "maxOffsetsPerTrigger": "250"}, streaming=True, environ={})
+    assert parsed.max_records_per_trigger == 250
+    same = parse_source_options(
+        {**BASE, "maxOffsetsPerTrigger": "250", "maxRecordsPerTrigger": "250"}, streaming=True, environ={}
+    )
+    assert same.max_records_per_trigger == 250
+    [clash] = problems({**BASE, "maxOffsetsPerTrigger": "250", "maxRecordsPerTrigger": "100"}, streaming=True)
+    assert clash.startswith("maxOffsetsPerTrigger/maxRecordsPerTrigger:") and "250 and 100" in clash
+
+
+@pytest.mark.parametrize("value", ["-5", "0"])
+def test_negative_or_zero_max_offsets_per_trigger_is_refused(value: str) -> None:
+    [problem] = problems({**BASE, "maxOffsetsPerTrigger": value}, streaming=True)
+    assert problem == f"maxOffsetsPerTrigger: must be at least 1, got {value}"
+    assert problems({**BASE, "maxOffsetsPerTrigger": "ten"}, streaming=True) == [
+        "maxOffsetsPerTrigger: 'ten' is not an integer"
+    ]
+    assert problems({**BASE, "maxOffsetsPerTrigger": "10"}) == [
+        "maxOffsetsPerTrigger: only streaming reads (spark.readStream) use it"
+    ]
+
+
+def test_subscribe_takes_a_comma_list_like_sparks_kafka_source() -> None:
+    parsed = parse_source_options({"bootstrap": "h:1", "subscribe": "a, b"}, streaming=True, environ={})
+    assert (parsed.topics, parsed.topic_pattern) == (("a", "b"), None)
+    assert problems({"bootstrap": "h:1", "subscribe": "a", "topic": "a"})[0] == "topic/subscribe: set only one of them"
+
+
+def test_subscribe_pattern_matches_whole_topic_names() -> None:
+    parsed = parse_source_options({"bootstrap": "h:1", "subscribePattern": "orders-.*"}, streaming=True, environ={})
+    assert (parsed.topics, parsed.topic_pattern) == ((), "orders-.*")
+    assert parsed.subscribes_to("orders-eu") and not parsed.subscribes_to("old-orders-eu")
+    assert not parsed.subscribes_to("orders") and parsed.subscription == "subscribePattern 'orders-.*'"
+    [bad] = problems({"bootstrap": "h:1", "subscribePattern": "orders-("})
+    assert bad.startswith("subscribePattern: 'orders-(' is not a regular expression")
+    starting = json.dumps({"payments": {"0": 1}})
+    [foreign] = problems({"bootstrap": "h:1", "subscribePattern": "orders-.*", "startingOffsets": starting})
+    assert foreign == "startingOffsets: topic 'payments' is not among the subscribed subscribePattern 'orders-.*'"
+
+
+def test_starting_timestamp_applies_to_every_partition() -> None:
+    parsed = parse_source_options({**BASE, "startingTimestamp": "1700000000000"}, streaming=True, environ={})
+    spec = parsed.starting_offsets
+    assert spec.kind == "timestamp" and spec.none_found == "error"
+    assert spec.timestamp_for(TopicPartition("orders", 7)) == 1700000000000
+    assert problems({**BASE, "startingTimestamp": "yesterday"}) == [
+        "startingTimestamp: 'yesterday' is not a timestamp in milliseconds since the epoch"
+    ]
+    assert problems({**BASE, "startingTimestamp": "-1"})[0].startswith("startingTimestamp: must be a timestamp")
+
+
+def test_offsets_by_timestamp_per_partition_with_sparks_strategy() -> None:
+    stamps = json.dumps({"orders": {"0": 1700000000000, "1": 1700000005000}})
+    parsed = parse_source_options(
+        {**BASE, "startingOffsetsByTimestamp": stamps, "startingOffsetsByTimestampStrategy": "latest"},
+        streaming=False,
+        environ={},
+    )
+    spec = parsed.starting_offsets
+    assert spec.timestamp_for(TopicPartition("orders", 1)) == 1700000005000
+    assert (
+        spec.timestamp_for(TopicPartition("orders", 2)) is None
+        and spec.offset_for(TopicPartition("orders", 2)) == EARLIEST
+    )
+    assert spec.none_found == "latest"
+    ending = parse_source_options({**BASE, "endingOffsetsByTimestamp": stamps}, streaming=False, environ={})
+    assert ending.ending_offsets is not None and ending.ending_offsets.none_found == "latest"
+    assert problems({**BASE, "startingOffsetsByTimestampStrategy": "skip"})[0].startswith(
+        "startingOffsetsByTimestampStrategy: 'skip' is not 'error'"
+    )
+    assert problems({**BASE, "startingOffsets": "earliest", "startingTimestamp": "1"}) == [
+        "startingOffsets/startingTimestamp: set only one of them (each says where reading starts)"
+    ]
+    assert problems({**BASE, "endingTimestamp": "1"}, streaming=True) == [
+        "endingTimestamp: only batch reads (spark.read) take an end; a stream runs until stopped"
+    ]
+
+
+def test_include_headers_is_off_by_default_like_spark() -> None:
+    assert not parse_source_options(BASE, streaming=True, environ={}).include_headers
+    assert parse_source_options({**BASE, "includeHeaders": "TRUE"}, streaming=True, environ={}).include_headers
+    assert problems({**BASE, "includeHeaders": "yes"}) == ["includeHeaders: 'yes' is not true or false"]
+
+
+def test_unknown_option_suggests_the_closest_name() -> None:
+    assert problems({**BASE, "maxOffsetPerTriger": "10"}, streaming=True) == [
+        "maxoffsetpertriger: unknown option; did you mean 'maxOffsetsPerTrigger'?"
+    ]
+    [far] = problems({**BASE, "colour": "blue"})
+    assert far.startswith("colour: unknown option; the options are bootstrap, endingOffsets,")
+
+
+def test_spark_kafka_options_without_a_counterpart_say_what_to_do() -> None:
+    found = problems(
+        {
+            "kafka.bootstrap.servers": "h:9092",
+            "bootstrap": "h:1",
+            "subscribe": "orders",
+            "kafka.group.id": "g",
+            "kafka.max.poll.records": "5",
+        },
+        streaming=True,
+    )
+    assert [p.split(":")[0] for p in found] == ["kafka.bootstrap.servers", "kafka.group.id", "kafka.max.poll.records"]
+    assert "set bootstrap to the host:port of any oncelog service" in found[0]
+    assert "Spark's checkpoint" in found[1]
+    assert found[2].startswith("kafka.max.poll.records: Kafka client settings do not apply")
