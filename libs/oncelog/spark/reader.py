@@ -317,11 +317,7 @@ class _Planner:
             raise OptionError(
                 [
                     f"{name}: partition {tp.partition} of topic {tp.topic!r} does not exist"
-                    + (
-                        f" (the topic has partitions 0-{counts[tp.topic] - 1})"
-                        if tp.topic in counts
-                        else " (the topic does not exist)"
-                    )
+                    + _partitions_note(counts.get(tp.topic, 0))
                     for tp in unknown
                 ]
             )
@@ -383,6 +379,12 @@ class _Planner:
                 ]
             )
         return offsets
+
+
+def _partitions_note(count: int) -> str:
+    if count == 0:
+        return " (the topic does not exist)"
+    return " (the topic has only partition 0)" if count == 1 else f" (the topic has partitions 0-{count - 1})"
 
 
 def _start_name(spec: OffsetsSpec) -> str:

@@ -305,9 +305,16 @@ def test_topic_partition_and_header_columns(cluster: LocalCluster, topic3: Topic
     )
     writer = TaskWriter(options, RowEncoder(schema, None))
     writer.write([(topic3.name, 2, b"k", b"v", {"h": b"1"})], task(0))
-    reader = OncelogDataSource({"bootstrap": cluster.bootstrap, "topic": topic3.name}).reader(None)
+    reader = OncelogDataSource({"bootstrap": cluster.bootstrap, "topic": topic3.name, "includeHeaders": "true"}).reader(
+        None
+    )
     [found] = [r for p in reader.partitions() for b in reader.read(p) for r in b.to_pylist()]
-    assert (found["partition"], found["key"], found["value"], dict(found["headers"])) == (2, b"k", b"v", {"h": b"1"})
+    assert (found["partition"], found["key"], found["value"], found["headers"]) == (
+        2,
+        b"k",
+        b"v",
+        [{"key": "h", "value": b"1"}],
+    )
 
 
 # ------------------------------------------------------------------------------------------ rows and digest
