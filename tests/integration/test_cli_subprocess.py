@@ -520,22 +520,26 @@ def test_abort_by_start_offset_refuses_a_transaction_its_coordinator_has_open(lo
 # ---------------------------------------------------------------------------------------------- interrupts
 
 
-def _sigint_default() -> None:
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
+# Runs `python -m oncelog ARGS` with Ctrl-C as a terminal delivers it: a test run started in the background of a
+# non-interactive shell inherits SIGINT ignored, and a Python child would keep ignoring it. Not Popen's preexec_fn:
+# that makes Python fork() this gRPC-using process instead of spawning, and gRPC's fork handlers can start a poller
+# thread in the child whose epoll descriptor close_fds then closes (the child aborts: "epoll_wait error: Bad file
+# descriptor").
+_ONCELOG_WITH_SIGINT = (
+    "import runpy, signal; signal.signal(signal.SIGINT, signal.default_int_handler); "
+    "runpy.run_module('oncelog', run_name='__main__', alter_sys=True)"
+)
 
 
 def start_transactional_produce(local: LocalCluster, topic: str, tid: str) -> subprocess.Popen[bytes]:
     """``oncelog produce -t TID`` with two lines written and stdin left open, once its transaction is ongoing."""
     env = {k: v for k, v in os.environ.items() if k != "ONCELOG_BOOTSTRAP"}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "oncelog", "produce", topic, "-t", tid, "-b", local.bootstrap],
+        [sys.executable, "-c", _ONCELOG_WITH_SIGINT, "produce", topic, "-t", tid, "-b", local.bootstrap],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         env=env,
-        # Ctrl-C as a terminal delivers it: a test run started in the background of a non-interactive shell
-        # inherits SIGINT ignored, and a Python child would keep ignoring it
-        preexec_fn=_sigint_default,
     )
     assert proc.stdin is not None
     try:
