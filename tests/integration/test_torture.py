@@ -9,7 +9,9 @@ from pathlib import Path
 import pytest
 
 from oncelog.torture import report
+from oncelog.torture.history import read_history
 from oncelog.torture.runner import TortureConfig, TortureResult, run
+from oncelog.torture.workloads import TOPICS, pname
 
 pytestmark = pytest.mark.timeout(400)
 
@@ -45,6 +47,13 @@ def test_bounded_run_under_kill_pause_and_partition_finds_no_anomaly(tmp_path: P
     assert any(link.startswith("txn-coordinator-") and "partition-storage-" in link for link in result.links)
     assert any(link.count("partition-storage-") == 2 for link in result.links), "replication through the proxy"
     assert result.valid, result.check.to_dict()["anomalies"]
+    # the probes recorded the HW and LSO their own fetches answered, for every partition, at both isolation levels
+    ops = read_history(result.history)
+    for probe in ("probe-rc", "probe-ru"):
+        marked = {p for op in ops if op.process == probe and op.kind == "ok" for p in op.value.get("hw", {})}
+        assert marked == {pname(t, i) for t, n in TOPICS.items() for i in range(n)}, (probe, marked)
+    finals = {op.value["partition"] for op in ops if op.f == "watermarks" and "lso" in op.value}
+    assert len(finals) == sum(TOPICS.values()), f"a watermarks event per partition after the drain: {finals}"
     assert (result.history.parent / "history.jsonl").stat().st_size > 0
     png = report.timeline(result, tmp_path / "timeline.png")
     assert png is not None and png.read_bytes()[:4] == b"\x89PNG"

@@ -29,9 +29,9 @@ def torture(
         " (PostgreSQL only); none",
     ),
     workloads: str = typer.Option(
-        "append,idem,bank,ctp,abandon,readers",
+        "append,idem,bank,ctp,abandon,readers,probes",
         "--workloads",
-        help="append, idem, bank, ctp, abandon, readers (comma-separated)",
+        help="append, idem, bank, ctp, abandon, readers, probes (comma-separated)",
     ),
     mutant: str = typer.Option(
         "", "--mutant", help="run the services with one deliberate bug (design/torture.md §4); the run must fail"

@@ -253,9 +253,11 @@ _ABORT_AND_BUMP = Disposition(Action.ABORTABLE, epoch_bump=True)
 # (design/client.md §2): of the reasons it retries with Retry.LOCATE, the coordinator ones find the coordinator
 # again, a broken connection looks up whatever the call addresses (_refresh), and the rest are a partition leader's.
 _COORDINATOR_REASONS = frozenset({Reason.NOT_COORDINATOR, Reason.COORDINATOR_NOT_AVAILABLE})
-_METADATA_REASONS = frozenset(
-    reason for reason, how in RETRY_TABLE.items() if how is Retry.LOCATE
-) - _COORDINATOR_REASONS - {Reason.NETWORK_EXCEPTION}
+_METADATA_REASONS = (
+    frozenset(reason for reason, how in RETRY_TABLE.items() if how is Retry.LOCATE)
+    - _COORDINATOR_REASONS
+    - {Reason.NETWORK_EXCEPTION}
+)
 _GROUP_MEMBERSHIP_REASONS = frozenset(
     {Reason.ILLEGAL_GENERATION, Reason.UNKNOWN_MEMBER_ID, Reason.STALE_MEMBER_EPOCH, Reason.FENCED_MEMBER_EPOCH}
 )

@@ -30,13 +30,15 @@ class Plan:
 PLANS: dict[str, Plan] = {
     "abort-as-commit": Plan(expect=("aborted-read", "early-read")),
     "marker-one-partition": Plan(expect=("drain-incomplete", "torn-transaction", "lost-write", "bank-imbalance")),
-    "no-txn-timeout": Plan(expect=("drain-incomplete",)),
+    "no-txn-timeout": Plan(expect=("lso-stuck", "drain-incomplete")),
     "offsets-outside-txn": Plan(seconds=25, expect=("offsets-without-outputs",)),
-    "lso-ignores-open": Plan(seconds=15, expect=("aborted-read", "early-read"), overrides={"coordinators": 1}),
+    "lso-ignores-open": Plan(
+        seconds=15, expect=("read-above-watermark", "aborted-read", "early-read"), overrides={"coordinators": 1}
+    ),
     "skip-dedup": Plan(nemesis=("flaky",), seconds=30, expect=("duplicate",)),
     "no-epoch-check": Plan(nemesis=("zombie",), seconds=30, expect=("drain-incomplete", "zombie-write")),
     "ack-before-durable": Plan(nemesis=("lag-kill",), seconds=40, expect=("lost-write",)),
-    "serve-above-hw": Plan(nemesis=("lag-kill",), seconds=40, expect=("duplicate", "inconsistent-offset")),
+    "serve-above-hw": Plan(expect=("read-above-watermark", "duplicate", "inconsistent-offset")),
 }
 """Mutant → its plan; every mutant of :data:`MUTANTS` that has a hook has a plan."""
 

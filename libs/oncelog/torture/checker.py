@@ -131,6 +131,34 @@ def _torn_transactions(h: History, result: CheckResult) -> None:
             )
 
 
+class Mark:
+    """One observation of a partition's high watermark and last stable offset: a ``watermarks`` event, or a
+    ``read`` op whose Fetch answered them (``hw``/``lso``); the fetch ran between ``invoked_ns`` and
+    ``done_ns``."""
+
+    __slots__ = ("done_ns", "hw", "invoked_ns", "lso", "op")
+
+    def __init__(self, op: Op, invoked_ns: int, hw: int, lso: int) -> None:
+        self.op, self.invoked_ns, self.done_ns, self.hw, self.lso = op, invoked_ns, op.time_ns, hw, lso
+
+
+def _marks(h: History) -> dict[str, list[Mark]]:
+    """Every watermark observation per partition, in order of completion."""
+    marks: dict[str, list[Mark]] = defaultdict(list)
+    for op in h.events:
+        if op.f == "watermarks" and "hw" in op.value and "lso" in op.value:
+            marks[op.value["partition"]].append(Mark(op, op.time_ns, int(op.value["hw"]), int(op.value["lso"])))
+    for call in h.calls:
+        if call.invoke.f != "read" or call.done is None or call.done.kind != "ok":
+            continue
+        hws, lsos = call.done.value.get("hw", {}), call.done.value.get("lso", {})
+        for partition in hws.keys() & lsos.keys():
+            marks[partition].append(Mark(call.done, call.invoke.time_ns, int(hws[partition]), int(lsos[partition])))
+    for seen in marks.values():
+        seen.sort(key=lambda m: (m.done_ns, m.op.index))
+    return marks
+
+
 def _above_watermarks(h: History, result: CheckResult) -> None:
     for call in h.calls:
         if call.invoke.f != "read" or call.done is None or call.done.kind != "ok":
@@ -155,14 +183,49 @@ def _above_watermarks(h: History, result: CheckResult) -> None:
                         f"at or above the last stable offset {lso} the same fetch reported",
                         [call.op.index],
                     )
-    for op in h.events:
-        if op.f == "watermarks" and op.value.get("lso", 0) > op.value.get("hw", 0):
-            result.add(
-                "read-above-watermark",
-                f"{op.describe()}: {op.value.get('partition')} has last stable offset {op.value['lso']} "
-                f"above its high watermark {op.value['hw']}",
-                [op.index],
-            )
+    marks = _marks(h)
+    for partition, seen in marks.items():
+        for mark in seen:
+            if mark.lso > mark.hw:
+                result.add(
+                    "read-above-watermark",
+                    f"{mark.op.describe()}: {partition} has last stable offset {mark.lso} above its high "
+                    f"watermark {mark.hw}",
+                    [mark.op.index],
+                )
+    _lso_past_open_transactions(h, marks, result)
+
+
+def _lso_past_open_transactions(h: History, marks: dict[str, list[Mark]], result: CheckResult) -> None:
+    """The LSO is at most the first offset of the earliest open transaction. A transaction that later committed
+    at offset O was open (or had not written O yet, so the log ended at or below O) until its client asked to
+    commit; an LSO above O observed before that was past an open transaction's data."""
+    for partition, seen in marks.items():
+        times = [m.done_ns for m in seen]
+        best: list[Mark] = []  # best[i]: the mark of the highest LSO among seen[: i + 1]
+        for mark in seen:
+            best.append(mark if not best or mark.lso > best[-1].lso else best[-1])
+        reported: set[int] = set()
+        for send in sorted(h.sends_to.get(partition, []), key=lambda s: s.offset if s.offset is not None else -1):
+            call = send.call
+            if call.invoke.f != "txn-commit" or call.outcome != "committed" or send.offset is None:
+                continue
+            if call.invoke.index in reported:
+                continue
+            commit_invoke_ns = call.value().get("commit_invoke_ns")
+            if commit_invoke_ns is None:
+                continue
+            before = bisect.bisect_left(times, int(commit_invoke_ns))
+            if before and best[before - 1].lso > send.offset:
+                mark = best[before - 1]
+                reported.add(call.invoke.index)
+                result.add(
+                    "read-above-watermark",
+                    f"{mark.op.describe()} reported last stable offset {mark.lso} for {partition}, past "
+                    f"{send.value}@{partition}:{send.offset} of {call.name()}, an open transaction: its client asked "
+                    f"to commit {(int(commit_invoke_ns) - mark.done_ns) / 1e6:.1f} ms later",
+                    [mark.op.index, call.op.index],
+                )
 
 
 def _order(h: History, result: CheckResult) -> None:
@@ -484,22 +547,27 @@ def _liveness(h: History, result: CheckResult) -> None:
     heal = _heal_time(h)
     if heal is None:
         return
-    marks: dict[str, list[Op]] = defaultdict(list)
-    for op in h.events:
-        if op.f == "watermarks" and op.time_ns >= heal:
-            marks[op.value["partition"]].append(op)
-    for partition, seen in marks.items():
+    for partition, all_marks in _marks(h).items():
+        seen = [m for m in all_marks if m.invoked_ns >= heal]
+        # lowest[i]: the mark of the lowest LSO among seen[i:], by the time each fetch was sent
+        seen.sort(key=lambda m: (m.invoked_ns, m.op.index))
+        starts = [m.invoked_ns for m in seen]
+        lowest: list[Mark] = list(seen)
+        for i in range(len(seen) - 2, -1, -1):
+            if lowest[i + 1].lso <= lowest[i].lso:
+                lowest[i] = lowest[i + 1]
         for first in seen:
-            if first.value["lso"] >= first.value["hw"]:
+            if first.lso >= first.hw:
                 continue
-            late = [o for o in seen if o.time_ns - first.time_ns > timeout_ns and o.value["lso"] <= first.value["lso"]]
-            if late:
+            after = bisect.bisect_right(starts, first.done_ns + timeout_ns)
+            if after < len(seen) and lowest[after].lso <= first.lso:
+                late = lowest[after]
                 result.add(
                     "lso-stuck",
-                    f"{partition}: last stable offset {first.value['lso']} below high watermark "
-                    f"{first.value['hw']} at {first.describe()} had not moved by {late[0].describe()}, "
-                    f"{(late[0].time_ns - first.time_ns) / 1e9:.1f} s later and after the faults healed",
-                    [first.index, late[0].index],
+                    f"{partition}: last stable offset {first.lso} below high watermark {first.hw} at "
+                    f"{first.op.describe()} had not moved by {late.op.describe()}, "
+                    f"{(late.invoked_ns - first.done_ns) / 1e9:.1f} s later and after the faults healed",
+                    [first.op.index, late.op.index],
                 )
                 break
     progress_ns = int(h.config["consumer_progress_ms"]) * 1_000_000
@@ -510,6 +578,8 @@ def _liveness(h: History, result: CheckResult) -> None:
         if call.invoke.f == "read" and not call.value().get("final"):
             consumers[call.invoke.process].append(call)
     for process, calls in consumers.items():
+        if not any(heal <= c.invoke.time_ns <= heal + progress_ns for c in calls):
+            continue  # not polling in that window (e.g. a read made only after the drain): nothing to judge
         progressed = [
             c
             for c in calls
@@ -529,9 +599,10 @@ def _liveness(h: History, result: CheckResult) -> None:
 
 
 def _heal_time(h: History) -> int | None:
-    """When the last fault healed; None if a fault is still active at the end or none ever started."""
+    """When the last fault healed (the history's start when none ever started); None if a fault is still active
+    at the end."""
     active: dict[str, int] = {}
-    healed: int | None = None
+    healed: int | None = min((op.time_ns for op in h.ops), default=None)
     for op in h.events:
         if op.f != "nemesis":
             continue

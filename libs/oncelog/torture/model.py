@@ -152,8 +152,10 @@ class History:
                     for offset, record_value in records:
                         self.seen.append(Seen(call, partition, offset, record_value, isolation))
         self.writer: dict[Any, Send] = {}
+        self.sends_to: dict[str, list[Send]] = defaultdict(list)
         for send in self.sends:
             self.writer.setdefault(send.value, send)
+            self.sends_to[send.partition].append(send)
         self.drained: dict[str, Call] = {}
         for call in self.calls:
             value = call.value()

@@ -35,6 +35,7 @@ from oncelog.torture.workloads import (
     WORKLOADS,
     Abandoner,
     History,
+    Probe,
     Transactional,
     Worker,
     build,
@@ -380,6 +381,7 @@ def _drain(bootstrap: str, history: History, timeout_s: float, workloads: Sequen
             "drain-partial", "ok", "read", {"isolation": "read_committed", "reads": {k: reads[k] for k in missing}}
         )
         history.drain_incomplete = missing
+    _final_watermarks(bootstrap, history, ends)
     if "ctp" not in workloads:
         return
     for group in GROUPS:
@@ -393,6 +395,31 @@ def _drain(bootstrap: str, history: History, timeout_s: float, workloads: Sequen
             history.append(group, "ok", "fetch-offsets", {"group": group, "offsets": offsets})
         except Exception as failure:
             history.append(group, "info", "fetch-offsets", {"group": group}, error=repr(failure)[:300])
+
+
+def _final_watermarks(bootstrap: str, history: History, ends: dict[TopicPartition, int]) -> None:
+    """A ``watermarks`` event per partition after the drain (the HW and LSO one Fetch answered), so a last stable
+    offset that never moved again is judged over the whole run (the lso-stuck check)."""
+    probe = Probe("watermarks", bootstrap, history, lambda: 0, 0, topics=(), isolation="read_committed")
+    probe.parts = sorted(ends)
+    probe.positions = dict(ends)
+    try:
+        for _ in range(3):
+            value = probe.fetch_all()
+            for partition in sorted(value["hw"]):
+                history.append(
+                    "watermarks",
+                    "info",
+                    "watermarks",
+                    {"partition": partition, "hw": value["hw"][partition], "lso": value["lso"][partition]},
+                )
+            if len(value["hw"]) == len(probe.parts):
+                return
+            probe.parts = [tp for tp in probe.parts if pname(tp.topic, tp.partition) not in value["hw"]]
+    except Exception as failure:
+        history.append("watermarks", "info", "watermarks", {}, error=repr(failure)[:300])
+    finally:
+        probe.reset()
 
 
 def _check_bank(result: CheckResult, history: History, path: Path) -> None:

@@ -6,7 +6,8 @@ text is the record value), so a value names its writer. On any error a worker co
 ``info`` (unknown: it may or may not have happened) and rebuilds its clients, as a crashed client would; a
 transactional worker's new producer fences its old incarnation with InitProducerId.
 
-* ``append``: transactions of 1-4 sends to the partitions of ``append``; 1 in 32 is aborted on purpose.
+* ``append``: transactions of 1-4 sends to the partitions of ``append``; 1 in 32 is aborted on purpose, and 1 in
+  4 is held open 50-250 ms after its sends are written (so readers meet open transactions below the HW).
 * ``idem``: idempotent, non-transactional producers (retries under dropped replies must not duplicate).
 * ``bank``: transfers, a debit and a credit on two account partitions of ``bank`` in one transaction; the
   amounts of the visible records must sum to zero.
@@ -16,6 +17,9 @@ transactional worker's new producer fences its old incarnation with InitProducer
 * ``abandon``: a client that dies inside its transaction (a new transactional id every few seconds, never closed
   before the drain): only the coordinator's transaction timeout lets ``abandoned``'s last stable offset move on.
 * readers: read_committed and read_uncommitted consumers polling the append, idem and bank topics.
+* probes: white-box readers that send Fetch to the partition leaders themselves (no consumer), one per isolation
+  level, and record with each read the high watermark and last stable offset that the same Fetch answered: the
+  checker's read-above-watermark and lso-stuck rules judge these (design/torture.md §3.3).
 """
 
 from __future__ import annotations
@@ -29,17 +33,26 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from oncelog.client import Consumer, Producer
+from oncelog.client.fetch_filter import CompletedFetch
 from oncelog.client.records import TopicPartition
+from oncelog.client.services import BlockingClient, FetchPosition
+from oncelog.errors import OncelogError
+from oncelog.rpc import ChannelFactory
 from oncelog.torture.history import HistoryWriter
+from oncelog.vocabulary import IsolationLevel
 
 TOPICS: dict[str, int] = {"append": 3, "idem": 2, "bank": 4, "in": 2, "mid": 2, "out": 2, "abandoned": 1}
 """Topic → partitions of the workloads' topics."""
-WORKLOADS = ("append", "idem", "bank", "ctp", "abandon", "readers")
+WORKLOADS = ("append", "idem", "bank", "ctp", "abandon", "readers", "probes")
 TXN_TIMEOUT_MS = 10_000
 CALL_TIMEOUT_S = 10.0
 ABORT_P = 1 / 32
 COPIER_ABORT_P = 1 / 16
+HOLD_P = 1 / 4
+"""Share of the append transactions held open 50-250 ms after their sends are written."""
 ABANDON_EVERY_S = 4.0
+PROBE_EVERY_S = 0.3
+PROBE_PARTITION_BYTES = 256 * 1024
 
 
 def record_value(raw: bytes | None) -> int:
@@ -151,8 +164,12 @@ class Transactional(Worker):
         abort: bool = False,
         reads: dict[str, list[list[int]]] | None = None,
         offsets: tuple[Consumer, dict[TopicPartition, int]] | None = None,
+        hold_s: float = 0.0,
     ) -> bool:
-        """One transaction of ``sends`` (topic, partition, value, origin); True when it committed."""
+        """One transaction of ``sends`` (topic, partition, value, origin); True when it committed. With ``hold_s``
+        the sends are flushed (written and replicated) and the transaction stays open that long before its
+        commit: data of an open transaction sits below the high watermark, which the last stable offset must not
+        pass."""
         producer = self.ensure_producer()
         f = "txn-abort" if abort else "txn-commit"
         entries = [[pname(t, p), v, None, *([o] if o is not None else [])] for t, p, v, o in sends]
@@ -175,6 +192,9 @@ class Transactional(Worker):
             futures = [producer.send(t, str(v).encode(), partition=p) for t, p, v, _ in sends]
             if offsets is not None:
                 producer.send_offsets_to_transaction(offsets[1], offsets[0].group_metadata(), timeout=CALL_TIMEOUT_S)
+            if hold_s:
+                producer.flush(timeout=CALL_TIMEOUT_S)
+                self.stopping.wait(hold_s)
             if abort:
                 producer.abort_transaction(timeout=CALL_TIMEOUT_S)
                 self.h.append(self.process, "ok", f, value, **fields)
@@ -202,7 +222,8 @@ class AppendWorker(Transactional):
             (self.topic, self.rng.randrange(TOPICS[self.topic]), self.next_value(), None)
             for _ in range(self.rng.randint(1, 4))
         ]
-        self.transaction(sends, abort=self.rng.random() < ABORT_P)
+        hold_s = self.rng.uniform(0.05, 0.25) if self.rng.random() < HOLD_P else 0.0
+        self.transaction(sends, abort=self.rng.random() < ABORT_P, hold_s=hold_s)
 
 
 class BankWorker(Transactional):
@@ -377,6 +398,106 @@ class Abandoner(Worker):
         self.abandoned.clear()
 
 
+class Probe(Worker):
+    """A white-box reader: Fetch sent to each partition leader by hand (one call per leader, no long poll), the
+    records decoded with the consumer's own filter (:class:`CompletedFetch`, so aborted data and markers are
+    dropped at read_committed), and each ``read`` op carrying per partition the ``hw`` and ``lso`` that the same
+    Fetch answered. The consumer keeps those to itself; here the checker gets them for every read."""
+
+    def __init__(self, *args: Any, topics: Sequence[str], isolation: str) -> None:
+        super().__init__(*args)
+        self.isolation = isolation
+        self.parts = [TopicPartition(t, p) for t in topics for p in range(TOPICS[t])]
+        self.positions: dict[TopicPartition, int] = dict.fromkeys(self.parts, 0)
+        self.factory = ChannelFactory()
+        self.channels: dict[str, Any] = {}
+        self.leaders: dict[TopicPartition, tuple[str, int]] = {}
+
+    def channel(self, address: str) -> Any:
+        if address not in self.channels:
+            self.channels[address] = self.factory.sync(address)
+        return self.channels[address]
+
+    def step(self) -> None:
+        if self.stopping.wait(PROBE_EVERY_S):
+            return
+        self.h.append(self.process, "invoke", "read", {"isolation": self.isolation})
+        try:
+            value = self.fetch_all()
+        except Exception as failure:
+            self.h.append(self.process, "info", "read", {"isolation": self.isolation}, error=repr(failure)[:300])
+            self.reset()
+            return
+        self.h.append(self.process, "ok", "read", value)
+
+    def fetch_all(self) -> dict[str, Any]:
+        """One Fetch per leader for every partition; partitions whose leader is unknown or answers an error are
+        left out of this read (and their leaders looked up again)."""
+        calls = BlockingClient(self.channel, timeout_s=5.0)
+        if not self.leaders:
+            self.refresh(calls)
+        isolation = IsolationLevel(self.isolation)
+        by_leader: dict[str, list[TopicPartition]] = {}
+        for tp in self.parts:
+            if tp in self.leaders:
+                by_leader.setdefault(self.leaders[tp][0], []).append(tp)
+        reads: dict[str, list[list[int]]] = {}
+        hws: dict[str, int] = {}
+        lsos: dict[str, int] = {}
+        stale = False
+        lagging = False
+        for address, tps in by_leader.items():
+            positions = [
+                FetchPosition(tp, self.positions[tp], self.leaders[tp][1], PROBE_PARTITION_BYTES) for tp in tps
+            ]
+            try:
+                answers = calls.fetch(
+                    address, positions, isolation=isolation, max_bytes=len(tps) * PROBE_PARTITION_BYTES
+                )
+            except OncelogError:
+                stale = True
+                continue
+            for tp, answer in zip(tps, answers, strict=True):
+                if answer.error is not None:
+                    stale = True
+                    continue
+                name = pname(tp.topic, tp.partition)
+                fetched = CompletedFetch(
+                    tp,
+                    answer.records,
+                    fetch_offset=self.positions[tp],
+                    isolation_level=isolation,
+                    aborted_transactions=answer.aborted_transactions,
+                )
+                records = fetched.fetch_records(1 << 30)
+                reads[name] = [[r.offset, record_value(r.value)] for r in records]
+                hws[name], lsos[name] = answer.high_watermark, answer.last_stable_offset
+                self.positions[tp] = max(self.positions[tp], fetched.next_fetch_offset)
+                end = answer.last_stable_offset if isolation is IsolationLevel.READ_COMMITTED else answer.high_watermark
+                lagging = lagging or self.positions[tp] < end
+        if stale or len(hws) < len(self.parts):
+            self.refresh(calls)
+        value: dict[str, Any] = {"isolation": self.isolation, "reads": reads, "hw": hws, "lso": lsos}
+        if len(hws) == len(self.parts) and not lagging:
+            value["caught_up"] = True
+        return value
+
+    def refresh(self, calls: BlockingClient) -> None:
+        topics = sorted({tp.topic for tp in self.parts})
+        infos = calls.metadata(self.bootstrap.split(",")[0], topics)
+        self.leaders = {
+            TopicPartition(info.name, p.partition): (p.leader_address, p.leader_epoch)
+            for info in infos
+            for p in info.partitions
+            if p.leader_address
+        }
+
+    def reset(self) -> None:
+        channels, self.channels, self.leaders = self.channels, {}, {}
+        for channel in channels.values():
+            channel.close()
+
+
 def build(workloads: Sequence[str], bootstrap: str, history: History, seed: int) -> list[Worker]:
     """The workers of the chosen workloads, each seeded from ``seed``."""
     unknown = set(workloads) - set(WORKLOADS)
@@ -408,4 +529,9 @@ def build(workloads: Sequence[str], bootstrap: str, history: History, seed: int)
     if "readers" in workloads:
         add(Reader, "rc-0", isolation="read_committed")
         add(Reader, "ru-0", isolation="read_uncommitted")
+    if "probes" in workloads:
+        probed = [t for t in TOPICS if (t not in ("in", "mid", "out") or "ctp" in workloads)]
+        probed = [t for t in probed if t != "abandoned" or "abandon" in workloads]
+        add(Probe, "probe-rc", topics=probed, isolation="read_committed")
+        add(Probe, "probe-ru", topics=probed, isolation="read_uncommitted")
     return workers

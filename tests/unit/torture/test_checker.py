@@ -115,6 +115,36 @@ def test_read_above_high_watermark_and_last_stable_offset() -> None:
     assert "high watermark 1" in found[0].explanation and "last stable offset 1" in found[1].explanation
 
 
+def test_last_stable_offset_past_a_transaction_not_yet_asked_to_commit() -> None:
+    """An LSO above a record of a transaction observed before its client asked to commit: the LSO ignored an
+    open transaction (the lso-ignores-open mutant); observed after the request, the same LSO is fine."""
+    b = Builder()
+    b.write("p1", [(T0, 1, 0)])
+    probe = b.read("probe", {T0: [(0, 1)]}, isolation="read_uncommitted", hw={T0: 3}, lso={T0: 3})
+    b.advance(5)
+    txn = b.write("p2", [(T0, 2, 1), (T0, 3, 2)], commit_invoke_ns=b.now_ns)
+    b.read("probe", {T0: [(1, 2), (2, 3)]}, isolation="read_uncommitted", hw={T0: 4}, lso={T0: 4})
+    (anomaly,) = only(check(b.ops), "read-above-watermark")
+    assert anomaly.ops == (probe.index, txn.index)
+    assert "last stable offset 3" in anomaly.explanation and "2@t-0:1" in anomaly.explanation
+    assert "ms later" in anomaly.explanation
+
+    clean = Builder()
+    clean.write("p1", [(T0, 1, 0)])
+    clean.read("probe", {T0: [(0, 1)]}, isolation="read_uncommitted", hw={T0: 2}, lso={T0: 1})
+    clean.advance(5)
+    clean.write("p2", [(T0, 2, 1)], commit_invoke_ns=clean.now_ns)
+    clean.read("probe", {T0: [(1, 2)]}, hw={T0: 3}, lso={T0: 3})
+    assert check(clean.ops).valid, check(clean.ops).to_dict()
+
+
+def test_a_read_whose_lso_is_above_its_hw_is_flagged() -> None:
+    b = Builder()
+    probe = b.read("probe", {T0: []}, hw={T0: 2}, lso={T0: 3})
+    (anomaly,) = only(check(b.ops), "read-above-watermark")
+    assert anomaly.ops == (probe.index,) and "above its high watermark 2" in anomaly.explanation
+
+
 def test_order_violation_within_a_producer() -> None:
     b = Builder()
     batch = b.write("p1", [(T0, 1, 5), (T0, 2, 4)], f="produce")
@@ -254,6 +284,28 @@ def test_lso_stuck_after_the_faults_heal() -> None:
     later = b.event("watermarks", {"partition": T0, "hw": 6, "lso": 3})
     (anomaly,) = only(check(b.ops), "lso-stuck")
     assert anomaly.ops == (first.index, later.index)
+
+
+def test_lso_stuck_seen_by_reads_in_a_run_without_faults() -> None:
+    """The watermarks a probe's reads carry feed the lso-stuck check, and with no fault at all the whole history
+    counts as healed (the no-txn-timeout mutant: an abandoned transaction holds the LSO)."""
+    b = Builder()
+    b.event("config", {"txn_timeout_ms": 1000, "margin_ms": 0})
+    first = b.read("probe", {T0: []}, hw={T0: 5}, lso={T0: 3})
+    b.advance(500)
+    b.read("probe", {T0: []}, hw={T0: 6}, lso={T0: 3})
+    b.advance(1000)
+    later = b.read("probe", {T0: []}, hw={T0: 7}, lso={T0: 3})
+    (anomaly,) = only(check(b.ops), "lso-stuck")
+    assert anomaly.ops == (first.index, later.index)
+    assert "last stable offset 3 below high watermark 5" in anomaly.explanation
+
+    moved = Builder()
+    moved.event("config", {"txn_timeout_ms": 1000, "margin_ms": 0})
+    moved.read("probe", {T0: []}, hw={T0: 5}, lso={T0: 3})
+    moved.advance(1500)
+    moved.read("probe", {T0: []}, hw={T0: 7}, lso={T0: 4})
+    assert check(moved.ops).valid
 
 
 def test_lso_that_moves_is_not_stuck_and_faults_still_active_are_not_judged() -> None:
