@@ -9,11 +9,15 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+_ROOT = Path(__file__).resolve().parents[3]
+KAFKA_CONNECTOR_FETCH_SCRIPT = _ROOT / "scripts" / "spark" / "fetch-kafka-connector.sh"
 
 QUICK_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 """JVM flags that start Spark faster on a small machine: C1 only and the serial collector
@@ -32,6 +36,40 @@ def spark_unavailable() -> str | None:
     return None
 
 
+def kafka_connector_cache_root() -> Path:
+    """Where Spark's Kafka connector jars live: ``$ONCELOG_SPARK_KAFKA_CACHE`` or ``~/.cache/oncelog/spark-kafka``."""
+    return Path(os.environ.get("ONCELOG_SPARK_KAFKA_CACHE", Path.home() / ".cache" / "oncelog" / "spark-kafka"))
+
+
+def kafka_connector_jars() -> list[Path] | None:
+    """The jars of Spark's own Kafka connector (``format("kafka")``) for the installed pyspark, or None when
+    ``scripts/spark/fetch-kafka-connector.sh`` has not completed."""
+    import pyspark
+
+    libs = kafka_connector_cache_root() / f"pyspark-{pyspark.__version__}" / "libs"
+    return sorted(libs.glob("*.jar")) if (libs / ".complete").exists() else None
+
+
+def kafka_connector_version(jars: Sequence[Path]) -> str:
+    """The spark-sql-kafka-0-10 release the fetched ``jars`` are (the installed pyspark's, or the newest served)."""
+    return (Path(jars[0]).parent / "CONNECTOR_VERSION").read_text().strip()
+
+
+def fetch_kafka_connector(timeout_s: float = 900.0) -> list[Path]:
+    """Run ``scripts/spark/fetch-kafka-connector.sh`` (Maven Central through mvn) and return the connector's jars.
+
+    Raises:
+        RuntimeError: mvn failed; the message has its output.
+    """
+    done = subprocess.run(
+        ["bash", str(KAFKA_CONNECTOR_FETCH_SCRIPT)],
+        capture_output=True, text=True, timeout=timeout_s, check=False, env={**os.environ, "PYTHON": sys.executable},
+    )  # fmt: skip
+    if done.returncode != 0:
+        raise RuntimeError(f"scripts/spark/fetch-kafka-connector.sh failed ({done.returncode}):\n{done.stderr[-3000:]}")
+    return sorted(Path(done.stdout.strip().splitlines()[-1]).glob("*.jar"))
+
+
 def use_this_python() -> None:
     """Make Spark's Python workers run this interpreter and bind to loopback (design/spark-connector.md §7)."""
     os.environ["PYSPARK_PYTHON"] = sys.executable
@@ -42,9 +80,16 @@ def use_this_python() -> None:
 
 @contextmanager
 def local_spark_session(
-    tmp: Path, *, master: str = "local[2,2]", app_name: str = "oncelog", java_options: str = QUICK_JVM
+    tmp: Path,
+    *,
+    master: str = "local[2,2]",
+    app_name: str = "oncelog",
+    java_options: str = QUICK_JVM,
+    jars: Sequence[Path] = (),
 ) -> Iterator[Any]:
     """A started ``SparkSession`` on ``master`` with its scratch space under ``tmp``; stopped on exit.
+
+    ``jars`` go on ``spark.jars`` (e.g. :func:`kafka_connector_jars` for Spark's own ``kafka`` format).
 
     ``local[2,2]`` gives two task threads and two attempts per task, so task retries happen as on a
     cluster (design/spark-connector.md §3.4). Shuffles use two partitions, and empty micro-batches are not run.
@@ -61,8 +106,11 @@ def local_spark_session(
         "appender.console.type = Console\nappender.console.name = console\nappender.console.target = SYSTEM_ERR\n"
         "appender.console.layout.type = PatternLayout\nappender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n\n"
     )
+    builder = SparkSession.builder
+    if jars:
+        builder = builder.config("spark.jars", ",".join(str(jar) for jar in jars))
     session = (
-        SparkSession.builder.master(master)
+        builder.master(master)
         .appName(app_name)
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
