@@ -1,4 +1,4 @@
-"""Read-after-write of the sink (docs/design/read-after-commit.md §2.4): once a task's or the driver's commit
+"""Read-after-write of the sink (docs/design/read-after-commit.md §2, item 4): once a task's or the driver's commit
 returns, every COMMIT marker is written, so a read_committed read started afterwards sees every row.
 
 ``df.write.format("oncelog").save()`` returns after every task's commit (``atomicity=task``) or the driver's
