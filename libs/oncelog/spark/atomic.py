@@ -59,6 +59,7 @@ from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowW
 from oncelog.client.producer import Producer
 from oncelog.client.records import OffsetAndMetadata
 from oncelog.spark.checkpoint import record_sink_names
+from oncelog.spark.metrics import SinkBatchMetrics, record_sink_batch
 from oncelog.spark.options import OptionError, SinkOptions
 from oncelog.spark.output import BatchedSender, RecordColumns
 from oncelog.spark.writer import (
@@ -143,6 +144,7 @@ class BatchCommitOutcome:
         rows: rows produced by this commit.
         written: Spark partitions whose rows this commit produced.
         skipped: Spark partitions whose rows an earlier run had already committed.
+        size_bytes: bytes of the keys, values and headers this commit produced.
     """
 
     batch_id: int
@@ -150,6 +152,12 @@ class BatchCommitOutcome:
     rows: int
     written: tuple[int, ...]
     skipped: tuple[int, ...]
+    size_bytes: int = 0
+
+    @property
+    def metrics(self) -> SinkBatchMetrics:
+        """The batch's metrics: one transaction when this commit wrote rows."""
+        return SinkBatchMetrics(self.rows, self.size_bytes, 1 if self.written else 0, len(self.skipped))
 
 
 class OutputStager:
@@ -270,7 +278,8 @@ class DriverCommitter:
         rows = sum(m.rows for m in to_write)
         written = tuple(m.partition_id for m in to_write)
         log.info("%s: batch %d committed, %d rows of %d Spark partitions", tid, batch_id, rows, len(written))
-        return BatchCommitOutcome(batch_id, tid, rows, written, skipped)
+        payload = sum(chunk.payload_size() for m in to_write for chunk in m.chunks)
+        return BatchCommitOutcome(batch_id, tid, rows, written, skipped, payload)
 
     def _send_markers(self, producer: Any, query_id: str, batch_id: int, to_write: list[StagedOutput]) -> None:
         """Commit each written partition's marker (batch, rows, digest) in its group, inside the transaction."""
@@ -371,8 +380,9 @@ class OncelogAtomicStreamWriter(SinkWriter, DataSourceStreamArrowWriter):
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Every task staged its rows: commit the micro-batch (:meth:`DriverCommitter.commit`)."""
-        DriverCommitter(self.options).commit(messages, batchId)
+        outcome = DriverCommitter(self.options).commit(messages, batchId)
         record_sink_names(self.options)
+        record_sink_batch(self.options.atomicity, outcome.metrics)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """The batch failed; nothing to undo.
@@ -398,6 +408,7 @@ class OncelogAtomicBatchWriter(JobSinkWriter, DataSourceArrowWriter):
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         """Every task staged its rows: commit them all in one transaction."""
         outcome = DriverCommitter(self.options).commit(messages, 0)
+        record_sink_batch(self.options.atomicity, outcome.metrics)
         log.info("%s: %d rows committed in one transaction", self.job_id, outcome.rows)
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:

@@ -84,6 +84,7 @@ from oncelog.spark.markers import (
     read_marker,
     task_transactional_id,
 )
+from oncelog.spark.metrics import SinkBatchMetrics, record_sink_batch
 from oncelog.spark.options import OptionError, SinkOptions
 from oncelog.spark.output import BatchedSender, RecordColumns
 
@@ -116,6 +117,7 @@ __all__ = [
     "marker_metadata",
     "marker_partition",
     "read_marker",
+    "task_batch_metrics",
     "task_identity",
     "task_transactional_id",
 ]
@@ -323,6 +325,7 @@ class SinkCommitMessage(WriterCommitMessage):
         skipped: the output was already committed by an earlier run of this batch.
         digest: :class:`BatchDigest` of the rows.
         transactional_id: the task's transactional id.
+        size: bytes of the keys, values and headers this attempt committed (0 when skipped or empty).
     """
 
     partition_id: int
@@ -332,6 +335,7 @@ class SinkCommitMessage(WriterCommitMessage):
     skipped: bool
     digest: str
     transactional_id: str
+    size: int = 0
 
 
 ProducerFactory = Callable[..., Any]
@@ -396,10 +400,12 @@ class TaskWriter:
             group_added = in_background(lambda: producer.add_offsets_to_transaction(tid))
             digest = BatchDigest()
             sender = BatchedSender(producer)
+            size = 0
             with waited_for_on_error(group_added):
                 for chunk in records:
                     sender.add(chunk)  # first, so the I/O thread sends while this thread hashes
                     digest.add_columns(chunk)
+                    size += chunk.payload_size()
                 sender.flush_buffers()
             group_added.result()
             metadata = marker_metadata(task.batch_id, digest.rows, digest.hexdigest)
@@ -411,7 +417,7 @@ class TaskWriter:
             commit_until_known(producer, self.options)
             log.info("%s: batch %d committed, %d rows (attempt %d)", tid, task.batch_id, digest.rows, task.attempt)
             return SinkCommitMessage(
-                task.partition_id, task.attempt, task.batch_id, digest.rows, False, digest.hexdigest, tid
+                task.partition_id, task.attempt, task.batch_id, digest.rows, False, digest.hexdigest, tid, size
             )
 
     def _register(self, producer: Any, tid: str, batch_id: int) -> Marker:
@@ -452,6 +458,17 @@ def arrow_rows(batches: Iterator[pa.RecordBatch]) -> Iterator[tuple[Any, ...]]:
     """Rows of Arrow batches as tuples in column order, without building a Spark ``Row`` per record."""
     for batch in batches:
         yield from zip(*(column.to_pylist() for column in batch.columns), strict=True)
+
+
+def task_batch_metrics(found: Sequence[SinkCommitMessage]) -> SinkBatchMetrics:
+    """What the tasks of one batch committed and skipped (``atomicity=task``: a transaction per task with rows)."""
+    written = [m for m in found if not m.skipped]
+    return SinkBatchMetrics(
+        rows=sum(m.rows for m in written),
+        size_bytes=sum(m.size for m in written),
+        transactions=sum(1 for m in written if m.rows),
+        replays_skipped=sum(1 for m in found if m.skipped),
+    )
 
 
 def _check_messages(messages: Sequence[WriterCommitMessage | None], batch_id: int) -> list[SinkCommitMessage]:
@@ -515,9 +532,16 @@ class OncelogStreamWriter(SinkWriter, DataSourceStreamArrowWriter):
         """Every task has committed (or skipped) its part of ``batchId``; check their reports."""
         found = _check_messages(messages, batchId)
         record_sink_names(self.options)
-        written = sum(m.rows for m in found if not m.skipped)
-        skipped = sum(1 for m in found if m.skipped)
-        log.info("batch %d: %d rows committed by %d tasks, %d tasks skipped", batchId, written, len(found), skipped)
+        batch = task_batch_metrics(found)
+        record_sink_batch(self.options.atomicity, batch)
+        log.info(
+            "batch %d: %d rows (%d bytes) committed in %d transactions, %d tasks skipped as already committed",
+            batchId,
+            batch.rows,
+            batch.size_bytes,
+            batch.transactions,
+            batch.replays_skipped,
+        )
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """The batch failed; nothing to undo.
@@ -544,7 +568,15 @@ class OncelogBatchWriter(JobSinkWriter, DataSourceArrowWriter):
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         """Every task committed; check their reports."""
         found = _check_messages(messages, 0)
-        log.info("%s: %d rows committed by %d tasks", self.job_id, sum(m.rows for m in found), len(found))
+        batch = task_batch_metrics(found)
+        record_sink_batch(self.options.atomicity, batch)
+        log.info(
+            "%s: %d rows (%d bytes) committed in %d transactions",
+            self.job_id,
+            batch.rows,
+            batch.size_bytes,
+            batch.transactions,
+        )
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         """The job failed; tasks that committed keep their output (there is no batch to replay)."""

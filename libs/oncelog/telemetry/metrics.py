@@ -279,6 +279,41 @@ CONSUMER_RECORDS_LAG = MetricDefinition(
     ("group", "client_id", "topic", "partition"),
     ("the consumer (oncelog.client.fetcher)",),
 )
+SPARK_SINK_ROWS = MetricDefinition(
+    "oncelog.spark.sink.rows",
+    InstrumentKind.COUNTER,
+    "{row}",
+    "Rows the oncelog Spark sink committed, counted by the driver as each micro-batch or write job commits "
+    "(rows of Spark partitions a replay skipped are not counted again).",
+    ("atomicity",),
+    ("the Spark sink's driver (oncelog.spark)",),
+)
+SPARK_SINK_BYTES = MetricDefinition(
+    "oncelog.spark.sink.bytes",
+    InstrumentKind.COUNTER,
+    "By",
+    "Bytes of keys, values and headers the oncelog Spark sink committed.",
+    ("atomicity",),
+    ("the Spark sink's driver (oncelog.spark)",),
+)
+SPARK_SINK_TRANSACTIONS = MetricDefinition(
+    "oncelog.spark.sink.transactions",
+    InstrumentKind.COUNTER,
+    "{transaction}",
+    "Transactions the oncelog Spark sink committed: one per Spark task with rows under atomicity=task, one per "
+    "micro-batch under atomicity=batch.",
+    ("atomicity",),
+    ("the Spark sink's driver (oncelog.spark)",),
+)
+SPARK_SINK_REPLAYS_SKIPPED = MetricDefinition(
+    "oncelog.spark.sink.replays_skipped",
+    InstrumentKind.COUNTER,
+    "{partition}",
+    "Spark partitions of a replayed micro-batch the oncelog Spark sink skipped because an earlier run of the "
+    "query had committed them (the exactly-once markers at work).",
+    ("atomicity",),
+    ("the Spark sink's driver (oncelog.spark)",),
+)
 RPC_SERVER_DURATION = MetricDefinition(
     "oncelog.rpc.server.duration",
     InstrumentKind.HISTOGRAM,
@@ -311,6 +346,10 @@ CATALOG: tuple[MetricDefinition, ...] = (
     GROUP_STATE_WRITES,
     GROUP_HEARTBEATS_COMMITTED,
     CONSUMER_RECORDS_LAG,
+    SPARK_SINK_ROWS,
+    SPARK_SINK_BYTES,
+    SPARK_SINK_TRANSACTIONS,
+    SPARK_SINK_REPLAYS_SKIPPED,
     RPC_SERVER_DURATION,
 )
 """Every metric oncelog emits."""
@@ -474,6 +513,16 @@ class OncelogMetrics:
         """Report the members of one group-offsets shard's consumer groups; 0 when the shard is not served."""
         self._instruments[GROUP_MEMBERS.name].set(count, {"shard": shard})
 
+    def record_spark_sink_batch(
+        self, atomicity: str, *, rows: int, size_bytes: int, transactions: int, replays_skipped: int
+    ) -> None:
+        """Count what one committed micro-batch (or write job) of the Spark sink wrote and skipped."""
+        attributes = {"atomicity": atomicity}
+        self._instruments[SPARK_SINK_ROWS.name].add(rows, attributes)
+        self._instruments[SPARK_SINK_BYTES.name].add(size_bytes, attributes)
+        self._instruments[SPARK_SINK_TRANSACTIONS.name].add(transactions, attributes)
+        self._instruments[SPARK_SINK_REPLAYS_SKIPPED.name].add(replays_skipped, attributes)
+
     def record_rpc_server_duration(self, full_method: str, status_code: int, seconds: float) -> None:
         """Record one served call; ``full_method`` is ``/package.Service/Method``."""
         service, _, method = full_method.lstrip("/").partition("/")
@@ -540,6 +589,10 @@ __all__ = [
     "PID_BLOCK_REMAINING",
     "PRODUCE_BYTES",
     "PRODUCE_RECORDS",
+    "SPARK_SINK_BYTES",
+    "SPARK_SINK_REPLAYS_SKIPPED",
+    "SPARK_SINK_ROWS",
+    "SPARK_SINK_TRANSACTIONS",
     "RPC_SERVER_DURATION",
     "TRANSACTIONS_COMPLETED",
     "TRANSACTIONS_OPEN",
