@@ -76,7 +76,10 @@ class RowEncoder:
                     "(serialize other fields into value, e.g. to_json(struct(...)))"
                 )
         if "value" not in fields:
-            problems.append("value: the DataFrame has no value column")
+            problems.append(
+                "value: the DataFrame has no value column; select one of type binary or string, e.g. "
+                "to_json(struct(*)) AS value (the same columns as Spark's Kafka sink)"
+            )
         for name, allowed, wanted in (
             ("value", _TEXT_OR_BYTES, "binary or string"),
             ("key", _TEXT_OR_BYTES, "binary or string"),
