@@ -17,7 +17,14 @@ pytestmark = [pytest.mark.kafka, pytest.mark.timeout(300)]
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition  # noqa: E402
-from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic  # noqa: E402
+from confluent_kafka.admin import (  # noqa: E402
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewPartitions,
+    NewTopic,
+)
 
 
 def _topic(bootstrap: str, partitions: int = 1) -> str:
@@ -150,6 +157,41 @@ def test_a_topic_created_with_a_setting_describes_it_back(kafka_bootstrap: str) 
     entries = admin.describe_configs([resource])[resource].result(60)
     assert {k: entries[k].value for k in settings} == settings
     assert not entries["retention.ms"].is_default
+
+
+def test_partitions_are_added_and_settings_altered_and_bad_changes_refused(kafka_bootstrap: str) -> None:
+    name = _topic(kafka_bootstrap)
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    admin.create_partitions([NewPartitions(name, 3)])[name].result(60)
+    assert len(admin.list_topics(name, timeout=30).topics[name].partitions) == 3
+    with pytest.raises(KafkaException) as shrunk:
+        admin.create_partitions([NewPartitions(name, 2)])[name].result(60)
+    assert shrunk.value.args[0].code() == KafkaError.INVALID_PARTITIONS, shrunk.value
+
+    resource = ConfigResource(
+        ConfigResource.Type.TOPIC,
+        name,
+        incremental_configs=[ConfigEntry("retention.ms", "7200000", incremental_operation=AlterConfigOpType.SET)],
+    )
+    admin.incremental_alter_configs([resource])[resource].result(60)
+    described = ConfigResource(ConfigResource.Type.TOPIC, name)
+    entries = admin.describe_configs([described])[described].result(60)
+    assert entries["retention.ms"].value == "7200000" and not entries["retention.ms"].is_default
+    deleted = ConfigResource(
+        ConfigResource.Type.TOPIC,
+        name,
+        incremental_configs=[ConfigEntry("retention.ms", None, incremental_operation=AlterConfigOpType.DELETE)],
+    )
+    admin.incremental_alter_configs([deleted])[deleted].result(60)
+    assert admin.describe_configs([described])[described].result(60)["retention.ms"].is_default
+    appended = ConfigResource(
+        ConfigResource.Type.TOPIC,
+        name,
+        incremental_configs=[ConfigEntry("retention.ms", "1", incremental_operation=AlterConfigOpType.APPEND)],
+    )
+    with pytest.raises(KafkaException) as refused:
+        admin.incremental_alter_configs([appended])[appended].result(60)
+    assert refused.value.args[0].code() == KafkaError.INVALID_CONFIG, refused.value
 
 
 @pytest.mark.parametrize("acks", ["0", "1"])

@@ -1,5 +1,6 @@
 """Kafka's admin APIs on oncelog: the transaction ones of KIP-664 (what ``kafka-transactions.sh`` calls:
-ListTransactions, DescribeTransactions, DescribeProducers) and DescribeConfigs for topics (read-only).
+ListTransactions, DescribeTransactions, DescribeProducers, and WriteTxnMarkers for ``abort``), DescribeConfigs and
+IncrementalAlterConfigs for topics, and CreatePartitions.
 
 ListTransactions asks every transaction coordinator (each answers for the shards it owns) and merges; the others go
 to the coordinator of the id or the leader of the partition. State names are Kafka's (``Ongoing``,
@@ -17,12 +18,17 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from oncelog.catalog.topics import KAFKA_CONFIG_NAMES
-from oncelog.client.services import ClusterClient, PartitionStorageClient, TransactionCoordinatorClient
-from oncelog.errors import OncelogError
+from oncelog.client.services import (
+    ClusterClient,
+    PartitionStorageClient,
+    TransactionCoordinatorClient,
+    TxnMarker,
+)
+from oncelog.errors import InvalidRequest, OncelogError
 from oncelog.kafka_gateway.error_codes import error_code_of
 from oncelog.kafka_gateway.protocol import Request
 from oncelog.kafka_gateway.routing import ClusterRoutes
-from oncelog.vocabulary import CoordinatorKind, Role, TopicPartition
+from oncelog.vocabulary import ControlType, CoordinatorKind, ProducerIdAndEpoch, Role, TopicPartition
 
 
 def kafka_state(name: str) -> str:
@@ -42,7 +48,9 @@ KAFKA_STATES = frozenset(
 """The state names ListTransactions filters on and the admin APIs answer with."""
 
 
+_MAX_PRODUCER_EPOCH = 32767
 _TOPIC_RESOURCE = 2
+_SET, _DELETE = 0, 1  # IncrementalAlterConfigs operations; APPEND (2) and SUBTRACT (3) concern list settings
 _TOPIC_SOURCE, _DEFAULT_SOURCE = 1, 5  # Kafka's DYNAMIC_TOPIC_CONFIG and DEFAULT_CONFIG
 _KAFKA_NAME = {ours: kafka for kafka, ours in KAFKA_CONFIG_NAMES.items()}
 
@@ -72,6 +80,9 @@ class AdminServicer:
             65: self.describe_transactions,
             61: self.describe_producers,
             32: self.describe_configs,
+            27: self.write_txn_markers,
+            37: self.create_partitions,
+            44: self.incremental_alter_configs,
         }
 
     async def describe_configs(self, request: Request) -> dict[str, Any]:
@@ -107,6 +118,65 @@ class AdminServicer:
                      "is_sensitive": False, "synonyms": [], "config_type": 0, "documentation": None}
                 )  # fmt: skip
             results.append({**entry, "error_code": ErrorCode.none, "configs": configs})
+        return {"throttle_time": 0, "results": results}
+
+    async def incremental_alter_configs(self, request: Request) -> dict[str, Any]:
+        """SET and DELETE topic settings (``kafka-configs.sh --alter``), each topic all or nothing."""
+        responses = []
+        for resource in request.body.resources:
+            entry = {"resource_type": resource.resource_type, "resource_name": resource.resource_name}
+            if resource.resource_type != _TOPIC_RESOURCE:
+                message = "the kafka-gateway alters topic configs only (resource type 2)"
+                responses.append({**entry, "error_code": ErrorCode.invalid_request, "error_message": message})
+                continue
+            ops: dict[str, str | None] = {}
+            bad = [c.name for c in resource.configs if c.config_operation not in (_SET, _DELETE)]
+            if bad:
+                message = f"{', '.join(bad)}: oncelog's topic settings are not lists; use SET or DELETE"
+                responses.append({**entry, "error_code": ErrorCode.invalid_config, "error_message": message})
+                continue
+            for c in resource.configs:
+                ops[c.name] = None if c.config_operation == _DELETE else (c.value or "")
+
+            def alter(
+                address: str, name: str = resource.resource_name, ops: dict[str, str | None] = ops
+            ) -> Awaitable[Any]:
+                return self._cluster.incremental_alter_configs(
+                    address, {name: ops}, validate_only=request.body.validate_only, timeout_s=self._timeout_s
+                )
+
+            try:
+                await self._routes.ask(alter)
+            except OncelogError as exc:
+                responses.append({**entry, "error_code": error_code_of(exc), "error_message": exc.message})
+                continue
+            responses.append({**entry, "error_code": ErrorCode.none, "error_message": None})
+        return {"throttle_time": 0, "responses": responses}
+
+    async def create_partitions(self, request: Request) -> dict[str, Any]:
+        """Grow topics to a new partition count (``kafka-topics.sh --alter --partitions``); oncelog places them."""
+        body = request.body
+        results = []
+        for topic in body.topics:
+            if topic.assignments:
+                results.append(
+                    {"name": topic.name, "error_code": ErrorCode.invalid_request,
+                     "error_message": "replica assignments are chosen by oncelog; send the count alone"}
+                )  # fmt: skip
+                continue
+
+            def grow(address: str, name: str = topic.name, count: int = topic.count) -> Awaitable[Any]:
+                return self._cluster.create_partitions(
+                    address, {name: count}, validate_only=body.validate_only, timeout_s=self._timeout_s
+                )
+
+            try:
+                await self._routes.ask(grow)
+            except OncelogError as exc:
+                results.append({"name": topic.name, "error_code": error_code_of(exc), "error_message": exc.message})
+                continue
+            results.append({"name": topic.name, "error_code": ErrorCode.none, "error_message": None})
+        self._routes.forget_topics()
         return {"throttle_time": 0, "results": results}
 
     async def list_transactions(self, request: Request) -> dict[str, Any]:
@@ -203,3 +273,57 @@ class AdminServicer:
         for tp in wanted:
             by_topic[tp.topic].append(answers[tp])
         return {"throttle_time": 0, "topics": [{"name": n, "partitions": ps} for n, ps in by_topic.items()]}
+
+    async def write_txn_markers(self, request: Request) -> dict[str, Any]:
+        """An ABORT marker per listed partition: what ``kafka-transactions.sh abort`` sends (KIP-664's
+        ``abortTransaction``) for a hanging transaction, with the producer and coordinator epochs it read from
+        DescribeProducers.
+
+        As ``AdminClient.abort_transaction_on_partition`` does, the marker carries the next producer epoch, which
+        the partition accepts and which fences that producer instance there (KIP-890). Kafka's coordinators are the
+        only other senders of this request and the gateway has none behind it, so a COMMIT marker is refused
+        (INVALID_REQUEST).
+        """
+        answers = []
+        for m in request.body.markers:
+            tps = [TopicPartition(t.name, p) for t in m.topics for p in t.partition_indexes]
+            errors: dict[TopicPartition, OncelogError | None] = {}
+            if m.transaction_result:
+                refused = InvalidRequest("the kafka-gateway writes ABORT markers only (kafka-transactions.sh abort)")
+                errors = dict.fromkeys(tps, refused)
+            elif m.producer_epoch >= _MAX_PRODUCER_EPOCH:
+                refused = InvalidRequest(f"producer {m.producer_id} is at the largest epoch: no marker can fence it")
+                errors = dict.fromkeys(tps, refused)
+            else:
+                for tp in tps:
+                    errors[tp] = await self._abort_on(tp, m.producer_id, m.producer_epoch, m.coordinator_epoch)
+            by_topic: dict[str, list[dict[str, Any]]] = defaultdict(list)
+            for tp in tps:
+                by_topic[tp.topic].append({"partition_index": tp.partition, "error_code": error_code_of(errors[tp])})
+            answers.append(
+                {"producer_id": m.producer_id, "topics": [{"name": n, "partitions": ps} for n, ps in by_topic.items()]}
+            )
+        return {"markers": answers}
+
+    async def _abort_on(
+        self, tp: TopicPartition, producer_id: int, producer_epoch: int, coordinator_epoch: int
+    ) -> OncelogError | None:
+        marker = TxnMarker(
+            transactional_id="",
+            producer=ProducerIdAndEpoch(producer_id, producer_epoch + 1),
+            coordinator_epoch=max(coordinator_epoch, 0),
+            result=ControlType.ABORT,
+            partitions=(tp,),
+        )
+        try:
+            leader = await self._routes.leader(tp)
+            results = await self._storage.write_txn_markers(leader, [marker], timeout_s=self._timeout_s)
+        except OncelogError as exc:
+            self._routes.failed(exc)
+            return exc
+        for result in results:
+            failure = result.partition_errors.get(tp)
+            if failure is not None:
+                self._routes.failed(failure)
+                return failure
+        return None

@@ -51,9 +51,12 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     23: (2, 4),  # OffsetForLeaderEpoch (KIP-320): v0-v1 were removed in Kafka 4.0
     24: (0, 3),  # AddPartitionsToTxn: v4 batches transactions (broker to broker), v5 is KIP-890
     25: (0, 3),  # AddOffsetsToTxn
+    27: (1, 2),  # WriteTxnMarkers: ABORT markers of kafka-transactions.sh abort (v0 was removed in Kafka 4.0)
     26: (0, 3),  # EndTxn
     28: (0, 3),  # TxnOffsetCommit
-    32: (1, 4),  # DescribeConfigs: topics only, read-only
+    32: (1, 4),  # DescribeConfigs: topics only
+    37: (0, 3),  # CreatePartitions: counts only (oncelog places the new partitions)
+    44: (0, 1),  # IncrementalAlterConfigs: topic SET and DELETE
     61: (0, 0),  # DescribeProducers (KIP-664)
     65: (0, 0),  # DescribeTransactions
     66: (0, 0),  # ListTransactions: v1 filters by duration
@@ -65,7 +68,8 @@ API_NAMES = {
     10: "FindCoordinator", 11: "JoinGroup", 12: "Heartbeat", 13: "LeaveGroup", 14: "SyncGroup", 15: "DescribeGroups",
     16: "ListGroups",
     18: "ApiVersions", 19: "CreateTopics", 20: "DeleteTopics", 22: "InitProducerId", 23: "OffsetForLeaderEpoch",
-    24: "AddPartitionsToTxn", 25: "AddOffsetsToTxn", 26: "EndTxn", 28: "TxnOffsetCommit", 32: "DescribeConfigs",
+    24: "AddPartitionsToTxn", 25: "AddOffsetsToTxn", 26: "EndTxn", 27: "WriteTxnMarkers", 28: "TxnOffsetCommit",
+    32: "DescribeConfigs", 37: "CreatePartitions", 44: "IncrementalAlterConfigs",
     61: "DescribeProducers",
     65: "DescribeTransactions", 66: "ListTransactions",
 }  # fmt: skip
