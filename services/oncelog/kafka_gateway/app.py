@@ -10,6 +10,7 @@ holds no durable state and registers nowhere; ``ONCELOG_BOOTSTRAP`` names the cl
 from __future__ import annotations
 
 import logging
+import ssl
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -19,6 +20,7 @@ from oncelog.client.services import (
     PartitionStorageClient,
     TransactionCoordinatorClient,
 )
+from oncelog.config import ConfigError
 from oncelog.kafka_gateway.admin_servicer import AdminServicer
 from oncelog.kafka_gateway.classic_groups import ClassicMembers
 from oncelog.kafka_gateway.config import KafkaGatewaySettings
@@ -50,6 +52,7 @@ class KafkaGateway:
             port=int(port),
             max_frame_bytes=settings.max_frame_bytes,
             max_queued_requests=settings.max_queued_requests,
+            ssl_context=kafka_ssl_context(settings),
         )
         self.identities = TransactionalIdentities()
         self.members = ClassicMembers()
@@ -101,6 +104,38 @@ class KafkaGateway:
         await self._pool.close()
 
 
+def kafka_ssl_context(settings: KafkaGatewaySettings) -> ssl.SSLContext | None:
+    """The Kafka listener's TLS (``ONCELOG_KAFKA_GATEWAY_KAFKA_TLS_*``), or None for plaintext.
+
+    As on every oncelog listener a certificate and key turn TLS on and a CA bundle makes client certificates
+    required (mutual TLS, Kafka's ``ssl.client.auth=required``); TLS 1.2 is the oldest version accepted.
+
+    Raises:
+        ConfigError: a file is missing, not PEM, or the key does not belong to the certificate (named).
+    """
+    problems = settings.kafka_tls_problems()
+    if problems:
+        raise ConfigError(problems)
+    if not settings.kafka_tls_cert:
+        return None
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    prefix = settings.ENV_PREFIX
+    try:
+        context.load_cert_chain(settings.kafka_tls_cert, settings.kafka_tls_key)
+    except (ssl.SSLError, OSError) as exc:
+        raise ConfigError(
+            [f"{prefix}KAFKA_TLS_CERT / {prefix}KAFKA_TLS_KEY: not a PEM certificate and its matching key ({exc})"]
+        ) from exc
+    if settings.kafka_tls_ca:
+        try:
+            context.load_verify_locations(cafile=settings.kafka_tls_ca)
+        except (ssl.SSLError, OSError) as exc:
+            raise ConfigError([f"{prefix}KAFKA_TLS_CA={settings.kafka_tls_ca}: not a PEM CA bundle ({exc})"]) from exc
+        context.verify_mode = ssl.CERT_REQUIRED
+    return context
+
+
 def build(settings: KafkaGatewaySettings) -> ServiceSpec:
     """Wire the process: gRPC health on ``listen``, the Kafka listener started with the server."""
     spec = ServiceSpec(name=NAME)
@@ -116,4 +151,10 @@ def build(settings: KafkaGatewaySettings) -> ServiceSpec:
 
 def main() -> int:
     """Console entry point: ``oncelog-kafka-gateway`` / ``python -m oncelog.kafka_gateway``."""
-    return run_service(NAME, KafkaGatewaySettings.from_env, build)  # type: ignore[arg-type]
+    return run_service(NAME, _load, build)  # type: ignore[arg-type]
+
+
+def _load() -> KafkaGatewaySettings:
+    settings = KafkaGatewaySettings.from_env()
+    kafka_ssl_context(settings)  # read the listener's certificate now: a broken one exits 2 like a bad setting
+    return settings

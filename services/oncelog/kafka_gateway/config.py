@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -42,6 +43,13 @@ class KafkaGatewaySettings(ServiceSettings):
         16, help="requests one connection may have waiting before the gateway stops reading it (back-pressure)"
     )
     request_timeout_s: float = setting(30.0, help="deadline of each call the gateway makes to the oncelog services")
+    kafka_tls_cert: str = setting(
+        "", help="PEM certificate chain of the Kafka listener; with kafka_tls_key Kafka clients connect with SSL"
+    )
+    kafka_tls_key: str = setting("", help="PEM private key of kafka_tls_cert (unencrypted)")
+    kafka_tls_ca: str = setting(
+        "", help="PEM CA bundle: Kafka clients must then present a certificate it signed (ssl.client.auth=required)"
+    )
 
     def broker_list(self, own_address: str) -> list[tuple[int, str, int]]:
         """(broker id, host, port) of every gateway replica; this one alone at ``own_address`` by default."""
@@ -54,6 +62,19 @@ class KafkaGatewaySettings(ServiceSettings):
             host, _, port = address.rpartition(":")
             brokers.append((int(node), host, int(port)))
         return brokers
+
+    def kafka_tls_problems(self) -> list[str]:
+        """An incomplete certificate/key pair, a CA without them, files that cannot be read (each named)."""
+        cert, key, ca = (f"{self.ENV_PREFIX}KAFKA_TLS_{n}" for n in ("CERT", "KEY", "CA"))
+        problems = []
+        if bool(self.kafka_tls_cert) != bool(self.kafka_tls_key):
+            problems.append(f"{cert} and {key} go together: the Kafka listener's certificate needs its private key")
+        if self.kafka_tls_ca and not self.kafka_tls_cert:
+            problems.append(f"{ca} is set but {cert} is not: verifying Kafka clients' certificates needs TLS")
+        for variable, path in ((cert, self.kafka_tls_cert), (key, self.kafka_tls_key), (ca, self.kafka_tls_ca)):
+            if path and not os.access(path, os.R_OK):
+                problems.append(f"{variable}={path} cannot be read")
+        return problems
 
     def validate(self) -> list[str]:
         problems = super().validate()
@@ -82,6 +103,7 @@ class KafkaGatewaySettings(ServiceSettings):
             problems.append(f"ONCELOG_KAFKA_GATEWAY_MAX_FRAME_BYTES={self.max_frame_bytes}; use 1024..1073741824")
         if not 1 <= self.max_queued_requests <= 1000:
             problems.append(f"ONCELOG_KAFKA_GATEWAY_MAX_QUEUED_REQUESTS={self.max_queued_requests}; use 1..1000")
+        problems += self.kafka_tls_problems()
         if self.request_timeout_s <= 0:
             problems.append(f"ONCELOG_KAFKA_GATEWAY_REQUEST_TIMEOUT_S={self.request_timeout_s} must be positive")
         return problems

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import ssl
 import struct
 from collections.abc import Awaitable, Callable
 
@@ -41,6 +42,7 @@ class KafkaServer:
         handler: called once per request, in order per connection.
         max_frame_bytes: largest request frame accepted (Kafka's ``socket.request.max.bytes``).
         max_queued_requests: decoded requests a connection may have waiting before its socket is no longer read.
+        ssl_context: serve TLS with it (Kafka's SSL listener); None for plaintext.
     """
 
     def __init__(
@@ -51,8 +53,10 @@ class KafkaServer:
         port: int = 0,
         max_frame_bytes: int = 100 * 1024 * 1024,
         max_queued_requests: int = 16,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         self._handler = handler
+        self._ssl = ssl_context
         self._host, self._port = host, port
         self.max_frame_bytes = max_frame_bytes
         self.max_queued_requests = max_queued_requests
@@ -70,7 +74,14 @@ class KafkaServer:
 
     async def start(self) -> str:
         """Bind and start accepting; returns the bound address."""
-        self._server = await asyncio.start_server(self._accept, self._host, self._port, limit=1 << 20)
+        tls: dict[str, object] = {} if self._ssl is None else {"ssl": self._ssl, "ssl_handshake_timeout": 30.0}
+        self._server = await asyncio.start_server(
+            self._accept,
+            self._host,
+            self._port,
+            limit=1 << 20,
+            **tls,  # type: ignore[arg-type]
+        )
         return self.address
 
     async def stop(self) -> None:
