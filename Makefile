@@ -6,7 +6,7 @@ EXTRAS ?= dev,postgres,spark
 STAMP := $(VENV)/.installed-$(shell echo "$(EXTRAS)" | tr ',' '-')
 PYTEST_ARGS ?=
 
-.PHONY: torture mutants test-outbox run demo cluster test test-repeat dev gen-protos record-vectors api-docs check-protos lint typecheck bench bench-quick bench-pid-allocator clean venv
+.PHONY: torture mutants test-outbox test-spark-cluster run demo cluster test test-repeat dev gen-protos record-vectors api-docs check-protos lint typecheck bench bench-quick bench-pid-allocator clean venv
 
 venv: $(STAMP)
 
@@ -39,6 +39,11 @@ test: $(STAMP)
 ## test-outbox: the outbox crash windows, every one on SQLite and on PostgreSQL (the default suite runs a subset)
 test-outbox: $(STAMP)
 	$(PY) -m pytest -m "outbox_matrix or not outbox_matrix" tests/integration/test_prepared_transactions.py $(PYTEST_ARGS)
+
+## test-spark-cluster: the orders pipeline on a Spark standalone master and two workers (an executor, a worker and the
+## driver SIGKILLed) and over Spark Connect (the server SIGKILLed); CI runs it after `make test`
+test-spark-cluster: $(STAMP)
+	$(PY) -m pytest -m spark_cluster tests/spark/test_spark_cluster.py $(PYTEST_ARGS)
 
 ## test-kafka: the Kafka-wire tests alone (tests/interop): Apache Kafka 4.4 from Maven Central vs the kafka-gateway
 test-kafka: $(STAMP)

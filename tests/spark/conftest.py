@@ -7,9 +7,12 @@ Spark test shares it; each test gets its own topics and checkpoint directory.
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
+import sys
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -139,3 +142,41 @@ class Topic:
             {"bootstrap": cluster.bootstrap, "topic": self.name, "isolationLevel": isolation}
         ).reader(None)
         return sorted(r["value"].decode() for p in reader.partitions() for b in reader.read(p) for r in b.to_pylist())
+
+
+DemoResult = tuple[dict[str, str], str]
+"""The rows of ``oncelog spark-demo``'s closing table (measure -> value) and its whole stdout."""
+
+
+@pytest.fixture
+def run_spark_demo(tmp_path: Path) -> Callable[..., DemoResult]:
+    """Run ``oncelog spark-demo`` with the given arguments in a fresh process (data under ``tmp_path``); returns
+    its closing table and stdout, after asserting it exited 0 (else the output tails are the failure message).
+    ``timeout_s`` bounds the run, so a slow one fails with the demo's own output, not the test's timeout."""
+
+    def run(*args: str, timeout_s: float) -> DemoResult:
+        demo = str(tmp_path / "demo")
+        env = {key: value for key, value in os.environ.items() if key in ("PATH", "JAVA_HOME", "HOME", "LANG")}
+        with subprocess.Popen(
+            [sys.executable, "-c", "from oncelog.cli import main; main()", "spark-demo", *args, "--data-dir", demo],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**env, "COLUMNS": "160"},
+        ) as process:
+            try:
+                stdout, stderr = process.communicate(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                # Ctrl-C: the demo's cleanup stops the Spark and oncelog processes it started in their own sessions
+                process.send_signal(signal.SIGINT)
+                stdout, stderr = process.communicate(timeout=90)
+                pytest.fail(f"the demo did not finish in {timeout_s:.0f} s:\n{stdout[-3000:]}{stderr[-3000:]}")
+        assert process.returncode == 0, stdout[-3000:] + stderr[-3000:]
+        rows = {
+            line.split("│")[1].strip(): line.split("│")[2].strip()
+            for line in stdout.splitlines()
+            if line.count("│") == 3
+        }
+        return rows, stdout
+
+    return run

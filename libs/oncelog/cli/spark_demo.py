@@ -7,18 +7,18 @@ exactly-once ``oncelog`` sink) as its own driver process. While orders still flo
 between the sink's commit and the checkpoint's — and restarts it from the same checkpoint. A last run stops
 when the input is drained. A read_committed consumer then checks that every order appears in
 ``orders-enriched`` exactly once and that each output equals the pipeline's reference function.
+
+``--cluster standalone`` and ``--cluster connect`` run the same job on a Spark standalone cluster or through a Spark
+Connect server instead (:mod:`oncelog.cli.spark_runners`, docs/spark.md).
 """
 
 from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import random
 import shutil
-import signal
 import subprocess
-import sys
 import threading
 import time
 from collections import Counter
@@ -31,6 +31,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from oncelog.cli.spark_runners import DRIVER, ConnectRunner, LocalRunner, StandaloneRunner, kill_group
 from oncelog.client import AdminClient, Consumer, NewTopic, Producer
 from oncelog.testing import LocalCluster
 from oncelog.testing.reading import read_all
@@ -118,36 +119,6 @@ class _OutputTally(threading.Thread):
             self.join(10)
 
 
-def _start_driver(bootstrap: str, checkpoint: Path, log: Path, per_trigger: int, stop_file: Path | None = None):
-    args = [
-        sys.executable,
-        str(PIPELINE),
-        "--bootstrap",
-        bootstrap,
-        "--checkpoint",
-        str(checkpoint),
-        "--master",
-        "local[2,2]",
-        "--max-records-per-trigger",
-        str(per_trigger),
-    ]
-    if stop_file is not None:
-        args += ["--stop-file", str(stop_file)]
-    with log.open("ab") as out:
-        # its own process group: one killpg reaches the JVM and every Python worker of this driver
-        return subprocess.Popen(
-            args, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
-        )
-
-
-def _kill_driver(driver: subprocess.Popen[bytes]) -> None:
-    try:
-        os.killpg(driver.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    driver.wait()
-
-
 def _batch_ids(checkpoint: Path, kind: str) -> list[int]:
     """Batch ids Spark logged under ``checkpoint/<kind>`` (``offsets``: planned, ``commits``: finished)."""
     folder = checkpoint / kind
@@ -164,6 +135,9 @@ def _log_tail(log: Path, lines: int = 15) -> str:
     return "\n".join(log.read_text(errors="replace").splitlines()[-lines:])
 
 
+RUNNERS: dict[str, type[LocalRunner]] = {"local": LocalRunner, "standalone": StandaloneRunner, "connect": ConnectRunner}
+
+
 def spark_demo(
     orders: int = typer.Option(20_000, "--orders", min=100, max=2_000_000, help="orders to stream in"),
     rate: float = typer.Option(1_000, "--rate", min=10, help="orders produced per second"),
@@ -175,17 +149,30 @@ def spark_demo(
     replication_factor: int = typer.Option(
         3, "--replication-factor", "-r", min=1, help="copies of each partition (1 is lighter, and lost with its disk)"
     ),
+    cluster_mode: str = typer.Option(
+        "local",
+        "--cluster",
+        help="where Spark runs: local (local[2,2] in the driver), standalone (a master and two workers, the "
+        "driver submitted with spark-submit; an executor and a worker are killed too) or connect (the pipeline a "
+        "client of a Spark Connect server; a driver kill kills the server)",
+    ),
 ) -> None:
     """Run the Spark orders pipeline, kill its driver with SIGKILL, restart it, and prove exactly-once.
 
     Needs the spark extra and Java. The pipeline is examples/spark_orders_pipeline.py; the same file runs
-    on a real cluster with spark-submit (see the README).
+    on a real cluster with spark-submit (see docs/spark.md). With --cluster standalone it is submitted to a Spark
+    standalone master with two workers, and an executor JVM and a worker are SIGKILLed as well (the worker
+    comes back) before the driver kills; with --cluster connect it runs as a client of a local Spark Connect
+    server, and a driver kill SIGKILLs the server.
 
     Example: oncelog spark-demo --orders 50000 --kills 3
     """
     reason = spark_unavailable()
     if reason:
         console.print(f"[red]cannot run the Spark demo:[/red] {reason}")
+        raise typer.Exit(2)
+    if cluster_mode not in RUNNERS:
+        console.print(f"[red]--cluster {cluster_mode!r} is not one of {', '.join(RUNNERS)}[/red]")
         raise typer.Exit(2)
     if not PIPELINE.exists():
         console.print(f"[red]the pipeline {PIPELINE} is missing[/red]; run the demo from a source checkout")
@@ -194,15 +181,20 @@ def spark_demo(
     seed = seed or random.SystemRandom().randrange(1, 2**31)
     rng = random.Random(seed)
     shutil.rmtree(data_dir, ignore_errors=True)
+    data_dir.mkdir(parents=True)
+    data_dir = data_dir.resolve()
     factor = replication_factor
     if factor > storage_nodes:
         console.print(f"[red]--replication-factor {factor} needs at least {factor} storage nodes[/red]")
         raise typer.Exit(2)
+    runner = RUNNERS[cluster_mode](PIPELINE, data_dir)
     with console.status(f"starting the local cluster (4 services, {storage_nodes} storage nodes, RF {factor})…"):
         cluster = LocalCluster(data_dir, storage_nodes=storage_nodes, replication_factor=factor).start()
     tally: _OutputTally | None = None
     driver: subprocess.Popen[bytes] | None = None
     try:
+        with console.status(f"starting Spark: {runner.name}…"):
+            runner.start()
         bootstrap = cluster.bootstrap
         console.print(f"cluster up, bootstrap [bold]{bootstrap}[/bold]; logs in {data_dir}/logs, seed {seed}")
         with AdminClient(bootstrap) as admin:
@@ -210,6 +202,11 @@ def spark_demo(
                 [NewTopic(SOURCE, num_partitions=PARTITIONS), NewTopic(SINK, num_partitions=PARTITIONS)]
             )
         checkpoint = data_dir / "checkpoint"
+        # the final run stops once every order has an output (read_committed), not after a quiet spell: a
+        # driver still starting its JVM on a busy machine is quiet too, and stopping it then left input unread
+        stop_file = data_dir / "stop-final-run"
+        driver_args = ["--bootstrap", bootstrap, "--checkpoint", str(checkpoint)]
+        driver_args += ["--max-records-per-trigger", str(per_trigger), "--stop-file", str(stop_file)]
         feed = _OrderFeed(bootstrap, orders, rate, pipeline.CUSTOMERS, rng.randrange(2**31))
         tally = _OutputTally(bootstrap)
         progress = Progress(
@@ -221,6 +218,8 @@ def spark_demo(
         )
         replayed = 0
         started = time.monotonic()
+        # the cluster's faults first (they need a running driver), then the driver kills
+        faults = [*runner.faults, *[DRIVER] * kills]
         with progress:
             fed = progress.add_task("orders produced (idempotent)", total=orders)
             out = progress.add_task("enriched orders committed (read_committed)", total=orders)
@@ -233,15 +232,15 @@ def spark_demo(
 
             feed.start()
             tally.start()
-            # kill points: spread over the stream, each after some output is committed
+            # fault points: spread over the stream, each after some output is committed
             targets = sorted(
-                rng.randint(orders * k // (kills + 1) + 1, orders * (2 * k + 1) // (2 * kills + 2))
-                for k in range(kills)
+                rng.randint(orders * k // (len(faults) + 1) + 1, orders * (2 * k + 1) // (2 * len(faults) + 2))
+                for k in range(len(faults))
             )
-            for k, target in enumerate(targets):
-                log = data_dir / f"driver-{k}.log"
-                driver = _start_driver(bootstrap, checkpoint, log, per_trigger)
-                progress.update(out, description=f"enriched orders committed ({k} driver kills)")
+            runs = 0
+            log = data_dir / f"driver-{runs}.log"
+            driver = runner.start_driver(driver_args, log)
+            for fault, target in zip(faults, targets, strict=True):
                 deadline = time.monotonic() + 300
                 while tally.count < target:
                     tick()
@@ -251,19 +250,19 @@ def spark_demo(
                         raise RuntimeError(f"the pipeline made no progress in 300 s; see {log}")
                     time.sleep(0.1)
                 time.sleep(rng.uniform(0, 1.5))  # land anywhere: mid-batch, or between sink and checkpoint commit
-                _kill_driver(driver)
-                driver = None
-                replayed += _cut_by_kill(checkpoint)
-            progress.update(out, description=f"enriched orders committed ({kills} driver kills)")
-            log = data_dir / "driver-final.log"
+                if fault == DRIVER:
+                    runner.kill_driver(driver)
+                    replayed += _cut_by_kill(checkpoint)
+                    runs += 1
+                    progress.update(out, description=f"enriched orders committed ({runs} driver kills)")
+                    log = data_dir / f"driver-{runs}.log"
+                    driver = runner.start_driver(driver_args, log)
+                else:
+                    progress.console.print(runner.inject(fault, driver))
             while feed.is_alive():
                 tick()
                 time.sleep(0.1)
             tick()
-            # the final run stops once every order has an output (read_committed), not after a quiet spell: a
-            # driver still starting its JVM on a busy machine is quiet too, and stopping it then left input unread
-            stop_file = data_dir / "stop-final-run"
-            driver = _start_driver(bootstrap, checkpoint, log, per_trigger, stop_file=stop_file)
             deadline = time.monotonic() + 600
             while driver.poll() is None:
                 tick()
@@ -281,13 +280,24 @@ def spark_demo(
             output = read_all(bootstrap, SINK, timeout_s=120)
             progress.update(out, completed=min(orders, len(output)))
         committed_batches = len(_batch_ids(checkpoint, "commits"))
-        _verdict(pipeline, feed.orders, output, orders, kills, (committed_batches, replayed), elapsed)
+        faults_row = [("driver SIGKILLs / restarts from checkpoint", f"{kills} / {runs}")]
+        if isinstance(runner, StandaloneRunner):
+            faults_row += [
+                ("executor JVM SIGKILLs / replaced", f"{runner.executor_kills} / {runner.executor_replacements}"),
+                ("worker SIGKILLs / restarted", f"{runner.worker_kills} / {runner.worker_restarts}"),
+            ]
+        if isinstance(runner, ConnectRunner):
+            faults_row.append(("Connect server SIGKILLs / starts", f"{runner.server_kills} / {runner.server.starts}"))
+        _verdict(
+            pipeline, feed.orders, output, orders, (runner.name, faults_row), (committed_batches, replayed), elapsed
+        )
     finally:
         if driver is not None:
-            _kill_driver(driver)
+            kill_group(driver)
         if tally is not None:
             tally.stop()
         with console.status("stopping the cluster…"):
+            runner.stop()
             cluster.stop()
 
 
@@ -296,7 +306,7 @@ def _verdict(
     produced: dict[str, tuple[dict[str, Any], int, int]],
     output: list[Any],
     orders: int,
-    kills: int,
+    spark: tuple[str, list[tuple[str, str]]],
     batches: tuple[int, int],
     elapsed: float,
 ) -> None:
@@ -314,7 +324,7 @@ def _verdict(
         wrong += value != pipeline.enrich(order, partition, offset)
     duplicates = sum(n - 1 for n in seen.values())
     missing = sum(1 for order_id in produced if order_id not in seen)
-    table = Table(title="Spark orders pipeline: exactly-once under driver SIGKILL")
+    table = Table(title="Spark orders pipeline: exactly-once under SIGKILL")
     table.add_column("measure")
     table.add_column("value", justify="right")
     for name, value in (
@@ -324,7 +334,8 @@ def _verdict(
         ("missing", missing),
         ("not matching the reference function", wrong),
         ("unexpected", unexpected),
-        ("driver SIGKILLs / restarts from checkpoint", f"{kills} / {kills}"),
+        ("Spark", spark[0]),
+        *spark[1],
         ("micro-batches committed / cut by a kill and replayed", f"{batches[0]} / {batches[1]}"),
         ("end-to-end rate incl. restarts", f"{len(output) / elapsed:,.0f} orders/s"),
     ):

@@ -11,6 +11,7 @@ import typer
 from oncelog.cli.spark_demo import _load_pipeline, _verdict
 
 pipeline = _load_pipeline()
+SPARK = ("local[2,2]", [("driver SIGKILLs / restarts from checkpoint", "1 / 1")])
 
 
 def _produced(n: int) -> dict:
@@ -33,7 +34,7 @@ def _output(produced: dict) -> list:
 
 def test_verdict_passes_when_every_order_is_there_once() -> None:
     produced = _produced(20)
-    _verdict(pipeline, produced, _output(produced), 20, 1, (3, 1), 1.0)
+    _verdict(pipeline, produced, _output(produced), 20, SPARK, (3, 1), 1.0)
 
 
 @pytest.mark.parametrize("damage", ["duplicate", "missing", "wrong_total", "unexpected"])
@@ -51,7 +52,7 @@ def test_verdict_fails_on_any_difference(damage: str) -> None:
     else:
         output.append(SimpleNamespace(value=json.dumps({"order_id": "o-9999999"}).encode()))
     with pytest.raises(typer.Exit) as exited:
-        _verdict(pipeline, produced, output, 20, 1, (3, 1), 1.0)
+        _verdict(pipeline, produced, output, 20, SPARK, (3, 1), 1.0)
     assert exited.value.exit_code == 1
 
 
