@@ -1,7 +1,6 @@
 // Kafka's Java client 4.4 against a Kafka-protocol bootstrap address: create a topic, commit one transaction and
-// abort another, then read the topic back read_committed and read_uncommitted. Compiled against the fetched jars:
-//   javac -cp '<kafka jars>/*' -d out TransactionalCopy.java
-//   java -cp 'out:<kafka jars>/*' TransactionalCopy BOOTSTRAP TOPIC TRANSACTIONAL_ID
+// abort another, then read the topic back read_committed and read_uncommitted. Built with mvn (pom.xml next to it,
+// which says how to run it): java -cp '<classes>:<classpath>' TransactionalCopy BOOTSTRAP TOPIC TRANSACTIONAL_ID
 // Prints one line per record read: "<isolation> <offset> <value>", then "done".
 import java.time.Duration;
 import java.util.ArrayList;
