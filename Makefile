@@ -61,7 +61,7 @@ test-repeat: $(STAMP)
 
 ## torture: 30 minutes of `oncelog torture` with every fault kind, on a PostgreSQL catalog (report in .oncelog-torture/)
 torture: $(STAMP)
-	$(VENV)/bin/oncelog torture --minutes 30 --nemesis kill,pause,partition,flaky,disk,fsync,zombie,lag-kill,catalog
+	$(VENV)/bin/oncelog torture --minutes 30 --nemesis kill,pause,partition,flaky,disk,fsync,zombie,lag-kill,lease-pause,catalog
 
 ## mutants: the mutation campaign: every deliberate bug of oncelog.torture.mutants must fail a torture run within 5 runs
 mutants: $(STAMP)

@@ -25,8 +25,8 @@ def torture(
     nemesis: str = typer.Option(
         "kill,pause,partition,flaky",
         "--nemesis",
-        help="faults, comma-separated: kill, pause, partition, flaky, disk, fsync, zombie, lag-kill, catalog"
-        " (PostgreSQL only); none",
+        help="faults, comma-separated: kill, pause, partition, flaky, disk, fsync, zombie, lag-kill, lease-pause,"
+        " catalog (PostgreSQL only); none",
     ),
     workloads: str = typer.Option(
         "append,idem,bank,ctp,abandon,readers,probes",

@@ -9,7 +9,9 @@ data directory, restart it empty: it must copy everything back from its replicas
 late while another instance takes over a live transactional id: the old instance is a zombie whose late writes
 must be refused), ``fsync`` (a storage node's fsyncs become slow, or fail with EIO and the node is restarted) and
 ``lag-kill`` (replication between storage nodes slowed, then a storage node killed: whatever
-it acknowledged must already be on the survivors). Every fault start and stop is a ``nemesis``
+it acknowledged must already be on the survivors), ``lease-pause`` (SIGSTOP a transaction coordinator for two to
+three of its leases, so the other takes its shards over, then SIGCONT: it wakes up believing it still serves
+them). Every fault start and stop is a ``nemesis``
 event of the history (``action``, ``fault``, ``targets``), so a report can draw them and a seed replays them.
 """
 
@@ -30,7 +32,7 @@ from oncelog.testing import LocalCluster
 from oncelog.torture.proxy import CLIENT, FaultProxy, Rule
 from oncelog.vocabulary import Role
 
-KINDS = ("kill", "pause", "partition", "flaky", "disk", "fsync", "catalog", "zombie", "lag-kill")
+KINDS = ("kill", "pause", "partition", "flaky", "disk", "fsync", "catalog", "zombie", "lag-kill", "lease-pause")
 FSYNC_CONTROL = "fsync-faults"
 """Folder (under the cluster's data directory) of the slow/failing fsync switches (torture/fsync_hook)."""
 
@@ -152,6 +154,17 @@ class Nemesis:
             self._paused.add(target)
             self._signal(target, signal.SIGSTOP)
             self._stop.wait(hold)
+            self._signal(target, signal.SIGCONT)
+            self._paused.discard(target)
+        elif kind == "lease-pause":
+            coordinators = [n.node_id for n in self.cluster.nodes if n.service == Role.TXN_COORDINATOR]
+            target = self.rng.choice(coordinators)
+            lease_s = int(self.cluster.node(target).env.get("ONCELOG_TXN_COORDINATOR_LEASE_MS", "10000")) / 1000
+            held = self.rng.uniform(1.3, 2.0) * lease_s
+            episode = self._begin(kind, [target], {"hold_s": round(held, 2)})
+            self._paused.add(target)
+            self._signal(target, signal.SIGSTOP)
+            self._stop.wait(held)
             self._signal(target, signal.SIGCONT)
             self._paused.discard(target)
         elif kind == "partition":

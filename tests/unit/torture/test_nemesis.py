@@ -30,7 +30,7 @@ class _Cluster:
         self.data_dir = data_dir
         self.nodes = [
             _Node("pid-allocator-0", "pid-allocator"),
-            _Node("txn-coordinator-0", "txn-coordinator"),
+            _Node("txn-coordinator-0", "txn-coordinator", {"ONCELOG_TXN_COORDINATOR_LEASE_MS": "20"}),
             *(_Node(f"partition-storage-{i}", "partition-storage") for i in range(3)),
         ]
         self.calls: list[tuple[str, str]] = []
@@ -112,3 +112,11 @@ def test_unknown_kind_and_catalog_without_postgres_are_refused(tmp_path: Path) -
         Nemesis(_Cluster(tmp_path), _Proxy(), ["explode"], 1, lambda *a: None)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="PostgreSQL"):
         Nemesis(_Cluster(tmp_path), _Proxy(), ["catalog"], 1, lambda *a: None)  # type: ignore[arg-type]
+
+
+def test_lease_pause_stops_a_transaction_coordinator_for_longer_than_its_lease(tmp_path: Path) -> None:
+    """The fault aimed at a coordinator that wakes up after another took its shards: held 1.3-2 leases."""
+    events, _ = _schedule(tmp_path, 7, ("lease-pause",), 3)
+    for start, stop in zip(events[::2], events[1::2], strict=True):
+        assert start[:3] == ("start", "lease-pause", ["txn-coordinator-0"]) and stop[0] == "stop"
+        assert 0.026 <= start[3]["hold_s"] <= 0.04, start
