@@ -20,7 +20,13 @@ small transactions/s (4 partitions x 1 record of 100 B, one thread and one clien
 producers; consume-transform-produce latency p50/p99 (one 1 KiB record: poll, produce, offsets in the
 transaction, commit, until a read_committed reader sees it); read_committed consume MB/s of the 1 KiB topic;
 the servers' CPU seconds per GB produced (1 KiB ``send_batch()``) and per 1,000 small transactions (8
-producers); the servers' RSS at the end of each run.
+producers); the servers' RSS at the end of each run. After the runs, the Spark row (``bench.yardstick_spark``):
+oncelog's exactly-once sink against Spark's own Kafka sink (at-least-once) writing to the Kafka broker, warm
+micro-batches of ``--records`` rows, ``--runs`` per sink and mode, the sinks taking turns (it needs the spark
+extra, Java and Spark's Kafka connector, fetched from Maven Central on first use). Last, the RSS row
+(``bench.yardstick_rss``) on a fresh storage node and a fresh broker: 1,000 partitions and 10,000 idempotent
+producers (``--rss-partitions``, ``--rss-producers``; 100 and 500 with ``--quick``), once. ``--parts`` picks
+among the three: ``core`` (every figure above), ``spark`` and ``rss``; all by default.
 
 Output: a Markdown table (rendered with rich on a terminal), ``<out>/<date>.json`` with every run's figures
 and the machine's load, and three PNG plots next to it (throughput vs record size, commits/s vs producers, the
@@ -55,6 +61,7 @@ from oncelog.testing.kafka import KAFKA_VERSION, ApacheKafka, fetch_kafka, kafka
 ONCELOG, KAFKA = "oncelog", "kafka"
 PRODUCER_COUNTS = (1, 8, 32)
 SIZES = (1024, 100)
+PARTS = ("core", "spark", "rss")
 MODE_LABELS = {
     "durable": "fsync on (oncelog flush=sync, Kafka flush.messages=1)",
     "default": "fsync off (oncelog flush=async, Kafka default)",
@@ -87,6 +94,10 @@ FIGURES = [
     Figure("cpu_s_per_1000_txn", "server CPU per 1,000 transactions", "CPU s", "≤ 1.0", False),
     Figure("rss_mb", "server RSS after the run", "MB", "≤ 1.0", False),
 ]
+RSS_FIGURE = Figure("rss_scenario_mb", "", "MB", "≤ 300 MB and ≤ 1.0", False)
+SPARK_FIGURE = Figure(
+    "spark_sink_ms", "Spark warm micro-batch: oncelog exactly-once sink ÷ Spark's Kafka sink", "ms", "≤ 1.2", False
+)
 
 
 @dataclass
@@ -96,6 +107,10 @@ class Settings:
     seconds: float
     ctp_samples: int
     modes: tuple[str, ...]
+    parts: tuple[str, ...] = PARTS
+    rss_partitions: int = 1000
+    rss_producers: int = 10_000
+    rss_partitions_per_producer: int = 4
 
 
 class Collector:
@@ -278,6 +293,8 @@ def run(settings: Settings, out_dir: Path) -> tuple[str, Path]:
 
     libs = kafka_libs() or fetch_kafka()
     collector = Collector()
+    versions: dict[str, str] = {}
+    rss: dict[str, dict[str, float]] = {}
     load_before = os.getloadavg()
     started = dt.datetime.now(dt.UTC)
     with tempfile.TemporaryDirectory(prefix="bench-yardstick-") as tmp:
@@ -292,11 +309,44 @@ def run(settings: Settings, out_dir: Path) -> tuple[str, Path]:
                 OncelogSide(ONCELOG, cluster.bootstrap, lambda: list(cluster.pids())),
                 KafkaSide(KAFKA, kafka.bootstrap, lambda: [kafka_pid]),
             ]
-            for index in range(settings.runs):
+            for index in range(settings.runs if "core" in settings.parts else 0):
                 begun = time.perf_counter()
                 measure_run(sides, index, settings, collector)
                 print(f"run {index + 1}/{settings.runs} done in {time.perf_counter() - begun:.0f} s", flush=True)
-    rows = [collector.row(figure, mode) for figure in FIGURES for mode in settings.modes]
+            if "spark" in settings.parts:
+                from bench.yardstick_spark import measure_spark_sinks
+
+                begun = time.perf_counter()
+                batches, versions["spark_sql_kafka"] = measure_spark_sinks(
+                    sides[0], sides[1], settings.modes, settings.records, settings.runs, root
+                )
+                for (mode, side), values in batches.items():
+                    for value in values:
+                        collector.add(SPARK_FIGURE.key, mode, side, value)
+                print(f"Spark sinks done in {time.perf_counter() - begun:.0f} s", flush=True)
+        rss_figure = None
+        if "rss" in settings.parts:
+            from bench.yardstick_rss import measure_rss
+
+            begun = time.perf_counter()
+            rss = measure_rss(
+                root, libs, settings.rss_partitions, settings.rss_producers, settings.rss_partitions_per_producer
+            )
+            for side in (ONCELOG, KAFKA):
+                collector.add(RSS_FIGURE.key, "default", side, rss[side]["rss_mb"])
+            rss_figure = Figure(
+                RSS_FIGURE.key,
+                f"RSS of one storage node (Kafka: the broker), {settings.rss_partitions:,} partitions, "
+                f"{settings.rss_producers:,} idempotent producers",
+                RSS_FIGURE.unit,
+                RSS_FIGURE.goal,
+                False,
+            )
+            print(f"RSS scenario done in {time.perf_counter() - begun:.0f} s: {rss}", flush=True)
+    figures = [*(FIGURES if "core" in settings.parts else []), *([SPARK_FIGURE] if "spark" in settings.parts else [])]
+    rows = [collector.row(figure, mode) for figure in figures for mode in settings.modes]
+    if rss_figure is not None:
+        rows.append(collector.row(rss_figure, "default"))
     table = markdown_table(rows)
     out_dir.mkdir(parents=True, exist_ok=True)
     base = out_dir / started.strftime("%Y-%m-%dT%H%M%SZ")
@@ -311,9 +361,12 @@ def run(settings: Settings, out_dir: Path) -> tuple[str, Path]:
             "confluent_kafka": confluent_kafka.__version__,
             "librdkafka": confluent_kafka.libversion()[0],
             "python": sys.version.split()[0],
+            **versions,
         },
         "mode_labels": MODE_LABELS,
         "rows": rows,
+        # the RSS scenario's sides: RSS right after the topic exists (idle_mb), after the producers, and their time
+        "rss_scenario": rss,
         "ctp_latencies_s": {f"{side}/{mode}": v for (mode, side), v in collector.latencies.items()},
         "plots": [p.name for p in plots],
         "table": table,
@@ -331,18 +384,31 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, help="seconds per timed figure (2; 1 with --quick)")
     parser.add_argument("--ctp-samples", type=int, help="transactions per CTP run (100; 10 with --quick)")
     parser.add_argument("--modes", default=",".join(MODES), help="durable,default (both)")
+    parser.add_argument("--parts", default=",".join(PARTS), help="core,spark,rss (all)")
+    parser.add_argument("--rss-partitions", type=int, help="partitions of the RSS scenario (1,000; 100 with --quick)")
+    parser.add_argument(
+        "--rss-producers",
+        type=int,
+        help="idempotent producers of the RSS scenario (10,000; 500 with --quick)",
+    )
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results")
     args = parser.parse_args(argv)
     modes = tuple(m for m in args.modes.split(",") if m)
     unknown = [m for m in modes if m not in MODES]
     if unknown or not modes:
         parser.error(f"--modes takes a comma-separated subset of {','.join(MODES)}; got {args.modes!r}")
+    parts = tuple(p for p in args.parts.split(",") if p)
+    if not parts or any(p not in PARTS for p in parts):
+        parser.error(f"--parts takes a comma-separated subset of {','.join(PARTS)}; got {args.parts!r}")
     settings = Settings(
         runs=args.runs or (1 if args.quick else 5),
         records=max(64, (args.records or (640 if args.quick else 10_240)) // 64 * 64),
         seconds=args.seconds or (1.0 if args.quick else 2.0),
         ctp_samples=args.ctp_samples or (10 if args.quick else 100),
         modes=modes,
+        parts=parts,
+        rss_partitions=args.rss_partitions or (100 if args.quick else 1000),
+        rss_producers=args.rss_producers or (500 if args.quick else 10_000),
     )
     table, path = run(settings, args.out)
     if sys.stdout.isatty():

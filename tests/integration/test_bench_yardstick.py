@@ -1,8 +1,10 @@
 """``make bench`` end to end in its smallest form: oncelog and Apache Kafka 4.4 (a real broker) in one run.
 
-The harness runs as ``python -m bench.yardstick --quick`` in one mode; the test checks the printed Markdown table
-and the written JSON carry every figure of the yardstick for both systems, with a number and a ratio. It checks
-presence and sanity (positive figures, a ratio consistent with them), never how fast anything is.
+The harness runs as ``python -m bench.yardstick --quick`` in one mode, without the Spark row (``--parts core,rss``:
+a SparkSession and four streaming queries would add a minute; ``make bench-quick`` runs it) and with the RSS
+scenario at 10 partitions and 20 producers; the test checks the printed Markdown table and the written JSON carry
+every other figure of the yardstick for both systems, with a number and a ratio. It checks presence and sanity
+(positive figures, a ratio consistent with them), never how fast anything is.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[2]
 ONCELOG, KAFKA = "oncelog", "kafka"
 DURABLE = "fsync on (oncelog flush=sync, Kafka flush.messages=1)"
 EXPECTED = {
-    # the figures of issue 20's table (Spark excepted): key in the JSON -> label of its table row
+    # the figures of issue 20's table (Spark excepted): key in the JSON -> label of its table row, in the durable mode
     "produce_1024_batch": "produce 1 KiB, send_batch()",
     "produce_100_batch": "produce 100 B, send_batch()",
     "produce_1024_send": "produce 1 KiB, per-record send()",
@@ -39,6 +41,10 @@ EXPECTED = {
     "cpu_s_per_1000_txn": "server CPU per 1,000 transactions",
     "rss_mb": "server RSS after the run",
 }
+RSS_SCENARIO = (
+    "rss_scenario_mb",
+    "RSS of one storage node (Kafka: the broker), 10 partitions, 20 idempotent producers",
+)
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +64,8 @@ def test_the_quick_yardstick_prints_and_writes_every_figure_for_oncelog_and_kafk
 ) -> None:
     done = subprocess.run(
         [sys.executable, "-m", "bench.yardstick", "--quick", "--modes", "durable", "--records", "256",
-         "--seconds", "0.3", "--ctp-samples", "3", "--out", str(tmp_path)],
+         "--seconds", "0.3", "--ctp-samples", "3", "--parts", "core,rss", "--rss-partitions", "10",
+         "--rss-producers", "20", "--out", str(tmp_path)],
         cwd=ROOT, capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
@@ -66,7 +73,8 @@ def test_the_quick_yardstick_prints_and_writes_every_figure_for_oncelog_and_kafk
     (json_path,) = tmp_path.glob("*.json")
     document = json.loads(json_path.read_text())
     rows = {(row["figure"], row["mode"]): row for row in document["rows"]}
-    assert set(rows) == {(key, "durable") for key in EXPECTED}
+    # the RSS scenario runs in the default mode (no fsync per write) whatever --modes says
+    assert set(rows) == {(key, "durable") for key in EXPECTED} | {(RSS_SCENARIO[0], "default")}
     for key, row in rows.items():
         for side in (ONCELOG, KAFKA):
             runs = row[side]["runs"]
@@ -79,3 +87,5 @@ def test_the_quick_yardstick_prints_and_writes_every_figure_for_oncelog_and_kafk
     for label in EXPECTED.values():
         (line,) = [x for x in table_lines if x.startswith(f"| {label} |")]
         assert DURABLE in line and "missing" not in line, line
+    (line,) = [x for x in table_lines if x.startswith(f"| {RSS_SCENARIO[1]} |")]
+    assert "fsync off" in line and "missing" not in line, line
