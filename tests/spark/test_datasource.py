@@ -104,6 +104,14 @@ def test_bad_options_are_reported_with_the_option_name(spark: Any, cluster: Loca
         spark.read.format("oncelog").option("bootstrap", cluster.bootstrap).option("topic", "t").option(
             "startingOffsets", "{broken"
         ).load()
+    with pytest.raises(Exception, match=r"maxoffsetpertrigger: unknown option; did you mean 'maxOffsetsPerTrigger'"):
+        spark.readStream.format("oncelog").option("bootstrap", cluster.bootstrap).option("subscribe", "t").option(
+            "maxOffsetPerTrigger", "-1"
+        ).load()
+    with pytest.raises(Exception, match=r"maxOffsetsPerTrigger: must be at least 1, got -5"):
+        spark.readStream.format("oncelog").option("bootstrap", cluster.bootstrap).option("subscribe", "t").option(
+            "maxOffsetsPerTrigger", "-5"
+        ).load()
     with pytest.raises(Exception, match=r"topic: .*no-such-topic"):
         spark.read.format("oncelog").option("bootstrap", cluster.bootstrap).option(
             "topic", "no-such-topic"

@@ -118,20 +118,18 @@ class OncelogDataSource(DataSource):
         return options, encoder
 
     def _check_source_options(self) -> SourceOptions:
-        # load() cannot tell batch from streaming, so only what both accept is required here; the
-        # reader() and streamReader() calls at query start apply the mode-specific rules
-        options = {k: v for k, v in self.options.items() if k.lower() not in _MODE_SPECIFIC}
-        return parse_source_options(options, streaming=False)
+        # load() cannot tell batch from streaming, so each mode's own options are checked under that mode (their
+        # values: a negative maxOffsetsPerTrigger fails here); whether the option fits the mode is decided by the
+        # reader() and streamReader() calls at query start
+        options = dict(self.options.items())
+        parse_source_options({k: v for k, v in options.items() if k.lower() not in _BATCH_ONLY}, streaming=True)
+        return parse_source_options(
+            {k: v for k, v in options.items() if k.lower() not in _STREAM_ONLY}, streaming=False
+        )
 
 
 _FOUND_TOPICS: set[tuple[int, tuple[str, ...], str]] = set()
 """(process id, bootstrap, topic) of the sink topics this process found in the cluster."""
 
-_MODE_SPECIFIC = {
-    "endingoffsets",
-    "endingtimestamp",
-    "endingoffsetsbytimestamp",
-    "maxrecordspertrigger",
-    "maxoffsetspertrigger",
-    "maxbytespertrigger",
-}
+_BATCH_ONLY = {"endingoffsets", "endingtimestamp", "endingoffsetsbytimestamp"}
+_STREAM_ONLY = {"maxrecordspertrigger", "maxoffsetspertrigger", "maxbytespertrigger"}

@@ -276,3 +276,14 @@ def test_spark_kafka_options_without_a_counterpart_say_what_to_do() -> None:
     assert "set bootstrap to the host:port of any oncelog service" in found[0]
     assert "Spark's checkpoint" in found[1]
     assert found[2].startswith("kafka.max.poll.records: Kafka client settings do not apply")
+
+
+def test_load_checks_each_modes_own_option_values() -> None:
+    from oncelog.spark import OncelogDataSource
+
+    with pytest.raises(OptionError, match="maxOffsetsPerTrigger: must be at least 1, got -5"):
+        OncelogDataSource({**BASE, "maxOffsetsPerTrigger": "-5"}).schema()
+    with pytest.raises(OptionError, match="endingOffsets: 'soon' is not"):
+        OncelogDataSource({**BASE, "endingOffsets": "soon"}).schema()
+    # a valid option of either mode passes load(); whether it fits the mode is checked at query start
+    OncelogDataSource({**BASE, "maxOffsetsPerTrigger": "5", "endingOffsets": "latest"}).schema()
