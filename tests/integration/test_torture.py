@@ -49,9 +49,14 @@ def test_bounded_run_under_kill_pause_and_partition_finds_no_anomaly(tmp_path: P
     assert result.valid, result.check.to_dict()["anomalies"]
     # the probes recorded the HW and LSO their own fetches answered, for every partition, at both isolation levels
     ops = read_history(result.history)
-    for probe in ("probe-rc", "probe-ru"):
-        marked = {p for op in ops if op.process == probe and op.kind == "ok" for p in op.value.get("hw", {})}
-        assert marked == {pname(t, i) for t, n in TOPICS.items() for i in range(n)}, (probe, marked)
+    for isolation in ("read_committed", "read_uncommitted"):
+        marked = {
+            p
+            for op in ops
+            if op.process == "probe-0" and op.kind == "ok" and op.value.get("isolation") == isolation
+            for p in op.value.get("hw", {})
+        }
+        assert marked == {pname(t, i) for t, n in TOPICS.items() for i in range(n)}, (isolation, marked)
     finals = {op.value["partition"] for op in ops if op.f == "watermarks" and "lso" in op.value}
     assert len(finals) == sum(TOPICS.values()), f"a watermarks event per partition after the drain: {finals}"
     assert (result.history.parent / "history.jsonl").stat().st_size > 0

@@ -400,9 +400,9 @@ def _drain(bootstrap: str, history: History, timeout_s: float, workloads: Sequen
 def _final_watermarks(bootstrap: str, history: History, ends: dict[TopicPartition, int]) -> None:
     """A ``watermarks`` event per partition after the drain (the HW and LSO one Fetch answered), so a last stable
     offset that never moved again is judged over the whole run (the lso-stuck check)."""
-    probe = Probe("watermarks", bootstrap, history, lambda: 0, 0, topics=(), isolation="read_committed")
+    probe = Probe("watermarks", bootstrap, history, lambda: 0, 0, topics=(), isolations=("read_committed",))
     probe.parts = sorted(ends)
-    probe.positions = dict(ends)
+    probe.positions = probe.at["read_committed"] = dict(ends)
     try:
         for _ in range(3):
             value = probe.fetch_all()

@@ -17,9 +17,9 @@ transactional worker's new producer fences its old incarnation with InitProducer
 * ``abandon``: a client that dies inside its transaction (a new transactional id every few seconds, never closed
   before the drain): only the coordinator's transaction timeout lets ``abandoned``'s last stable offset move on.
 * readers: read_committed and read_uncommitted consumers polling the append, idem and bank topics.
-* probes: white-box readers that send Fetch to the partition leaders themselves (no consumer), one per isolation
-  level, and record with each read the high watermark and last stable offset that the same Fetch answered: the
-  checker's read-above-watermark and lso-stuck rules judge these (design/torture.md §3.3).
+* probes: a white-box reader that sends Fetch to the partition leaders itself (no consumer), at read_committed and
+  read_uncommitted in turn, and records with each read the high watermark and last stable offset that the same
+  Fetch answered: the checker's read-above-watermark and lso-stuck rules judge these (design/torture.md §3.3).
 """
 
 from __future__ import annotations
@@ -404,11 +404,14 @@ class Probe(Worker):
     dropped at read_committed), and each ``read`` op carrying per partition the ``hw`` and ``lso`` that the same
     Fetch answered. The consumer keeps those to itself; here the checker gets them for every read."""
 
-    def __init__(self, *args: Any, topics: Sequence[str], isolation: str) -> None:
+    def __init__(self, *args: Any, topics: Sequence[str], isolations: Sequence[str]) -> None:
         super().__init__(*args)
-        self.isolation = isolation
+        self.isolations = list(isolations)
+        self.isolation = self.isolations[0]
         self.parts = [TopicPartition(t, p) for t in topics for p in range(TOPICS[t])]
-        self.positions: dict[TopicPartition, int] = dict.fromkeys(self.parts, 0)
+        self.at: dict[str, dict[TopicPartition, int]] = {i: dict.fromkeys(self.parts, 0) for i in self.isolations}
+        self.positions = self.at[self.isolation]
+        self.turn = 0
         self.factory = ChannelFactory()
         self.channels: dict[str, Any] = {}
         self.leaders: dict[TopicPartition, tuple[str, int]] = {}
@@ -421,6 +424,9 @@ class Probe(Worker):
     def step(self) -> None:
         if self.stopping.wait(PROBE_EVERY_S):
             return
+        self.isolation = self.isolations[self.turn % len(self.isolations)]  # one isolation level per read, in turn
+        self.positions = self.at[self.isolation]
+        self.turn += 1
         self.h.append(self.process, "invoke", "read", {"isolation": self.isolation})
         try:
             value = self.fetch_all()
@@ -532,6 +538,5 @@ def build(workloads: Sequence[str], bootstrap: str, history: History, seed: int)
     if "probes" in workloads:
         probed = [t for t in TOPICS if (t not in ("in", "mid", "out") or "ctp" in workloads)]
         probed = [t for t in probed if t != "abandoned" or "abandon" in workloads]
-        add(Probe, "probe-rc", topics=probed, isolation="read_committed")
-        add(Probe, "probe-ru", topics=probed, isolation="read_uncommitted")
+        add(Probe, "probe-0", topics=probed, isolations=("read_committed", "read_uncommitted"))
     return workers
