@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import socket
 import threading
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -77,11 +78,14 @@ def test_blackhole_holds_bytes_until_cleared_then_delivers_them(proxy: FaultProx
     with _connect(proxy, "svc") as sock:
         assert _roundtrip(sock, b"a") == b"a"
         proxy.set_rule(CLIENT, "svc", Rule("blackhole"))
-        sock.settimeout(0.3)
         sock.sendall(b"held")
+        deadline = time.monotonic() + 10  # the proxy's thread reads the chunk when the machine lets it
+        while proxy.stats["held_chunks"] < 1:
+            assert time.monotonic() < deadline, f"the chunk was never held: {proxy.stats}"
+            time.sleep(0.01)
+        sock.settimeout(0.3)
         with pytest.raises(TimeoutError):
-            sock.recv(10)
-        assert proxy.stats["held_chunks"] >= 1
+            sock.recv(10)  # held, not forwarded
         proxy.clear()
         sock.settimeout(5)
         assert sock.recv(10) == b"held"
