@@ -25,13 +25,25 @@ measurements:
    rows are ready at once here, so the task's InitProducerId and marker read, which in Spark overlap with
    computing the rows, show up as waiting time.
 
+4. **The orders pipeline beyond one process.** ``examples/spark_orders_pipeline.py`` (parse, stream-static join,
+   exactly-once sink) over ``orders`` JSON orders already in a 4-partition topic, ``--per-trigger`` rows a
+   micro-batch, run as its own driver: on ``local[2]`` (two task threads in the driver's JVM) and submitted with
+   ``spark-submit`` to a Spark standalone master with two one-core workers (one executor JVM each), the same two
+   cores. Runs alternate between the two, the first of each pair swapping every run. The figure is orders per
+   second over the warm micro-batches (every batch after the first, which starts the Python workers); the
+   wall time from launching the driver to its last batch (JVM, executors and the first batch included) is shown
+   beside it.
+5. **Source read rate by ``minPartitions``.** ``spark.read`` of a one-partition topic into ``noop`` on ``local[2]``
+   with ``minPartitions`` 1 (one Spark partition, one task) and 4 (its range split over four tasks), alternating.
+
 Figures are medians with their spread ((max - min) / median); the machine is shared, so compare ratios
-taken in the same run.
+taken in the same run. ``--only sinks`` runs 1-3, ``--only cluster`` runs 4 and 5.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import tempfile
 import time
@@ -45,7 +57,7 @@ from typing import Any
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamArrowWriter, DataSourceStreamWriter, WriterCommitMessage
 
-from bench.common import Series
+from bench.common import Series, report
 from oncelog.client import AdminClient, NewTopic, Producer
 from oncelog.testing import LocalCluster
 from oncelog.testing.spark import local_spark_session
@@ -382,11 +394,163 @@ def _ms_table(title: str, rows: list[tuple[str, Series, Series, Series | None]])
     return "\n".join(lines)
 
 
+# ------------------------------------------------------------------------- the pipeline beyond one process
+
+
+def fill_orders(bootstrap: str, topic: str, count: int) -> None:
+    """``count`` JSON orders of the pipeline's input schema into ``topic`` (idempotent producer)."""
+    with Producer(bootstrap, batch_size=256 * 1024, linger_ms=20) as producer:
+        for first in range(0, count, 1000):
+            for i in range(first, min(count, first + 1000)):
+                order = {
+                    "order_id": f"o-{i:07d}",
+                    "customer": f"c-{i % 50:03d}",
+                    "sku": f"sku-{i % 40}",
+                    "quantity": 1 + i % 9,
+                    "unit_price_cents": 99 + (i * 37) % 4_900,
+                }
+                producer.send(topic, json.dumps(order, separators=(",", ":")).encode(), key=order["customer"].encode())
+            producer.flush()
+
+
+@dataclass(frozen=True)
+class PipelineRun:
+    """One run of the orders pipeline: its warm rate (orders/s after the first micro-batch) and its wall time."""
+
+    warm_rate: float
+    wall_s: float
+    batches: int
+
+
+def run_pipeline(runner: Any, bootstrap: str, orders: int, per_trigger: int, tmp: Path) -> PipelineRun:
+    """Run the pipeline over a fresh topic of ``orders`` orders until it has read them all; its progress lines
+    (one per micro-batch, with rows and duration) give the rates."""
+    name = uuid.uuid4().hex[:8]
+    source, sink = f"bench-orders-{name}", f"bench-enriched-{name}"
+    with AdminClient(bootstrap) as admin:
+        admin.create_topics([NewTopic(source, num_partitions=4), NewTopic(sink, num_partitions=4)])
+    fill_orders(bootstrap, source, orders)
+    log, stop = tmp / f"driver-{name}.log", tmp / f"stop-{name}"
+    args = ["--bootstrap", bootstrap, "--checkpoint", str(tmp / f"checkpoint-{name}"), "--source", source]
+    args += ["--sink", sink, "--max-records-per-trigger", str(per_trigger), "--stop-file", str(stop)]
+    started = time.monotonic()
+    driver = runner.start_driver(args, log)
+    try:
+        deadline = started + 900
+        while True:
+            batches = [json.loads(line) for line in log.read_text().splitlines() if line.startswith('{"batch"')]
+            if sum(b["rows"] for b in batches) >= orders:
+                break
+            if driver.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the pipeline stopped at {batches[-1:]} of {orders} orders; see {log}")
+            time.sleep(0.2)
+        wall = time.monotonic() - started
+        stop.touch()
+        driver.wait(120)
+    finally:
+        runner.kill_driver(driver)
+    warm = batches[1:]
+    return PipelineRun(sum(b["rows"] for b in warm) / (sum(b["ms"] for b in warm) / 1000), wall, len(batches))
+
+
+def interleaved_pipelines(
+    bootstrap: str, runs: int, orders: int, per_trigger: int, tmp: Path
+) -> dict[str, list[PipelineRun]]:
+    """``runs`` pipeline runs on each of local[2] and the standalone cluster, alternating which goes first."""
+    from oncelog.cli.spark_demo import PIPELINE
+    from oncelog.cli.spark_runners import LocalRunner, StandaloneRunner
+
+    local = LocalRunner(PIPELINE, tmp / "local", master="local[2]")
+    standalone = StandaloneRunner(PIPELINE, tmp / "standalone")
+    results: dict[str, list[PipelineRun]] = {"local[2]": [], "standalone": []}
+    standalone.start()
+    try:
+        for run in range(runs):
+            order = [("local[2]", local), ("standalone", standalone)]
+            for label, runner in order if run % 2 == 0 else order[::-1]:
+                scratch = tmp / f"{label}-{run}"
+                scratch.mkdir(parents=True)
+                results[label].append(run_pipeline(runner, bootstrap, orders, per_trigger, scratch))
+                done = results[label][-1]
+                print(
+                    f"run {run} {label}: {done.warm_rate:,.0f} orders/s warm, {done.wall_s:.0f} s wall, "
+                    f"{done.batches} batches",
+                    flush=True,
+                )
+    finally:
+        standalone.stop()
+    return results
+
+
+def interleaved_min_partitions(spark: Any, bootstrap: str, records: int, runs: int) -> dict[int, list[float]]:
+    """Batch read rows/s of a one-partition topic with minPartitions 1 and 4, alternating (one cold read each
+    first)."""
+    topic = _topic(bootstrap, "bench-spark-split", 1)
+    with Producer(bootstrap, batch_size=256 * 1024, linger_ms=20) as producer:
+        for first in range(0, records, 10_000):
+            producer.send_batch(topic, _values(range(first, min(records, first + 10_000))), partition=0)
+        producer.flush()
+    rates: dict[int, list[float]] = {1: [], 4: []}
+    for run in range(runs + 1):
+        for splits in (1, 4) if run % 2 == 0 else (4, 1):
+            started = time.perf_counter()
+            frame = (
+                spark.read.format("oncelog")
+                .option("bootstrap", bootstrap)
+                .option("topic", topic)
+                .option("minPartitions", str(splits))
+                .load()
+            )
+            frame.write.format("noop").mode("overwrite").save()
+            if run:
+                rates[splits].append(records / (time.perf_counter() - started))
+    return rates
+
+
+def cluster_main(args: argparse.Namespace) -> None:
+    """Sections 4 and 5: the pipeline on the standalone cluster against local[2], and minPartitions 1 against 4."""
+    with (
+        tempfile.TemporaryDirectory(prefix="bench-spark-cluster-") as tmp,
+        LocalCluster(Path(tmp, "cluster"), storage_nodes=1) as cluster,
+    ):
+        pipelines = interleaved_pipelines(cluster.bootstrap, args.runs, args.orders, args.per_trigger, Path(tmp))
+        with spark_session(Path(tmp, "session")) as spark:
+            splits = interleaved_min_partitions(spark, cluster.bootstrap, args.split_records, args.runs)
+    local = Series("local[2]", [r.warm_rate for r in pipelines["local[2]"]])
+    standalone = Series("standalone", [r.warm_rate for r in pipelines["standalone"]])
+    print()
+    print(
+        report(
+            f"orders pipeline, {args.orders:,} orders, {args.per_trigger:,} per micro-batch: warm orders/s",
+            [("local[2]", local, None), ("standalone: master + 2 one-core workers", standalone, local)],
+        )
+    )
+    for label, runs in pipelines.items():
+        walls = Series(label, [r.wall_s for r in runs])
+        print(f"- {label}: launch to last batch, median {walls.median:.0f} s, spread {walls.spread:.0%}")
+    one, four = Series("minPartitions 1", splits[1]), Series("minPartitions 4", splits[4])
+    print()
+    print(
+        report(
+            f"batch read of a one-partition topic, {args.split_records:,} rows, local[2]: rows/s",
+            [("minPartitions 1", one, None), ("minPartitions 4", four, one)],
+        )
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5, help="warm micro-batches (and batch reads) measured")
     parser.add_argument("--rows", type=int, default=10_000, help="rows per micro-batch")
+    parser.add_argument("--only", choices=("sinks", "cluster"), default=None, help="run sections 1-3 or 4-5 only")
+    parser.add_argument("--orders", type=int, default=20_000, help="orders per pipeline run (section 4)")
+    parser.add_argument("--per-trigger", type=int, default=2_000, help="orders per pipeline micro-batch (section 4)")
+    parser.add_argument("--split-records", type=int, default=200_000, help="rows of the minPartitions topic")
     args = parser.parse_args()
+    if args.only != "sinks":
+        cluster_main(args)
+    if args.only == "cluster":
+        return
 
     records = (args.runs + 1) * args.rows
     sinks = [
