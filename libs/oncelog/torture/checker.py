@@ -47,6 +47,7 @@ def check(ops: Sequence[Op]) -> CheckResult:
         _early_reads,
         _realtime_order,
         _zombies,
+        _epoch_regressions,
         _cycles,
         _liveness,
     ):
@@ -464,6 +465,36 @@ def _zombies(h: History, result: CheckResult) -> None:
             )
 
 
+def _epoch_regressions(h: History, result: CheckResult) -> None:
+    """Every InitProducerId fences what came before: one invoked after another returned epoch E for producer id P
+    must answer another producer id, or P with an epoch above E (a coordinator that lost track of a bump, e.g. by
+    loading a row a deposed coordinator overwrote, would hand an epoch out twice and could no longer fence)."""
+    inits = [
+        c
+        for c in h.calls
+        if c.invoke.f == "init-producer"
+        and c.done is not None
+        and c.done.kind == "ok"
+        and c.done.producer_id is not None
+    ]
+    for later in inits:
+        assert later.done is not None
+        for earlier in inits:
+            assert earlier.done is not None
+            if (
+                earlier.done.time_ns < later.invoke.time_ns
+                and earlier.done.producer_id == later.done.producer_id
+                and (later.done.epoch or 0) <= (earlier.done.epoch or 0)
+            ):
+                result.add(
+                    "epoch-regression",
+                    f"{later.name()} returned producer {later.done.producer_id} epoch {later.done.epoch}, though "
+                    f"{earlier.name()} had returned epoch {earlier.done.epoch} for it before the call began",
+                    [earlier.op.index, later.op.index],
+                )
+                break
+
+
 def _cycles(h: History, result: CheckResult) -> None:
     import networkx as nx
 
@@ -647,7 +678,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             "reads above the high watermark or last stable offset, order violations within a producer, offset "
             "gaps that are not control records, group offsets committed without their outputs (or the reverse), "
             "committed offsets going backwards, reads returned before their writer asked to commit, sends landing "
-            "below an offset known before they were invoked, writes of a fenced producer epoch, "
+            "below an offset known before they were invoked, writes of a fenced producer epoch, InitProducerId epochs "
+            "that do not grow, "
             "G1c dependency cycles, and liveness (hanging transactions, a stuck LSO, a consumer without progress "
             "after the faults heal). G0 and ww-dependent G1c cycles are reported but allowed. Prints a table of "
             "every class with an example and exits 1 when any anomaly is found, 0 otherwise."

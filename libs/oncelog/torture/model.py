@@ -27,6 +27,7 @@ SAFETY_CLASSES = (
     "early-read",
     "realtime-order",
     "zombie-write",
+    "epoch-regression",
     "G1c",
 )
 LIVENESS_CLASSES = ("transaction-hang", "lso-stuck", "consumer-stuck")

@@ -145,6 +145,34 @@ def test_a_read_whose_lso_is_above_its_hw_is_flagged() -> None:
     assert anomaly.ops == (probe.index,) and "above its high watermark 2" in anomaly.explanation
 
 
+def _init(b: Builder, process: str, producer_id: int, epoch: int) -> Op:
+    b.op(process, "invoke", "init-producer", {}, txn_id="t")
+    return b.op(
+        process,
+        "ok",
+        "init-producer",
+        {"producer_id": producer_id, "epoch": epoch},
+        producer_id=producer_id,
+        epoch=epoch,
+        txn_id="t",
+    )
+
+
+def test_init_producer_handing_out_an_epoch_again_is_an_epoch_regression() -> None:
+    b = Builder()
+    first = _init(b, "p1", 7, 3)
+    again = _init(b, "p2", 7, 3)
+    (anomaly,) = only(check(b.ops), "epoch-regression")
+    assert anomaly.ops == (first.index, again.index)
+    assert "producer 7 epoch 3" in anomaly.explanation
+
+    clean = Builder()
+    _init(clean, "p1", 7, 3)
+    _init(clean, "p2", 7, 4)
+    _init(clean, "p3", 8, 0)  # a new producer id starts over
+    assert check(clean.ops).valid, check(clean.ops).to_dict()
+
+
 def test_order_violation_within_a_producer() -> None:
     b = Builder()
     batch = b.write("p1", [(T0, 1, 5), (T0, 2, 4)], f="produce")
