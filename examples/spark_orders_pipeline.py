@@ -163,10 +163,12 @@ def _report_progress(query: Any, seen: set[int]) -> bool:
     moved = False
     for progress in query.recentProgress:
         batch = progress["batchId"]
-        if batch not in seen and progress["numInputRows"] > 0:
+        # over Spark Connect a progress report may leave numInputRows and durations out (None)
+        rows = progress["numInputRows"] or 0
+        if batch not in seen and rows > 0:
             seen.add(batch)
             moved = True
-            line = {"batch": batch, "rows": progress["numInputRows"], "ms": progress["durationMs"]["triggerExecution"]}
+            line = {"batch": batch, "rows": rows, "ms": (progress["durationMs"] or {}).get("triggerExecution", 0)}
             print(json.dumps(line), flush=True)
     return moved
 
