@@ -66,8 +66,7 @@ async def _stop_when_orphaned(server: GrpcServer, parent_pid: int, interval_s: f
     await server.stop()
 
 
-def _usage(name: str, load: Callable[[], ServiceSettings]) -> str:
-    settings_cls = getattr(load, "__self__", ServiceSettings)
+def _usage(name: str, settings_cls: type[ServiceSettings]) -> str:
     return (
         f"usage: oncelog-{name} [--help]\n\n"
         f"Runs the oncelog {name} service until SIGTERM or SIGINT (then drains). It takes no arguments: every\n"
@@ -81,6 +80,8 @@ def run_service(
     load: Callable[[], ServiceSettings],
     build: Callable[[ServiceSettings], ServiceSpec],
     argv: list[str] | None = None,
+    *,
+    settings_class: type[ServiceSettings] | None = None,
 ) -> int:
     """``main()`` of a service: read settings, build the spec, serve; exit code 2 on bad configuration.
 
@@ -89,7 +90,11 @@ def run_service(
     """
     argv = sys.argv[1:] if argv is None else argv
     if any(arg in ("-h", "--help") for arg in argv):
-        print(_usage(name, load), end="")
+        # the class whose variables --help lists: given, else the class of a bound ``Settings.from_env``
+        listed: type[ServiceSettings] = (
+            settings_class if settings_class is not None else getattr(load, "__self__", ServiceSettings)
+        )
+        print(_usage(name, listed), end="")
         return 0
     if argv:
         print(

@@ -151,7 +151,7 @@ def build(settings: KafkaGatewaySettings) -> ServiceSpec:
 
 def main() -> int:
     """Console entry point: ``oncelog-kafka-gateway`` / ``python -m oncelog.kafka_gateway``."""
-    return run_service(NAME, _load, build)  # type: ignore[arg-type]
+    return run_service(NAME, _load, build, settings_class=KafkaGatewaySettings)  # type: ignore[arg-type]
 
 
 def _load() -> KafkaGatewaySettings:
