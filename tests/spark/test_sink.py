@@ -301,13 +301,15 @@ def test_partition_and_header_columns_keep_each_partitions_row_order(
         )
     )
     run_to_end(frame, cluster, sink, tmp_path / "checkpoint")
-    reader = OncelogDataSource({"bootstrap": cluster.bootstrap, "topic": sink.name}).reader(None)
+    options = {"bootstrap": cluster.bootstrap, "topic": sink.name, "includeHeaders": "true"}
+    reader = OncelogDataSource(options).reader(None)
     read = [r for p in reader.partitions() for b in reader.read(p) for r in b.to_pylist()]
     assert sorted(r["value"].decode() for r in read) == sorted(f"P{p}-{i}" for p in (0, 1) for i in range(40))
     for record in read:
         offset = int(record["key"])
         assert record["partition"] == offset % 2
-        assert dict(record["headers"] or {}) == ({"offset": record["key"]} if offset % 3 == 0 else {})
+        headers = [(h["key"], h["value"]) for h in record["headers"] or []]  # Spark's array<struct<key,value>>
+        assert headers == ([("offset", record["key"])] if offset % 3 == 0 else [])
     for partition in (0, 1):
         for source_partition in ("P0", "P1"):
             # rows of one source partition reach one Spark task, which wrote them in offset order
