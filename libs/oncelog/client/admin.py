@@ -43,14 +43,14 @@ from oncelog.client.services import (
     Retry,
     RetryPolicy,
     TransactionCoordinatorClient,
-    TxnMarker,
     check_transaction_states,
+    fencing_abort_marker,
     is_retriable,
     retry_of,
 )
 from oncelog.client.transport import BootstrapError, Channels, IoThread, resolve_bootstrap
-from oncelog.errors import CoordinatorNotAvailable, InvalidRequest, OncelogError
-from oncelog.vocabulary import ControlType, CoordinatorKind, IsolationLevel, ProducerIdAndEpoch, Role
+from oncelog.errors import CoordinatorNotAvailable, OncelogError
+from oncelog.vocabulary import CoordinatorKind, IsolationLevel, Role
 
 __all__ = [
     "AdminClient",
@@ -66,7 +66,6 @@ __all__ = [
 T = TypeVar("T")
 V = TypeVar("V")
 
-_MAX_PRODUCER_EPOCH = 32_767
 _LISTING_KEY = "oncelog-consumer-group-listing"
 """Key whose group coordinator answers ListConsumerGroups (every replica reads the same SQL)."""
 
@@ -550,13 +549,7 @@ class AdminClient:
             InvalidProducerEpoch / TransactionCoordinatorFenced: the partition has newer state for the producer.
         """
         tp = TopicPartition(*partition)
-        marker = TxnMarker(
-            transactional_id="",
-            producer=ProducerIdAndEpoch(producer_id, producer_epoch + 1),
-            coordinator_epoch=max(coordinator_epoch, 0),
-            result=ControlType.ABORT,
-            partitions=(tp,),
-        )
+        marker = fencing_abort_marker(tp, producer_id, producer_epoch, coordinator_epoch)  # refuses epoch 32767
 
         async def abort(deadline: Deadline) -> None:
             leader = await self._metadata.wait_for_leader(tp, deadline)
@@ -569,11 +562,6 @@ class AdminClient:
                     if failure is not None:
                         self._raise_failure(tp, failure)
 
-        if producer_epoch >= _MAX_PRODUCER_EPOCH:
-            raise InvalidRequest(
-                f"producer {producer_id} is at epoch {producer_epoch}, the largest: no marker epoch can fence it; "
-                "this transaction cannot be aborted by a marker"
-            )
         self._run(abort, timeout)
 
     # -------------------------------------------------------------------------------- group offsets

@@ -22,13 +22,13 @@ from oncelog.client.services import (
     ClusterClient,
     PartitionStorageClient,
     TransactionCoordinatorClient,
-    TxnMarker,
+    fencing_abort_marker,
 )
 from oncelog.errors import InvalidRequest, OncelogError
 from oncelog.kafka_gateway.error_codes import error_code_of
 from oncelog.kafka_gateway.protocol import Request
 from oncelog.kafka_gateway.routing import ClusterRoutes
-from oncelog.vocabulary import ControlType, CoordinatorKind, ProducerIdAndEpoch, Role, TopicPartition
+from oncelog.vocabulary import CoordinatorKind, Role, TopicPartition
 
 
 def kafka_state(name: str) -> str:
@@ -48,7 +48,6 @@ KAFKA_STATES = frozenset(
 """The state names ListTransactions filters on and the admin APIs answer with."""
 
 
-_MAX_PRODUCER_EPOCH = 32767
 _TOPIC_RESOURCE = 2
 _SET, _DELETE = 0, 1  # IncrementalAlterConfigs operations; APPEND (2) and SUBTRACT (3) concern list settings
 _TOPIC_SOURCE, _DEFAULT_SOURCE = 1, 5  # Kafka's DYNAMIC_TOPIC_CONFIG and DEFAULT_CONFIG
@@ -291,9 +290,6 @@ class AdminServicer:
             if m.transaction_result:
                 refused = InvalidRequest("the kafka-gateway writes ABORT markers only (kafka-transactions.sh abort)")
                 errors = dict.fromkeys(tps, refused)
-            elif m.producer_epoch >= _MAX_PRODUCER_EPOCH:
-                refused = InvalidRequest(f"producer {m.producer_id} is at the largest epoch: no marker can fence it")
-                errors = dict.fromkeys(tps, refused)
             else:
                 for tp in tps:
                     errors[tp] = await self._abort_on(tp, m.producer_id, m.producer_epoch, m.coordinator_epoch)
@@ -308,14 +304,8 @@ class AdminServicer:
     async def _abort_on(
         self, tp: TopicPartition, producer_id: int, producer_epoch: int, coordinator_epoch: int
     ) -> OncelogError | None:
-        marker = TxnMarker(
-            transactional_id="",
-            producer=ProducerIdAndEpoch(producer_id, producer_epoch + 1),
-            coordinator_epoch=max(coordinator_epoch, 0),
-            result=ControlType.ABORT,
-            partitions=(tp,),
-        )
         try:
+            marker = fencing_abort_marker(tp, producer_id, producer_epoch, coordinator_epoch)  # refuses epoch 32767
             leader = await self._routes.leader(tp)
             results = await self._storage.write_txn_markers(leader, [marker], timeout_s=self._timeout_s)
         except OncelogError as exc:

@@ -56,6 +56,7 @@ from oncelog.client.services.transactions import (
     TransactionCoordinatorClient,
     TxnMarker,
     TxnMarkerResult,
+    fencing_abort_marker,
 )
 from oncelog.client.services.wire import ChannelSource, check_transaction_states, topic_info
 
@@ -93,6 +94,7 @@ __all__ = [
     "TransactionCoordinatorClient",
     "TxnMarker",
     "TxnMarkerResult",
+    "fencing_abort_marker",
     "call",
     "call_sync",
     "check_transaction_states",

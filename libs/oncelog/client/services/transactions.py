@@ -25,7 +25,7 @@ from oncelog.client.services.wire import (
     transaction_state_name,
     transaction_state_value,
 )
-from oncelog.errors import OncelogError
+from oncelog.errors import InvalidRequest, OncelogError
 from oncelog.vocabulary import ControlType, ProducerIdAndEpoch, TopicPartition
 
 # --------------------------------------------------------------------------------------- TransactionCoordinatorService
@@ -346,6 +346,35 @@ class TxnMarker:
     result: ControlType
     partitions: tuple[TopicPartition, ...] = ()
     groups: tuple[str, ...] = ()
+
+
+LARGEST_PRODUCER_EPOCH = 32_767
+"""Kafka's producer epoch is an int16: a producer at this epoch cannot be fenced by a marker of the next one."""
+
+
+def fencing_abort_marker(
+    tp: TopicPartition, producer_id: int, producer_epoch: int, coordinator_epoch: int
+) -> TxnMarker:
+    """The ABORT marker that ends a hanging transaction on one partition (KIP-664's ``abortTransaction``).
+
+    It carries the next producer epoch, which the partition accepts and which fences that producer instance there
+    (KIP-890). ``AdminClient.abort_transaction_on_partition`` and the kafka-gateway's WriteTxnMarkers send it.
+
+    Raises:
+        InvalidRequest: the producer is at the largest epoch, so no marker epoch can fence it.
+    """
+    if producer_epoch >= LARGEST_PRODUCER_EPOCH:
+        raise InvalidRequest(
+            f"producer {producer_id} is at epoch {producer_epoch}, the largest: no marker epoch can fence it; "
+            "this transaction cannot be aborted by a marker"
+        )
+    return TxnMarker(
+        transactional_id="",
+        producer=ProducerIdAndEpoch(producer_id, producer_epoch + 1),
+        coordinator_epoch=max(coordinator_epoch, 0),
+        result=ControlType.ABORT,
+        partitions=(tp,),
+    )
 
 
 @dataclass(frozen=True, slots=True)
