@@ -160,14 +160,22 @@ def spark_session(tmp: Path) -> Iterator[Any]:
 
 
 def start_query(spark: Any, bootstrap: str, source: str, rows: int, checkpoint: Path, sink: Sink) -> Any:
-    """The pipeline from ``source`` into ``sink``, running until stopped."""
+    """The pipeline from oncelog topic ``source`` into ``sink``, running until stopped."""
+    return start_pipeline(spark, "oncelog", {"bootstrap": bootstrap, "topic": source}, rows, checkpoint, sink)
+
+
+def start_pipeline(
+    spark: Any, source_format: str, source_options: dict[str, str], rows: int, checkpoint: Path, sink: Sink
+) -> Any:
+    """The benchmark's query: ``rows`` records per micro-batch (``maxOffsetsPerTrigger``, a name both oncelog's and
+    Spark's Kafka source take) read from the start of a ``source_format`` source, upper-cased into ``sink``."""
+    reader = spark.readStream.format(source_format)
+    for key, value in source_options.items():
+        reader = reader.option(key, value)
     frame = (
-        spark.readStream.format("oncelog")
-        .option("bootstrap", bootstrap)
-        .option("topic", source)
-        .option("startingOffsets", "earliest")
+        reader.option("startingOffsets", "earliest")
         # a round's transaction adds one commit marker per partition, which takes an offset of its own
-        .option("maxRecordsPerTrigger", str(rows + SOURCE_PARTITIONS))
+        .option("maxOffsetsPerTrigger", str(rows + SOURCE_PARTITIONS))
         .load()
         .selectExpr("CAST(offset AS STRING) AS key", "upper(CAST(value AS STRING)) AS value")
     )
@@ -341,6 +349,7 @@ def profile_sink(bootstrap: str, rows: int, runs: int) -> list[tuple[str, float,
     for mode in ("task", "batch"):
         options = parse_sink_options({"bootstrap": bootstrap, "topic": out, "atomicity": mode})
         encoder = RowEncoder(schema, out)
+        query = f"profile-{mode}"  # a query of its own per mode: the sink refuses batch 0 after a batch 1 it wrote
         totals: list[float] = []
         shares: defaultdict[str, list[float]] = defaultdict(list)
         for batch in range(runs + 1):
@@ -351,12 +360,12 @@ def profile_sink(bootstrap: str, rows: int, runs: int) -> list[tuple[str, float,
             started = time.perf_counter()
             if mode == "task":
                 TaskWriter(options, encoder, producer_factory=timer.producer_factory()).write_columns(
-                    encoder.encode_arrow([data]), TaskIdentity("profile", batch, 0, 0)
+                    encoder.encode_arrow([data]), TaskIdentity(query, batch, 0, 0)
                 )
             else:
                 stager = OutputStager(options, encoder)
                 staged = [
-                    stager.stage_columns(encoder.encode_arrow([data]), TaskIdentity("profile", batch, p, 0))
+                    stager.stage_columns(encoder.encode_arrow([data]), TaskIdentity(query, batch, p, 0))
                     for p in range(SOURCE_PARTITIONS)
                 ]
                 stage_done = time.perf_counter()

@@ -25,7 +25,7 @@ from typing import Any
 
 from confluent_kafka import Producer as KProducer
 
-from bench.spark import SOURCE_PARTITIONS, Sink, _progress_id, _values, _wait_for_rows
+from bench.spark import SOURCE_PARTITIONS, Sink, _progress_id, _values, _wait_for_rows, start_pipeline
 from bench.yardstick_sides import Side
 from oncelog.testing.spark import (
     fetch_kafka_connector,
@@ -60,21 +60,12 @@ class KafkaFeeder:
 
 
 def _start(spark: Any, kafka_bootstrap: str, source: str, rows: int, checkpoint: Path, sink: Sink) -> Any:
-    frame = (
-        spark.readStream.format("kafka")
-        .option("kafka.bootstrap.servers", kafka_bootstrap)
-        .option("kafka.isolation.level", "read_committed")
-        .option("subscribe", source)
-        .option("startingOffsets", "earliest")
-        # a round's transaction adds one commit marker per partition, which takes an offset of its own
-        .option("maxOffsetsPerTrigger", str(rows + SOURCE_PARTITIONS))
-        .load()
-        .selectExpr("CAST(offset AS STRING) AS key", "upper(CAST(value AS STRING)) AS value")
-    )
-    writer = frame.writeStream.option("checkpointLocation", str(checkpoint)).format(sink.format)
-    for key, value in sink.options.items():
-        writer = writer.option(key, value)
-    return writer.trigger(processingTime="100 milliseconds").start()
+    options = {
+        "kafka.bootstrap.servers": kafka_bootstrap,
+        "kafka.isolation.level": "read_committed",
+        "subscribe": source,
+    }
+    return start_pipeline(spark, "kafka", options, rows, checkpoint, sink)
 
 
 def measure_spark_sinks(
