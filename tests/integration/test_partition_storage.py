@@ -20,7 +20,15 @@ from oncelog.api.cluster import v1 as cluster_pb
 from oncelog.api.common import v1 as common
 from oncelog.api.storage import v1 as pb
 from oncelog.errors import Reason
-from oncelog.records import ControlType, Record, build_batch, decode_records, iter_batches, read_control_record
+from oncelog.records import (
+    ControlType,
+    Record,
+    build_batch,
+    decode_records,
+    iter_batches,
+    read_control_record,
+    read_header,
+)
 from oncelog.rpc import from_error_info, from_rpc_error, sync_channel
 from oncelog.testing import LocalCluster
 
@@ -355,6 +363,14 @@ def test_list_offsets(part: Partition) -> None:
     assert part.list_offset(pb.OFFSET_SPEC_LATEST, RC).offset == 2
     found = part.list_offset(pb.OFFSET_SPEC_TIMESTAMP, RU, timestamp_ms=1_001)
     assert (found.offset, found.timestamp_ms) == (1, 1_001)
+    # the leader epoch Kafka answers: the epoch the leader stamped on the batch holding the offset, its own for
+    # latest, and -1 when no record has the timestamp
+    stamped = read_header(part.fetch(isolation=RU).records).partition_leader_epoch
+    assert stamped >= 0
+    epochs = [part.list_offset(spec, RU).leader_epoch for spec in (pb.OFFSET_SPEC_EARLIEST, pb.OFFSET_SPEC_LATEST)]
+    assert [*epochs, found.leader_epoch] == [stamped] * 3
+    too_late = part.list_offset(pb.OFFSET_SPEC_TIMESTAMP, RU, timestamp_ms=10**13)
+    assert (too_late.offset, too_late.leader_epoch) == (-1, -1)
     unspecified = part.list_offset(pb.OFFSET_SPEC_UNSPECIFIED)
     assert reason(unspecified) is Reason.INVALID_REQUEST
 

@@ -63,6 +63,7 @@ from oncelog.partition_storage.engine_types import (
     AppendResult,
     EngineConfig,
     FetchResult,
+    ListedOffset,
     OffsetSpec,
     PendingAppend,
     TxnMarkerSpec,
@@ -585,12 +586,13 @@ class PartitionEngine:
         hw, lso = self._high_watermark, self.last_stable_offset
         return read_fetch(self._log, self._txn_indexes, offset, max_bytes, hw, lso, committed=committed)
 
-    def list_offset(self, spec: OffsetSpec, isolation: IsolationLevel, timestamp_ms: int = -1) -> tuple[int, int]:
-        """``(offset, timestamp)`` for ListOffsets; ``(-1, -1)`` when no readable record has that timestamp.
+    def list_offset(self, spec: OffsetSpec, isolation: IsolationLevel, timestamp_ms: int = -1) -> ListedOffset:
+        """Offset, timestamp and leader epoch for ListOffsets; offset -1 when no readable record has that timestamp.
 
         EARLIEST is the log start, LATEST the high watermark (read_uncommitted) or the LSO (read_committed),
         and TIMESTAMP the first record with a timestamp at or after ``timestamp_ms`` below that bound
-        (read_committed cannot find undecided data, design/kafka-semantics.md §4.3).
+        (read_committed cannot find undecided data, design/kafka-semantics.md §4.3). The epoch is this leader's
+        for LATEST, else that of the leader which appended the offset (-1 unknown), as Kafka's leader answers.
 
         Raises:
             InvalidRequest: a negative timestamp for TIMESTAMP.
@@ -598,7 +600,7 @@ class PartitionEngine:
         """
         self._check_online()
         bound = self.last_stable_offset if isolation is IsolationLevel.READ_COMMITTED else self._high_watermark
-        return find_offset(self._log, spec, bound, timestamp_ms)
+        return find_offset(self._log, self.epochs, spec, bound, timestamp_ms, self.leader_epoch)
 
     def describe_producers(self) -> list[ProducerDescription]:
         """Every producer with state on the partition (DescribeProducers, KIP-664)."""

@@ -9,7 +9,8 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 
 from oncelog.errors import InvalidRequest, OffsetOutOfRange
-from oncelog.partition_storage.engine_types import FetchResult, OffsetSpec
+from oncelog.partition_storage.engine_types import FetchResult, ListedOffset, OffsetSpec
+from oncelog.partition_storage.leader_epoch_cache import LeaderEpochCache
 from oncelog.partition_storage.partition_log import PartitionLog
 from oncelog.partition_storage.txn_index import AbortedTxn, TransactionIndex, collect_aborted_txns
 from oncelog.torture import mutants
@@ -56,20 +57,24 @@ def _indexes_from(
             yield index
 
 
-def find_offset(log_: PartitionLog, spec: OffsetSpec, bound: int, timestamp_ms: int) -> tuple[int, int]:
-    """``(offset, timestamp)`` of ``spec`` for ListOffsets below ``bound`` (the HW or the LSO); ``(-1, -1)`` when
-    no readable record has that timestamp.
+def find_offset(
+    log_: PartitionLog, epochs: LeaderEpochCache, spec: OffsetSpec, bound: int, timestamp_ms: int, leader_epoch: int
+) -> ListedOffset:
+    """What ListOffsets resolves for ``spec`` below ``bound`` (the HW or the LSO); offset -1 when no readable record
+    has that timestamp. The leader epoch is the one Kafka's leader answers: its own (``leader_epoch``) for LATEST,
+    and for an offset in the log the epoch of the leader that appended it (``epochs``).
 
     Raises:
         InvalidRequest: a negative timestamp for TIMESTAMP.
     """
     if spec is OffsetSpec.EARLIEST:
-        return log_.log_start_offset, -1
+        start = log_.log_start_offset
+        return ListedOffset(start, -1, epochs.epoch_for_offset(start))
     if spec is OffsetSpec.LATEST:
-        return bound, -1
+        return ListedOffset(bound, -1, leader_epoch)
     if timestamp_ms < 0:
         raise InvalidRequest(f"timestamp_ms must be >= 0 for a timestamp lookup, got {timestamp_ms}")
     found = log_.offset_for_timestamp(timestamp_ms)
     if found is None or found.offset >= bound:
-        return -1, -1
-    return found.offset, found.timestamp
+        return ListedOffset(-1, -1, -1)
+    return ListedOffset(found.offset, found.timestamp, epochs.epoch_for_offset(found.offset))

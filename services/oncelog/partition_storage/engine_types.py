@@ -6,12 +6,20 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from oncelog.partition_storage.txn_index import AbortedTxn
 from oncelog.records import ControlType
 
-__all__ = ["AppendResult", "EngineConfig", "FetchResult", "OffsetSpec", "PendingAppend", "TxnMarkerSpec"]
+__all__ = [
+    "AppendResult",
+    "EngineConfig",
+    "FetchResult",
+    "ListedOffset",
+    "OffsetSpec",
+    "PendingAppend",
+    "TxnMarkerSpec",
+]
 
 
 class OffsetSpec(enum.Enum):
@@ -20,6 +28,21 @@ class OffsetSpec(enum.Enum):
     EARLIEST = "earliest"
     LATEST = "latest"
     TIMESTAMP = "timestamp"
+
+
+class ListedOffset(NamedTuple):
+    """What ListOffsets resolves on one partition (Kafka's ``TimestampAndOffset``).
+
+    Attributes:
+        offset: the offset, or -1 when no readable record has the timestamp asked for.
+        timestamp_ms: the record's timestamp for a timestamp lookup, else -1.
+        leader_epoch: the epoch of the leader that appended ``offset`` (the current epoch for LATEST, as Kafka's
+            leader answers), or -1 when unknown.
+    """
+
+    offset: int
+    timestamp_ms: int
+    leader_epoch: int
 
 
 @dataclass(frozen=True, slots=True)

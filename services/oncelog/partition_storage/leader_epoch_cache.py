@@ -99,6 +99,13 @@ class LeaderEpochCache:
             return self._entries[index].start_offset
         return None
 
+    def epoch_for_offset(self, offset: int) -> int:
+        """The epoch of the leader that appended ``offset``: that of the last entry starting at or below it (Kafka's
+        ``epochForOffset``, which ListOffsets answers with); :data:`UNDEFINED_EPOCH` below every entry or when empty.
+        """
+        index = bisect.bisect_right([e.start_offset for e in self._entries], offset)
+        return self._entries[index - 1].epoch if index else UNDEFINED_EPOCH
+
     def end_offset_for(self, requested_epoch: int, log_end_offset: int) -> tuple[int, int]:
         """``(epoch, end_offset)``: where ``requested_epoch`` ends in this replica's log (Kafka's ``endOffsetFor``).
 

@@ -251,12 +251,19 @@ class PartitionStorageServicer(pb.PartitionStorageServiceServicer):
                 if spec is None:
                     raise InvalidRequest(f"spec={part.spec}: choose EARLIEST, LATEST or TIMESTAMP")
                 engine = await self._partitions.leader_engine(tp.topic, tp.partition)
-                offset, timestamp = engine.list_offset(spec, isolation, part.timestamp_ms)
-                results.append(pb.ListOffsetsPartitionResult(topic_partition=tp, offset=offset, timestamp_ms=timestamp))
+                listed = engine.list_offset(spec, isolation, part.timestamp_ms)
+                results.append(
+                    pb.ListOffsetsPartitionResult(
+                        topic_partition=tp,
+                        offset=listed.offset,
+                        timestamp_ms=listed.timestamp_ms,
+                        leader_epoch=listed.leader_epoch,
+                    )
+                )
             except OncelogError as err:
                 results.append(
                     pb.ListOffsetsPartitionResult(
-                        topic_partition=tp, offset=-1, timestamp_ms=-1, error=to_error_info(err)
+                        topic_partition=tp, offset=-1, timestamp_ms=-1, leader_epoch=-1, error=to_error_info(err)
                     )
                 )
         return pb.ListOffsetsResponse(results=results)

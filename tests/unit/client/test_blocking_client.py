@@ -59,7 +59,7 @@ class Storage(storage_pb.PartitionStorageServiceServicer):
         return storage_pb.ListOffsetsResponse(
             results=[
                 storage_pb.ListOffsetsPartitionResult(
-                    topic_partition=first.topic_partition, offset=17, timestamp_ms=-1
+                    topic_partition=first.topic_partition, offset=17, timestamp_ms=-1, leader_epoch=4
                 ),
                 storage_pb.ListOffsetsPartitionResult(
                     topic_partition=second.topic_partition, error=to_error_info(NotLeader("moved"))
@@ -127,7 +127,7 @@ def test_list_offsets_fetch_and_committed_offsets_translate_each_partition(calls
     listed = calls().list_offsets(
         "s-0", {TP0: OffsetQuery.of("earliest"), TP1: OffsetQuery.of("latest")}, isolation=IsolationLevel.READ_COMMITTED
     )
-    assert listed[TP0] == ListedOffset(17, -1) and isinstance(listed[TP1], NotLeader)
+    assert listed[TP0] == ListedOffset(17, -1, 4) and isinstance(listed[TP1], NotLeader)
     sent = seen["ListOffsets"]
     assert [p.spec for p in sent.partitions] == [storage_pb.OFFSET_SPEC_EARLIEST, storage_pb.OFFSET_SPEC_LATEST]
     assert sent.isolation_level == storage_pb.ISOLATION_LEVEL_READ_COMMITTED

@@ -409,7 +409,9 @@ async def test_partition_storage_client_returns_each_partitions_answer_or_error(
             seen.requests["ListOffsets"] = request
             return storage_pb.ListOffsetsResponse(
                 results=[
-                    storage_pb.ListOffsetsPartitionResult(topic_partition=p.topic_partition, offset=42, timestamp_ms=9)
+                    storage_pb.ListOffsetsPartitionResult(
+                        topic_partition=p.topic_partition, offset=42, timestamp_ms=9, leader_epoch=5
+                    )
                     for p in request.partitions
                 ]
             )
@@ -454,7 +456,7 @@ async def test_partition_storage_client_returns_each_partitions_answer_or_error(
     )
     specs = [(p.spec, p.timestamp_ms) for p in seen.requests["ListOffsets"].partitions]
     assert specs == [(storage_pb.OFFSET_SPEC_LATEST, 0), (storage_pb.OFFSET_SPEC_TIMESTAMP, 1_700)]
-    assert listed == {TP0: ListedOffset(42, 9), TP1: ListedOffset(42, 9)}
+    assert listed == {TP0: ListedOffset(42, 9, 5), TP1: ListedOffset(42, 9, 5)}
     with pytest.raises(ValueError, match="'newest'"):
         OffsetQuery.of("newest")
 

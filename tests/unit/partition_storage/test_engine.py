@@ -468,13 +468,14 @@ async def test_list_offsets(opened, clock: Clock) -> None:
     engine = await opened()
     await engine.append(data(1, 0, 0, ts=5_000, n=2))  # 0-1
     await engine.append(data(7, 0, 0, txn=True, ts=9_000))  # 2, open
-    assert engine.list_offset(OffsetSpec.EARLIEST, RC) == (0, -1)
-    assert engine.list_offset(OffsetSpec.LATEST, RU) == (3, -1)
-    assert engine.list_offset(OffsetSpec.LATEST, RC) == (2, -1)
-    assert engine.list_offset(OffsetSpec.TIMESTAMP, RU, 5_001) == (1, 5_001)
-    assert engine.list_offset(OffsetSpec.TIMESTAMP, RU, 9_000) == (2, 9_000)
-    assert engine.list_offset(OffsetSpec.TIMESTAMP, RC, 9_000) == (-1, -1), "undecided data cannot be found"
-    assert engine.list_offset(OffsetSpec.TIMESTAMP, RU, 99_999) == (-1, -1)
+    # (offset, timestamp, leader epoch): the engine leads at epoch 0 and stamped every batch with it
+    assert engine.list_offset(OffsetSpec.EARLIEST, RC) == (0, -1, 0)
+    assert engine.list_offset(OffsetSpec.LATEST, RU) == (3, -1, 0)
+    assert engine.list_offset(OffsetSpec.LATEST, RC) == (2, -1, 0)
+    assert engine.list_offset(OffsetSpec.TIMESTAMP, RU, 5_001) == (1, 5_001, 0)
+    assert engine.list_offset(OffsetSpec.TIMESTAMP, RU, 9_000) == (2, 9_000, 0)
+    assert engine.list_offset(OffsetSpec.TIMESTAMP, RC, 9_000) == (-1, -1, -1), "undecided data cannot be found"
+    assert engine.list_offset(OffsetSpec.TIMESTAMP, RU, 99_999) == (-1, -1, -1)
 
 
 async def test_describe_producers_shows_the_open_transaction(opened, clock: Clock) -> None:

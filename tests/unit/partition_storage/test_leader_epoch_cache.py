@@ -33,6 +33,13 @@ def test_an_epoch_this_replica_never_saw_answers_the_epoch_below_it() -> None:
     assert cache().end_offset_for(0, log_end_offset=0) == (-1, -1)
 
 
+def test_an_offset_belongs_to_the_epoch_of_the_last_entry_starting_at_or_below_it() -> None:
+    epochs = cache((2, 10), (4, 20))
+    assert [epochs.epoch_for_offset(o) for o in (10, 19, 20, 500)] == [2, 2, 4, 4]
+    assert epochs.epoch_for_offset(9) == -1, "below the first entry: no epoch is known"
+    assert cache().epoch_for_offset(0) == -1
+
+
 def test_assign_appends_new_epochs_and_ignores_repeats() -> None:
     epochs = cache()
     assert epochs.assign(0, 0)

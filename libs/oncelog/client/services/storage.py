@@ -117,10 +117,13 @@ def fetched(response: storage_pb.FetchResponse) -> list[FetchedPartition]:
 
 
 class ListedOffset(NamedTuple):
-    """A resolved offset, with the timestamp of its record (-1 for earliest and latest, and when none matched)."""
+    """A resolved offset, with the timestamp of its record (-1 for earliest and latest, and when none matched) and
+    the leader epoch Kafka's ListOffsets answers (the leader's for latest, else the one that appended the offset;
+    -1 unknown)."""
 
     offset: int
     timestamp_ms: int
+    leader_epoch: int = -1
 
 
 def list_offsets_request(
@@ -140,7 +143,10 @@ def list_offsets_request(
 
 def listed(response: storage_pb.ListOffsetsResponse) -> dict[TopicPartition, ListedOffset | OncelogError]:
     """Each partition's resolved offset, or its error."""
-    return {_tp(r.topic_partition): _error(r) or ListedOffset(r.offset, r.timestamp_ms) for r in response.results}
+    return {
+        _tp(r.topic_partition): _error(r) or ListedOffset(r.offset, r.timestamp_ms, r.leader_epoch)
+        for r in response.results
+    }
 
 
 class EpochQuery(NamedTuple):

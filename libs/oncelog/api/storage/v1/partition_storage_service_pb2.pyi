@@ -541,10 +541,15 @@ class ListOffsetsPartitionResult(_message.Message):
     OFFSET_FIELD_NUMBER: _builtins.int
     TIMESTAMP_MS_FIELD_NUMBER: _builtins.int
     ERROR_FIELD_NUMBER: _builtins.int
+    LEADER_EPOCH_FIELD_NUMBER: _builtins.int
     offset: _builtins.int
     """offset is the resolved offset, or -1 when no record matches the timestamp."""
     timestamp_ms: _builtins.int
     """timestamp_ms is the timestamp of the record at offset, or -1."""
+    leader_epoch: _builtins.int
+    """leader_epoch is the leader epoch Kafka's ListOffsets answers: the leader's current one for LATEST, otherwise
+    the epoch of the leader that appended offset; -1 when unknown (no record found, or an epoch-less log).
+    """
     @_builtins.property
     def topic_partition(self) -> _partition_pb2.TopicPartition:
         """topic_partition is the partition concerned."""
@@ -560,10 +565,11 @@ class ListOffsetsPartitionResult(_message.Message):
         offset: _builtins.int = ...,
         timestamp_ms: _builtins.int = ...,
         error: _errors_pb2.ErrorInfo | None = ...,
+        leader_epoch: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "topic_partition", b"topic_partition"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "offset", b"offset", "timestamp_ms", b"timestamp_ms", "topic_partition", b"topic_partition"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "leader_epoch", b"leader_epoch", "offset", b"offset", "timestamp_ms", b"timestamp_ms", "topic_partition", b"topic_partition"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -1056,7 +1056,10 @@ type ListOffsetsPartitionResult struct {
 	// timestamp_ms is the timestamp of the record at offset, or -1.
 	TimestampMs int64 `protobuf:"varint,3,opt,name=timestamp_ms,json=timestampMs,proto3" json:"timestamp_ms,omitempty"`
 	// error is set when this partition could not be resolved.
-	Error         *v1.ErrorInfo `protobuf:"bytes,4,opt,name=error,proto3" json:"error,omitempty"`
+	Error *v1.ErrorInfo `protobuf:"bytes,4,opt,name=error,proto3" json:"error,omitempty"`
+	// leader_epoch is the leader epoch Kafka's ListOffsets answers: the leader's current one for LATEST, otherwise
+	// the epoch of the leader that appended offset; -1 when unknown (no record found, or an epoch-less log).
+	LeaderEpoch   int32 `protobuf:"varint,5,opt,name=leader_epoch,json=leaderEpoch,proto3" json:"leader_epoch,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1117,6 +1120,13 @@ func (x *ListOffsetsPartitionResult) GetError() *v1.ErrorInfo {
 		return x.Error
 	}
 	return nil
+}
+
+func (x *ListOffsetsPartitionResult) GetLeaderEpoch() int32 {
+	if x != nil {
+		return x.LeaderEpoch
+	}
+	return 0
 }
 
 // ListOffsetsResponse carries every resolved offset.
@@ -2397,12 +2407,13 @@ const file_oncelog_api_storage_v1_partition_storage_service_proto_rawDesc = "" +
 	"\n" +
 	"partitions\x18\x01 \x03(\v2,.oncelog.api.storage.v1.ListOffsetsPartitionR\n" +
 	"partitions\x12O\n" +
-	"\x0fisolation_level\x18\x02 \x01(\x0e2&.oncelog.api.storage.v1.IsolationLevelR\x0eisolationLevel\"\xdf\x01\n" +
+	"\x0fisolation_level\x18\x02 \x01(\x0e2&.oncelog.api.storage.v1.IsolationLevelR\x0eisolationLevel\"\x82\x02\n" +
 	"\x1aListOffsetsPartitionResult\x12N\n" +
 	"\x0ftopic_partition\x18\x01 \x01(\v2%.oncelog.api.common.v1.TopicPartitionR\x0etopicPartition\x12\x16\n" +
 	"\x06offset\x18\x02 \x01(\x03R\x06offset\x12!\n" +
 	"\ftimestamp_ms\x18\x03 \x01(\x03R\vtimestampMs\x126\n" +
-	"\x05error\x18\x04 \x01(\v2 .oncelog.api.common.v1.ErrorInfoR\x05error\"c\n" +
+	"\x05error\x18\x04 \x01(\v2 .oncelog.api.common.v1.ErrorInfoR\x05error\x12!\n" +
+	"\fleader_epoch\x18\x05 \x01(\x05R\vleaderEpoch\"c\n" +
 	"\x13ListOffsetsResponse\x12L\n" +
 	"\aresults\x18\x01 \x03(\v22.oncelog.api.storage.v1.ListOffsetsPartitionResultR\aresults\"T\n" +
 	"\x16WriteTxnMarkersRequest\x12:\n" +
