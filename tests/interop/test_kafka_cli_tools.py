@@ -71,6 +71,10 @@ def test_kafka_topics_console_clients_and_transactions_abort(kafka_bootstrap: st
     assert "retention.ms=3600000" in header[4].removeprefix("Configs: ").split(","), header
     fields = dict(cell.split(": ", 1) for cell in partition[1:5])
     assert fields["Partition"] == "0" and fields["Leader"] == fields["Replicas"] == fields["Isr"], partition
+    # the tool reads the partitions with DescribeTopicPartitions (it prints N/A for the eligible leader replicas
+    # when it had to fall back to Metadata); no replica is an eligible leader replica here
+    elr = {name: value.strip() for name, value in (cell.split(":", 1) for cell in partition[5:])}
+    assert elr == {"Elr": "", "LastKnownElr": ""}, partition
 
     # a committed transaction, then one left open: it holds the last stable offset until the tool aborts it
     producer = Producer({"bootstrap.servers": kafka_bootstrap, "transactional.id": f"cli-{uuid.uuid4().hex[:8]}"})

@@ -10,8 +10,12 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Iterable
+from typing import Any
 
 import pytest
+from kio.schema.errors import ErrorCode
+
+from oncelog.testing.kafka_wire import kafka_call
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(300)]
 
@@ -192,6 +196,45 @@ def test_partitions_are_added_and_settings_altered_and_bad_changes_refused(kafka
     with pytest.raises(KafkaException) as refused:
         admin.incremental_alter_configs([appended])[appended].result(60)
     assert refused.value.args[0].code() == KafkaError.INVALID_CONFIG, refused.value
+
+
+def test_topic_partitions_are_described_a_page_at_a_time(kafka_bootstrap: str) -> None:
+    """DescribeTopicPartitions (what kafka-topics --describe asks): topics in name order, at most the limit's count
+    of partitions, and a cursor that names the first partition left out."""
+    first, second = sorted(_topic(kafka_bootstrap, partitions=3) for _ in range(2))
+    missing = f"missing-{uuid.uuid4().hex[:8]}"
+
+    def page(names: list[str], limit: int, cursor: tuple[str, int] | None = None) -> Any:
+        answer = kafka_call(
+            kafka_bootstrap,
+            75,
+            0,
+            {"topics": [{"name": n} for n in names], "response_partition_limit": limit,
+             "cursor": None if cursor is None else {"topic_name": cursor[0], "partition_index": cursor[1]}},
+        )  # fmt: skip
+        topics = [
+            (
+                t.name,
+                t.error_code,
+                [(p.partition_index, p.leader_epoch, p.eligible_leader_replicas) for p in t.partitions],
+            )
+            for t in answer.topics
+        ]
+        after = answer.next_cursor
+        return topics, None if after is None else (after.topic_name, after.partition_index)
+
+    def shown(*indexes: int) -> list[tuple[int, int, tuple[int, ...]]]:
+        return [(i, 0, ()) for i in indexes]
+
+    ok = ErrorCode.none
+    assert page([second, first], 4) == ([(first, ok, shown(0, 1, 2)), (second, ok, shown(0))], (second, 1))
+    assert page([second, first], 4, (second, 1)) == ([(second, ok, shown(1, 2))], None)
+    assert page([first, second], 3) == ([(first, ok, shown(0, 1, 2))], (second, 0)), "a full page ends at a topic"
+    assert page([first, missing], 10) == (
+        [(first, ok, shown(0, 1, 2)), (missing, ErrorCode.unknown_topic_or_partition, [])], None,
+    )  # fmt: skip
+    refused = ErrorCode.invalid_request
+    assert page([first], 10, (second, 0)) == ([(first, refused, [])], None), "the cursor's topic was not asked for"
 
 
 @pytest.mark.parametrize("acks", ["0", "1"])

@@ -84,6 +84,19 @@ def _fetch(bootstrap: str, topic: str, offset: int, *, current: int, last_fetche
     return answer.responses[0].partitions[0]
 
 
+def _listed(bootstrap: str, topic: str, timestamp: int) -> tuple[ErrorCode, int, int]:
+    """ListOffsets v7 of partition 0 at ``timestamp`` (-1 latest, -2 earliest): error code, offset, leader epoch."""
+    answer = kafka_call(
+        bootstrap,
+        2,
+        7,
+        {"replica_id": -1, "isolation_level": 0, "topics": [{"name": topic, "partitions": [
+            {"partition_index": 0, "current_leader_epoch": -1, "timestamp": timestamp}]}]},
+    )  # fmt: skip
+    listed = answer.topics[0].partitions[0]
+    return listed.error_code, int(listed.offset), int(listed.leader_epoch)
+
+
 def _consume(bootstrap: str, topic: str, count: int, timeout_s: float = 60.0) -> list[Message]:
     consumer = Consumer(
         {"bootstrap.servers": bootstrap, "group.id": f"epochs-{uuid.uuid4().hex[:6]}", "enable.auto.commit": False}
@@ -141,9 +154,14 @@ def test_leader_epochs_and_where_they_end_alike(kafka_bootstrap: str) -> None:
         ErrorCode.none, 0, 3,
     )  # fmt: skip
     assert not diverged.records
+    assert (diverged.high_watermark, diverged.log_start_offset) == (3, 0), "a diverging answer has the watermarks"
     caught_up = _fetch(kafka_bootstrap, topic, 1, current=0, last_fetched=0)
     assert (caught_up.error_code, caught_up.diverging_epoch.epoch, caught_up.high_watermark) == (ErrorCode.none, -1, 3)
     assert caught_up.records
+    # ListOffsets answers with the epoch of the leader that appended the offset found (its own for latest)
+    assert _listed(kafka_bootstrap, topic, -2) == (ErrorCode.none, 0, 0)
+    assert _listed(kafka_bootstrap, topic, -1) == (ErrorCode.none, 3, 0)
+    assert _listed(kafka_bootstrap, topic, 0) == (ErrorCode.none, 0, 0)
     # librdkafka validates a position that carries a leader epoch (OffsetForLeaderEpoch) before fetching: offset 5
     # of epoch 0 lies beyond that epoch's end (3), which it reports as log truncation
     error = _first_error(kafka_bootstrap, topic, TopicPartition(topic, 0, 5, leader_epoch=0))
@@ -192,8 +210,13 @@ def test_a_consumer_validates_its_position_across_a_leader_change(
     _wait(lambda: _metadata_epoch(bootstrap, topic) == new, f"the gateway's Metadata giving epoch {new}")
     _produce(bootstrap, topic, [b"d", b"e"])
 
-    # the records carry the epoch of the leader that appended them
-    assert [m.leader_epoch() for m in _consume(bootstrap, topic, 5)] == [old, old, old, new, new]
+    # the records carry the epoch of the leader that appended them, and ListOffsets answers it
+    consumed = _consume(bootstrap, topic, 5)
+    assert [m.leader_epoch() for m in consumed] == [old, old, old, new, new]
+    assert _listed(bootstrap, topic, -2) == (ErrorCode.none, 0, old)
+    assert _listed(bootstrap, topic, -1) == (ErrorCode.none, 5, new)
+    assert _listed(bootstrap, topic, consumed[0].timestamp()[1]) == (ErrorCode.none, 0, old)
+    assert _listed(bootstrap, topic, consumed[3].timestamp()[1]) == (ErrorCode.none, 3, new)
     # the old epoch ends where the new leader took over; a fetch with the old epoch as current is fenced
     assert _epoch_end(bootstrap, topic, old, current=new) == (ErrorCode.none, old, 3)
     assert _epoch_end(bootstrap, topic, old, current=old) == (ErrorCode.fenced_leader_epoch, -1, -1)
@@ -201,7 +224,7 @@ def test_a_consumer_validates_its_position_across_a_leader_change(
     # Fetch v12 with the old epoch as the last fetched one: no divergence at its end, divergence beyond it
     assert _fetch(bootstrap, topic, 3, current=new, last_fetched=old).diverging_epoch.epoch == -1
     beyond = _fetch(bootstrap, topic, 4, current=new, last_fetched=old)
-    assert (beyond.diverging_epoch.epoch, beyond.diverging_epoch.end_offset) == (old, 3)
+    assert (beyond.diverging_epoch.epoch, beyond.diverging_epoch.end_offset, beyond.high_watermark) == (old, 3, 5)
     # librdkafka: a position at the end of the old epoch validates and reads on; one beyond it is a truncation
     assert _first_error(bootstrap, topic, TopicPartition(topic, 0, 3, leader_epoch=old)) == 3
     error = _first_error(bootstrap, topic, TopicPartition(topic, 0, 4, leader_epoch=old))

@@ -20,7 +20,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from oncelog.client.records import NewTopic
+from oncelog.client.records import NewTopic, PartitionInfo
 from oncelog.client.services import (
     ClusterClient,
     EpochEndOffset,
@@ -41,6 +41,8 @@ Broker = tuple[int, str, int]
 
 ZERO_UUID = uuid.UUID(int=0)
 _LATEST, _EARLIEST = -1, -2
+_DESCRIBE_PARTITION_LIMIT = 2000
+"""Kafka's ``max.request.partition.size.limit`` default: the most partitions one DescribeTopicPartitions answers."""
 
 
 def _ms(value: Any) -> int:
@@ -88,6 +90,7 @@ class DataServicer:
             2: self.list_offsets,
             10: self.find_coordinator,
             23: self.offset_for_leader_epoch,
+            75: self.describe_topic_partitions,
         }
 
     # ------------------------------------------------------------------------------------ cluster
@@ -120,23 +123,7 @@ class DataServicer:
                      "partitions": []}
                 )  # fmt: skip
                 continue
-            partitions = []
-            for p in info.partitions:
-                leader = self.broker_for(f"{name}-{p.partition}")[0]
-                partitions.append(
-                    {
-                        "error_code": ErrorCode.none if p.leader_address else ErrorCode.leader_not_available,
-                        "partition_index": p.partition,
-                        "leader_id": leader,
-                        # the storage leader's epoch: clients send it back on Fetch and OffsetForLeaderEpoch
-                        # (KIP-320), so a consumer with stale metadata is fenced and one whose position lies beyond
-                        # a new leader's log finds out where its epoch ends
-                        "leader_epoch": p.leader_epoch,
-                        "replica_nodes": [leader],
-                        "isr_nodes": [leader],
-                        "offline_replicas": [],
-                    }
-                )
+            partitions = [self._partition_view(name, p) for p in info.partitions]
             answer.append(
                 {"error_code": ErrorCode.none, "name": name, "topic_id": _uuid(info.topic_id), "partitions": partitions}
             )
@@ -147,6 +134,83 @@ class DataServicer:
             "controller_id": self._brokers[0][0],
             "topics": answer,
         }
+
+    def _partition_view(self, topic: str, p: PartitionInfo) -> dict[str, Any]:
+        """A partition as Metadata and DescribeTopicPartitions show it: a gateway leads it and is its only replica."""
+        leader = self.broker_for(f"{topic}-{p.partition}")[0]
+        return {
+            "error_code": ErrorCode.none if p.leader_address else ErrorCode.leader_not_available,
+            "partition_index": p.partition,
+            "leader_id": leader,
+            # the storage leader's epoch: clients send it back on Fetch and OffsetForLeaderEpoch (KIP-320), so a
+            # consumer with stale metadata is fenced and one whose position lies beyond a new leader's log finds
+            # out where its epoch ends
+            "leader_epoch": p.leader_epoch,
+            "replica_nodes": [leader],
+            "isr_nodes": [leader],
+            "offline_replicas": [],
+        }
+
+    async def describe_topic_partitions(self, request: Request) -> dict[str, Any]:
+        """DescribeTopicPartitions (KIP-966; what ``kafka-topics --describe`` asks first): Metadata's partitions,
+        topics in name order, at most ``response_partition_limit`` partitions from the cursor on, and the cursor
+        to go on from. No replica is ever an eligible leader replica (oncelog elects from the ISR only), so both
+        ELR lists are empty."""
+        body = request.body
+        wanted = sorted({t.name for t in body.topics})
+        topics = await self._routes.topics()
+        if any(name not in topics for name in wanted):
+            topics = await self._routes.topics(fresh=True)
+        cursor = body.cursor
+        if cursor is not None and (cursor.partition_index < 0 or (wanted and cursor.topic_name not in wanted)):
+            # a cursor outside the topics asked for, or before partition 0: Kafka's broker refuses the request, and
+            # every topic asked for gets INVALID_REQUEST
+            return {
+                "throttle_time": 0,
+                "topics": [
+                    {"error_code": ErrorCode.invalid_request, "name": t.name, "topic_id": ZERO_UUID, "partitions": []}
+                    for t in body.topics
+                ],
+                "next_cursor": None,
+            }
+        names = wanted or sorted(topics)
+        if cursor is not None:
+            names = [n for n in names if n >= cursor.topic_name]
+        room = min(body.response_partition_limit, _DESCRIBE_PARTITION_LIMIT)
+        answer: list[dict[str, Any]] = []
+        next_cursor: dict[str, Any] | None = None
+        for name in names:  # Kafka's KRaftMetadataCache.describeTopicResponse, step for step
+            if room == 0:  # the page is full: the next one starts at this topic
+                next_cursor = {"topic_name": name, "partition_index": 0}
+                break
+            if room < 0:
+                continue
+            info = topics.get(name)
+            if info is None:
+                answer.append(
+                    {"error_code": ErrorCode.unknown_topic_or_partition, "name": name, "topic_id": ZERO_UUID,
+                     "partitions": []}
+                )  # fmt: skip
+                continue
+            first = cursor.partition_index if cursor is not None and name == cursor.topic_name else 0
+            shown = info.partitions[first : first + room]
+            room -= len(shown)
+            answer.append(
+                {
+                    "error_code": ErrorCode.none,
+                    "name": name,
+                    "topic_id": _uuid(info.topic_id),
+                    "is_internal": False,
+                    "partitions": [
+                        {**self._partition_view(name, p), "eligible_leader_replicas": [], "last_known_elr": []}
+                        for p in shown
+                    ],
+                }
+            )
+            if first + len(shown) < len(info.partitions):
+                next_cursor = {"topic_name": name, "partition_index": first + len(shown)}
+                break
+        return {"throttle_time": 0, "topics": answer, "next_cursor": next_cursor}
 
     async def create_topics(self, request: Request) -> dict[str, Any]:
         body = request.body
@@ -408,7 +472,48 @@ class DataServicer:
                     **_fetch_error(tp, None),
                     "diverging_epoch": {"epoch": end.epoch, "end_offset": end.end_offset},
                 }
+        truncated = {
+            tp: positions[tp]._replace(offset=answer["diverging_epoch"]["end_offset"], max_bytes=1)
+            for tp, answer in diverged.items()
+            if "diverging_epoch" in answer
+        }
+        if truncated:
+            await self._add_watermarks(diverged, truncated)
         return diverged
+
+    async def _add_watermarks(
+        self, answers: dict[TopicPartition, dict[str, Any]], at: dict[TopicPartition, FetchPosition]
+    ) -> None:
+        """Put each partition's high watermark, LSO and log start into its diverging answer, as Kafka's leader does.
+
+        They come from a fetch at the end of the diverging epoch (an offset the leader has) whose records are
+        dropped; a partition whose fetch fails keeps -1, which clients ignore next to ``diverging_epoch``.
+        """
+        by_leader, _ = await self._leaders(list(at))
+
+        async def read(address: str, tps: list[TopicPartition]) -> None:
+            try:
+                fetched = await self._storage.fetch(
+                    address,
+                    [at[tp] for tp in tps],
+                    isolation=IsolationLevel.READ_UNCOMMITTED,
+                    max_wait_ms=0,
+                    min_bytes=0,
+                    max_bytes=1,
+                    timeout_s=self._timeout_s,
+                )
+            except OncelogError as exc:
+                self._routes.failed(exc)
+                return
+            for f in fetched:
+                if f.error is None:
+                    answers[f.topic_partition].update(
+                        high_watermark=f.high_watermark,
+                        last_stable_offset=f.last_stable_offset,
+                        log_start_offset=f.log_start_offset,
+                    )
+
+        await asyncio.gather(*(read(address, tps) for address, tps in by_leader.items()))
 
     async def _epoch_ends(
         self, queries: dict[TopicPartition, EpochQuery]
@@ -531,5 +636,5 @@ def _offset_answer(tp: TopicPartition, outcome: Any) -> dict[str, Any]:
         "error_code": ErrorCode.none,
         "timestamp": outcome.timestamp_ms,
         "offset": outcome.offset,
-        "leader_epoch": -1,
+        "leader_epoch": outcome.leader_epoch,
     }

@@ -60,6 +60,7 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     61: (0, 0),  # DescribeProducers (KIP-664)
     65: (0, 0),  # DescribeTransactions
     66: (0, 0),  # ListTransactions: v1 filters by duration
+    75: (0, 0),  # DescribeTopicPartitions (KIP-966): what kafka-topics --describe asks before Metadata
 }
 """API key -> (lowest, highest) version the gateway serves; ApiVersions advertises exactly this table."""
 
@@ -71,7 +72,7 @@ API_NAMES = {
     24: "AddPartitionsToTxn", 25: "AddOffsetsToTxn", 26: "EndTxn", 27: "WriteTxnMarkers", 28: "TxnOffsetCommit",
     32: "DescribeConfigs", 37: "CreatePartitions", 44: "IncrementalAlterConfigs",
     61: "DescribeProducers",
-    65: "DescribeTransactions", 66: "ListTransactions",
+    65: "DescribeTransactions", 66: "ListTransactions", 75: "DescribeTopicPartitions",
 }  # fmt: skip
 
 _PREFIX = struct.Struct(">hhi")  # api key, api version, correlation id: the same in every request header version
