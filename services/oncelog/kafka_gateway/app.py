@@ -29,6 +29,7 @@ from oncelog.kafka_gateway.data_servicer import DataServicer
 from oncelog.kafka_gateway.group_servicer import GroupServicer
 from oncelog.kafka_gateway.producer_epochs import TransactionalIdentities
 from oncelog.kafka_gateway.protocol import Request, encode_response
+from oncelog.kafka_gateway.relay import TransactionalRelay
 from oncelog.kafka_gateway.routing import ClusterRoutes
 from oncelog.kafka_gateway.txn_servicer import TxnServicer
 from oncelog.rpc import ServiceSpec
@@ -57,6 +58,7 @@ class KafkaGateway:
         self.identities = TransactionalIdentities()
         self.members = ClassicMembers()
         self._handlers: dict[int, Callable[[Request], Awaitable[dict[str, Any] | None]]] = {}
+        self.relay: TransactionalRelay | None = None
         self.address = ""
 
     async def start(self) -> str:
@@ -88,11 +90,24 @@ class KafkaGateway:
         classic = GroupServicer(routes=routes, groups=groups, members=self.members, timeout_s=timeout)
         admin = AdminServicer(routes=routes, cluster=cluster, txn=txn_client, storage=storage, timeout_s=timeout)
         self._handlers = {**data.handlers(), **txn.handlers(), **classic.handlers(), **admin.handlers()}
+        self.relay = TransactionalRelay(
+            self.settings.broker_id,
+            data.broker_for,
+            ssl_context=relay_ssl_context(self.settings),
+            timeout_s=timeout,
+        )
         log.info("kafka-gateway serving Kafka clients on %s (cluster %s)", self.address, self.settings.bootstrap)
         return self.address
 
     async def handle(self, request: Request) -> bytes | None:
-        """Answer one request (each connection calls this in order)."""
+        """Answer one request (each connection calls this in order); a transactional id's requests are answered by
+        its home gateway (``relay.py``).
+
+        Raises:
+            RelayFailed: the home gateway could not answer; the connection is closed and the client retries.
+        """
+        if self.relay is not None and (home := self.relay.home(request)) is not None:
+            return await self.relay.relay(home, request)
         body = await self._handlers[request.api_key](request)
         if body is None:
             return None
@@ -101,6 +116,8 @@ class KafkaGateway:
     async def stop(self) -> None:
         """Close the listener, every Kafka connection and every channel."""
         await self.server.stop()
+        if self.relay is not None:
+            await self.relay.close()
         await self._pool.close()
 
 
@@ -133,6 +150,18 @@ def kafka_ssl_context(settings: KafkaGatewaySettings) -> ssl.SSLContext | None:
         except (ssl.SSLError, OSError) as exc:
             raise ConfigError([f"{prefix}KAFKA_TLS_CA={settings.kafka_tls_ca}: not a PEM CA bundle ({exc})"]) from exc
         context.verify_mode = ssl.CERT_REQUIRED
+    return context
+
+
+def relay_ssl_context(settings: KafkaGatewaySettings) -> ssl.SSLContext | None:
+    """The client side of TLS for requests relayed to another gateway (``relay.py``), or None when the Kafka
+    listeners are plaintext: the other gateway is verified against ``KAFKA_TLS_CA`` (or the system's trust store
+    without one) and is shown this gateway's own listener certificate, for listeners that require one."""
+    if not settings.kafka_tls_cert:
+        return None
+    context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=settings.kafka_tls_ca or None)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.load_cert_chain(settings.kafka_tls_cert, settings.kafka_tls_key)
     return context
 
 

@@ -95,6 +95,8 @@ class Request:
     correlation_id: int
     client_id: str | None
     body: Any
+    frame: bytes = dataclasses.field(default=b"", repr=False, compare=False)
+    """The request as received (header and body, without the size prefix): what a relay passes on unchanged."""
 
     @property
     def name(self) -> str:
@@ -137,7 +139,7 @@ def parse_request(frame: bytes) -> Request | UnsupportedApiVersions:
     # Bytes after the body are ignored, as Kafka's broker ignores them: librdkafka's Metadata v9+ asking for every
     # topic leaves three bytes of a reserved array-count slot behind the request's fields.
     del body_size
-    return Request(api_key, version, correlation_id, header.client_id, body)
+    return Request(api_key, version, correlation_id, header.client_id, body, frame)
 
 
 def encode_response(api_key: int, version: int, correlation_id: int, body: Mapping[str, Any]) -> bytes:
