@@ -48,7 +48,13 @@ EXTRA_SERVICE_PORTS = {"kafka-gateway": {"kafka": "kafka_listen"}}
 # Variables the manifests set before the settings that read them exist (segment directory).
 PENDING_VARIABLES = frozenset({"ONCELOG_PARTITION_STORAGE_DATA_DIR"})
 # Settings naming files mounted into the pod; validation reads them, so loading stands in empty local files.
-MOUNTED_FILE_VARIABLES = ("ONCELOG_TLS_CERT", "ONCELOG_TLS_KEY", "ONCELOG_TLS_CA")
+MOUNTED_FILE_VARIABLES = (
+    "ONCELOG_TLS_CERT",
+    "ONCELOG_TLS_KEY",
+    "ONCELOG_TLS_CA",
+    "ONCELOG_KAFKA_GATEWAY_KAFKA_TLS_CERT",
+    "ONCELOG_KAFKA_GATEWAY_KAFKA_TLS_KEY",
+)
 # Secrets the prod overlay expects to exist in the namespace (created out of band, docs/deploy.md), with the
 # value each key stands for when the environment is rebuilt.
 EXTERNAL_SECRETS = {
@@ -57,6 +63,7 @@ EXTERNAL_SECRETS = {
         "redis-url": "rediss://cache.example.internal:6380/0",
     },
     "oncelog-tls": {"tls.crt": "", "tls.key": "", "ca.crt": ""},
+    "oncelog-kafka-tls": {"tls.crt": "", "tls.key": ""},
 }
 # API groups of custom resources (Prometheus Operator), which the bundled OpenAPI schemas do not cover.
 CUSTOM_API_GROUPS = ("monitoring.coreos.com/",)
@@ -500,10 +507,17 @@ def test_prod_uses_external_datastores_and_mounts_tls() -> None:
             if "secret" in v
         }
         mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
-        for variable in ("ONCELOG_TLS_CERT", "ONCELOG_TLS_KEY", "ONCELOG_TLS_CA"):
+        files = dict.fromkeys(("ONCELOG_TLS_CERT", "ONCELOG_TLS_KEY", "ONCELOG_TLS_CA"), "oncelog-tls")
+        if name == "kafka_gateway":  # the Kafka listener's own certificate
+            files.update(
+                dict.fromkeys(
+                    ("ONCELOG_KAFKA_GATEWAY_KAFKA_TLS_CERT", "ONCELOG_KAFKA_GATEWAY_KAFKA_TLS_KEY"), "oncelog-kafka-tls"
+                )
+            )
+        for variable, secret in files.items():
             directory, _, key = env[variable].rpartition("/")
-            assert secret_volumes.get(mounts.get(directory, "")) == "oncelog-tls", f"{name}: {variable} is not mounted"
-            assert key in EXTERNAL_SECRETS["oncelog-tls"], f"{name}: {variable} names no key of Secret oncelog-tls"
+            assert secret_volumes.get(mounts.get(directory, "")) == secret, f"{name}: {variable} is not mounted"
+            assert key in EXTERNAL_SECRETS[secret], f"{name}: {variable} names no key of Secret {secret}"
 
 
 # ---- hardening, resources, labels, disruption ------------------------------------------------------------------
