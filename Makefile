@@ -59,9 +59,11 @@ test-repeat: $(STAMP)
 		$(PY) -m pytest -x $(PYTEST_ARGS) || { echo "== run $$run of $(N) failed"; exit 1; }; \
 	done; echo "== all $(N) runs passed"
 
-## torture: 30 minutes of `oncelog torture` with every fault kind, on a PostgreSQL catalog (report in .oncelog-torture/)
+## torture: 30 minutes of `oncelog torture` with every fault kind, on a PostgreSQL catalog (report in .oncelog-torture/),
+## then the whole mutation campaign (make mutants): about 40 minutes
 torture: $(STAMP)
 	$(VENV)/bin/oncelog torture --minutes 30 --nemesis kill,pause,partition,flaky,disk,fsync,zombie,lag-kill,lease-pause,catalog
+	$(PY) -m pytest -m campaign -v tests/integration/test_torture_mutants.py
 
 ## mutants: the mutation campaign: every deliberate bug of oncelog.torture.mutants must fail a torture run within 5 runs
 mutants: $(STAMP)
