@@ -40,6 +40,7 @@ class CatalogLookups:
         self._catalog = catalog
         self._clock = clock
         self._partition_counts: dict[str, int] = {}
+        self._group_shards: int | None = None
 
     async def check_partitions_exist(self, partitions: Collection[TopicPartition]) -> None:
         """Raise UnknownTopicOrPartition naming every partition that does not exist."""
@@ -68,8 +69,9 @@ class CatalogLookups:
         """Address of the group-offsets node owning ``group``'s shard, or "" when none owns it right now."""
 
         def lookup() -> str:
-            info = self._catalog.cluster_info()
-            lease = self._catalog.shard_lease(Role.GROUP_OFFSETS, shard_for(group, info.group_offsets_shards))
+            if self._group_shards is None:  # fixed when the cluster was created (design/architecture.md §2.1)
+                self._group_shards = self._catalog.cluster_info().group_offsets_shards
+            lease = self._catalog.shard_lease(Role.GROUP_OFFSETS, shard_for(group, self._group_shards))
             now = self._clock()
             if lease is None or lease.owner_node_id is None or lease.lease_expires_at_ms <= now:
                 return ""
@@ -142,15 +144,20 @@ class TransactionCoordinatorServicer(pb.TransactionCoordinatorServiceServicer):
     async def AddOffsetsToTxn(self, request: pb.AddOffsetsToTxnRequest, context: object) -> pb.AddOffsetsToTxnResponse:
         _check_transactional_id(request.transactional_id)
         producer = _required_producer(request)
-        await self._coordinator.add_offsets(
-            request.transactional_id,
-            producer.producer_id,
-            producer.producer_epoch,
-            request.group_id,
-            max_wait_ms=_wait_budget_ms(context),
-        )
-        address = await self._lookups.group_coordinator_address(request.group_id)
-        return pb.AddOffsetsToTxnResponse(group_coordinator_address=address)
+        # the answer names the group's owner: look it up in the catalog while the transaction row is written
+        address = asyncio.ensure_future(self._lookups.group_coordinator_address(request.group_id))
+        try:
+            await self._coordinator.add_offsets(
+                request.transactional_id,
+                producer.producer_id,
+                producer.producer_epoch,
+                request.group_id,
+                max_wait_ms=_wait_budget_ms(context),
+            )
+        except BaseException:
+            address.cancel()
+            raise
+        return pb.AddOffsetsToTxnResponse(group_coordinator_address=await address)
 
     async def EndTxn(self, request: pb.EndTxnRequest, context: object) -> pb.EndTxnResponse:
         _check_transactional_id(request.transactional_id)
