@@ -57,8 +57,11 @@ class CoordinatorClient(ProducerIdSource, Protocol):
         identity: ProducerIdAndEpoch,
         partitions: Sequence[TopicPartition],
         *,
+        groups: Sequence[str] = (),
         timeout_s: float,
-    ) -> None: ...
+    ) -> None:
+        """AddPartitionsToTxn, adding ``groups``' offsets to the transaction in the same call."""
+        ...
 
     async def add_offsets_to_txn(
         self, address: str, transactional_id: str, identity: ProducerIdAndEpoch, group_id: str, *, timeout_s: float

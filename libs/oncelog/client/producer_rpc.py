@@ -86,9 +86,12 @@ class GrpcProducerTransport:
         identity: ProducerIdAndEpoch,
         partitions: Sequence[TopicPartition],
         *,
+        groups: Sequence[str] = (),
         timeout_s: float,
     ) -> None:
-        await self._txn.add_partitions_to_txn(address, transactional_id, identity, partitions, timeout_s=timeout_s)
+        await self._txn.add_partitions_to_txn(
+            address, transactional_id, identity, partitions, groups=groups, timeout_s=timeout_s
+        )
 
     async def add_offsets_to_txn(
         self, address: str, transactional_id: str, identity: ProducerIdAndEpoch, group_id: str, *, timeout_s: float

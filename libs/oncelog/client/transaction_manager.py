@@ -220,6 +220,11 @@ class TransactionManager:
         # groups whose offsets partition this transaction has (AddOffsetsToTxn answered), with the address of
         # the group's offsets owner from that answer ("" when it named none)
         self._groups: dict[str, str] = {}
+        # groups this transaction sent offsets for; at its end they become the groups the next transaction adds with
+        # its first partitions (AddPartitionsToTxn's group_ids), so a consume-transform-produce loop spends no
+        # AddOffsetsToTxn round trip (a group added and then left without offsets only costs its marker)
+        self._offset_groups: set[str] = set()
+        self._next_groups: tuple[str, ...] = ()
         # offsets of send_offsets_to_transaction() calls that did not complete (a retriable failure): the commit
         # sends them first, so output and input offsets commit together or not at all (Kafka queues them ahead
         # of EndTxn)
@@ -328,6 +333,8 @@ class TransactionManager:
             # taken after the wait for our turn, so partitions seen meanwhile join this request
             with self._lock:
                 partitions = sorted(self._pending_partitions)
+                first = not self._partitions and not self._groups
+                groups = tuple(g for g in self._next_groups if g not in self._groups) if first else ()
             if not partitions:
                 return
             identity = self._sequences.identity
@@ -336,7 +343,7 @@ class TransactionManager:
                 await self._coordinator_call(
                     "AddPartitionsToTxn",
                     lambda address: self._client.add_partitions_to_txn(
-                        address, self._tid, identity, partitions, timeout_s=self._request_timeout_s
+                        address, self._tid, identity, partitions, groups=groups, timeout_s=self._request_timeout_s
                     ),
                     Deadline(self._accumulator.delivery_timeout_ms / 1000),
                 )
@@ -348,6 +355,8 @@ class TransactionManager:
         with self._lock:
             self._partitions.update(partitions)
             self._pending_partitions.difference_update(partitions)
+            for group in groups:
+                self._groups.setdefault(group, "")  # the owner's address is found when offsets are sent
 
     # -------------------------------------------------------------------------------- coordinator calls
 
@@ -470,6 +479,11 @@ class TransactionManager:
             self._reset_transaction()
 
     def _reset_transaction(self) -> None:
+        if self._offset_groups:
+            self._next_groups = tuple(sorted(self._offset_groups))
+        elif self._started:
+            self._next_groups = ()  # a transaction that sent no offsets: the next adds no group unasked
+        self._offset_groups.clear()
         self._started = False
         self._partitions.clear()
         self._pending_partitions.clear()
@@ -517,6 +531,7 @@ class TransactionManager:
         when this call fails with a retriable error, ``commit_transaction()`` commits them before EndTxn.
         """
         self._check_in_transaction("send_offsets_to_transaction()")
+        self._offset_groups.add(group.group_id)
         earlier = self._pending_offsets.get(group.group_id)
         merged = {**earlier[0], **offsets} if earlier is not None else dict(offsets)
         self._pending_offsets[group.group_id] = (merged, group)

@@ -299,10 +299,11 @@ class TransactionCoordinator(PreparedTransactionsMixin):
         producer_epoch: int,
         partitions: Collection[TopicPartition],
         *,
+        groups: Collection[str] = (),
         max_wait_ms: int | None = None,
     ) -> None:
         """AddPartitionsToTxn (design/kafka-semantics.md §2.4): make ``partitions`` participants of the open
-        transaction.
+        transaction, and ``groups`` too (each as AddOffsetsToTxn would add it) in the same write.
 
         Arriving while the previous transaction completes (the usual case right after EndTxn under KIP-890),
         the call is parked until Complete* is durable, at most ``completion_wait_ms`` and ``max_wait_ms``.
@@ -316,8 +317,15 @@ class TransactionCoordinator(PreparedTransactionsMixin):
         """
         if not partitions:
             raise InvalidRequest("AddPartitionsToTxn needs at least one partition")
+        for group in groups:
+            validate_group_id(group, "AddPartitionsToTxn group id")
         add = functools.partial(
-            self._add_participants, transactional_id, producer_id, producer_epoch, frozenset(partitions), frozenset()
+            self._add_participants,
+            transactional_id,
+            producer_id,
+            producer_epoch,
+            frozenset(partitions),
+            frozenset(groups),
         )
         await self._waits.run_parked(add, max_wait_ms)
 

@@ -137,6 +137,7 @@ class TransactionCoordinatorServicer(pb.TransactionCoordinatorServiceServicer):
             producer.producer_id,
             producer.producer_epoch,
             partitions,
+            groups=request.group_ids,
             max_wait_ms=_wait_budget_ms(context),
         )
         return pb.AddPartitionsToTxnResponse(partitions=request.partitions)

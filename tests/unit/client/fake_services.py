@@ -273,10 +273,14 @@ class FakeServices:
         identity: ProducerIdAndEpoch,
         partitions: Sequence[TopicPartition],
         *,
+        groups: Sequence[str] = (),
         timeout_s: float,
     ) -> None:
         await self._pass_gate("AddPartitionsToTxn")
-        self._call("AddPartitionsToTxn", transactional_id, identity, tuple(partitions))
+        if groups:
+            self._call("AddPartitionsToTxn", transactional_id, identity, tuple(partitions), tuple(groups))
+        else:
+            self._call("AddPartitionsToTxn", transactional_id, identity, tuple(partitions))
         self._check_identity(transactional_id, identity)
 
     async def add_offsets_to_txn(

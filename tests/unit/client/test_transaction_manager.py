@@ -423,3 +423,39 @@ async def test_group_is_added_once_per_transaction() -> None:
     await h.manager.add_offsets("copiers", Deadline(5))
     await h.manager.add_offsets("copiers", Deadline(5))
     assert h.services.names().count("AddOffsetsToTxn") == 1
+
+
+async def _add_partition(h: Harness, tp: TopicPartition) -> None:
+    """What the sender does before a transaction's first batch to ``tp``: add it, and wait for the answer."""
+    h.manager.maybe_add_partition(tp)
+    h.manager.before_send()
+    assert h.manager._add_task is not None
+    await h.manager._add_task
+
+
+async def test_the_groups_of_the_last_transactions_offsets_are_added_with_the_next_ones_first_partitions() -> None:
+    """A consume-transform-produce loop spends AddOffsetsToTxn once: the next transaction names the group in its
+    AddPartitionsToTxn, and sending its offsets goes straight to TxnOffsetCommit."""
+    h = await reach(S.IN_TRANSACTION)
+    offsets = {TopicPartition("in", 0): OffsetAndMetadata(7)}
+    await _add_partition(h, TP)
+    await h.manager.send_offsets(offsets, GROUP, Deadline(5))
+    await h.commit()
+    assert h.services.names().count("AddOffsetsToTxn") == 1
+
+    h.manager.begin_transaction()
+    await _add_partition(h, TP)
+    assert h.services.calls[-1] == ("AddPartitionsToTxn", TID, h.sequences.identity, (TP,), ("copiers",))
+    await h.manager.send_offsets({TopicPartition("in", 0): OffsetAndMetadata(8)}, GROUP, Deadline(5))
+    await h.commit()
+    assert h.services.names().count("AddOffsetsToTxn") == 1, "the group came with the partitions"
+    assert h.services.committed_offsets["copiers"] == {TopicPartition("in", 0): OffsetAndMetadata(8)}
+
+    # a transaction that sends no offsets still gets the group (it costs the group a marker), the next one no more
+    h.manager.begin_transaction()
+    await _add_partition(h, TP)
+    assert h.services.calls[-1][-1] == ("copiers",)
+    await h.commit()
+    h.manager.begin_transaction()
+    await _add_partition(h, TP)
+    assert h.services.calls[-1] == ("AddPartitionsToTxn", TID, h.sequences.identity, (TP,))

@@ -145,15 +145,18 @@ class TransactionCoordinatorClient(_Client):
         producer: ProducerIdAndEpoch,
         partitions: Iterable[TopicPartition],
         *,
+        groups: Iterable[str] = (),
         timeout_s: float | None = None,
     ) -> list[TopicPartition]:
-        """Add partitions to the open transaction (opening it); returns the partitions added."""
+        """Add partitions (and ``groups``' offsets, in the same write) to the open transaction (opening it); returns
+        the partitions added."""
         response = await call(
             self._stub(address).AddPartitionsToTxn,
             txn_pb.AddPartitionsToTxnRequest(
                 transactional_id=transactional_id,
                 producer=_identity_pb(producer),
                 partitions=[_tp_pb(tp) for tp in partitions],
+                group_ids=list(groups),
             ),
             timeout_s=self._timeout(timeout_s),
         )

@@ -28,7 +28,7 @@ from oncelog.api.common.v1 import partition_pb2 as oncelog_dot_api_dot_common_do
 from oncelog.api.txn.v1 import transaction_pb2 as oncelog_dot_api_dot_txn_dot_v1_dot_transaction__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n8oncelog/api/txn/v1/transaction_coordinator_service.proto\x12\x12oncelog.api.txn.v1\x1a$oncelog/api/common/v1/identity.proto\x1a\"oncelog/api/common/v1/marker.proto\x1a%oncelog/api/common/v1/partition.proto\x1a$oncelog/api/txn/v1/transaction.proto\"\xa3\x01\n\x15InitProducerIdRequest\x12\x18\n\x10transactional_id\x18\x01 \x01(\t\x12\x1e\n\x16transaction_timeout_ms\x18\x02 \x01(\x05\x12\x39\n\x08producer\x18\x03 \x01(\x0b\x32\'.oncelog.api.common.v1.ProducerIdentity\x12\x15\n\rkeep_prepared\x18\x04 \x01(\x08\"\x9a\x01\n\x16InitProducerIdResponse\x12\x39\n\x08producer\x18\x01 \x01(\x0b\x32\'.oncelog.api.common.v1.ProducerIdentity\x12\x45\n\x14prepared_transaction\x18\x02 \x01(\x0b\x32\'.oncelog.api.txn.v1.PreparedTransaction\"\xab\x01\n\x19\x41\x64\x64PartitionsToTxnRequest\x12\x18\n\x10transactional_id\x18\x01 \x01(\t\x12\x39\n\x08producer\x18\x02 \x01(\x0b\x32\'.oncelog.api.common.v1.ProducerIdentity\x12\x39\n\npartitions\x18\x03 \x03(\x0b\x32%.oncelog.api.common.v1.TopicPartition\"W\n\x1a\x41\x64\x64PartitionsToTxnResponse\x12\x39\n\npartitions\x18\x01 \x03(\x0b\x32%.oncelog.api.common.v1.TopicPartition\"\x7f\n\x16\x41\x64\x64OffsetsToTxnRequest\x12\x18\n\x10transactional_id\x18\x01 \x01(\t\x12\x39\n\x08producer\x18\x02 \x01(\x0b\x32\'.oncelog.api.common.v1.ProducerIdentity\x12\x10\n\x08group_id\x18\x03 \x01(\t\"<\n\x17\x41\x64\x64OffsetsToTxnResponse\x12!\n\x19group_coordinator_address\x18\x01 \x01(\t\"\xbb\x01\n\rEndTxnRequest\x12\x18\n\x10transactional_id\x18\x01 \x01(\t\x12\x39\n\x08producer\x18\x02 \x01(\x0b\x32\'.oncelog.api.common.v1.ProducerIdentity\x12\x38\n\x06result\x18\x03 \x01(\x0e\x32(.oncelog.api.common.v1.TransactionResult\x12\x1b\n\x13wait_for_completion\x18\x04 \x01(\x08\"^\n\x0e\x45ndTxnResponse\x12\x39\n\x08producer\x18\x01 \x01(\x0b\x32\'.oncelog.api.common.v1.ProducerIdentity\x12\x11\n\tcompleted\x18\x02 \x01(\x08\"8\n\x1b\x44\x65scribeTransactionsRequest\x12\x19\n\x11transactional_ids\x18\x01 \x03(\t\"`\n\x1c\x44\x65scribeTransactionsResponse\x12@\n\x0ctransactions\x18\x01 \x03(\x0b\x32*.oncelog.api.txn.v1.TransactionDescription\"|\n\x17ListTransactionsRequest\x12\x34\n\x06states\x18\x01 \x03(\x0e\x32$.oncelog.api.txn.v1.TransactionState\x12\x14\n\x0cproducer_ids\x18\x02 \x03(\x03\x12\x15\n\rolder_than_ms\x18\x03 \x01(\x03\"X\n\x18ListTransactionsResponse\x12<\n\x0ctransactions\x18\x01 \x03(\x0b\x32&.oncelog.api.txn.v1.TransactionListing\"3\n\x17\x41\x62ortTransactionRequest\x12\x18\n\x10transactional_id\x18\x01 \x01(\t\"U\n\x18\x41\x62ortTransactionResponse\x12\x39\n\x08producer\x18\x01 \x01(\x0b\x32\'.oncelog.api.common.v1.ProducerIdentity\"|\n\x15SkipTxnMarkersRequest\x12\x18\n\x10transactional_id\x18\x01 \x01(\t\x12\x39\n\npartitions\x18\x02 \x03(\x0b\x32%.oncelog.api.common.v1.TopicPartition\x12\x0e\n\x06groups\x18\x03 \x03(\t\"c\n\x16SkipTxnMarkersResponse\x12\x39\n\npartitions\x18\x01 \x03(\x0b\x32%.oncelog.api.common.v1.TopicPartition\x12\x0e\n\x06groups\x18\x02 \x03(\t\"\x8c\x01\n\x19PrepareTransactionRequest\x12\x18\n\x10transactional_id\x18\x01 \x01(\t\x12\x39\n\x08producer\x18\x02 \x01(\x0b\x32\'.oncelog.api.common.v1.ProducerIdentity\x12\x1a\n\x12\x63heck_back_address\x18\x03 \x01(\t\"c\n\x1aPrepareTransactionResponse\x12\x45\n\x14prepared_transaction\x18\x01 \x01(\x0b\x32\'.oncelog.api.txn.v1.PreparedTransaction\"\x8f\x02\n\x1a\x43ompleteTransactionRequest\x12\x18\n\x10transactional_id\x18\x01 \x01(\t\x12\x39\n\x08producer\x18\x02 \x01(\x0b\x32\'.oncelog.api.common.v1.ProducerIdentity\x12\x45\n\x14prepared_transaction\x18\x03 \x01(\x0b\x32\'.oncelog.api.txn.v1.PreparedTransaction\x12\x38\n\x06result\x18\x04 \x01(\x0e\x32(.oncelog.api.common.v1.TransactionResult\x12\x1b\n\x13wait_for_completion\x18\x05 \x01(\x08\"k\n\x1b\x43ompleteTransactionResponse\x12\x39\n\x08producer\x18\x01 \x01(\x0b\x32\'.oncelog.api.common.v1.ProducerIdentity\x12\x11\n\tcompleted\x18\x02 \x01(\x08\x32\xe9\x08\n\x1dTransactionCoordinatorService\x12g\n\x0eInitProducerId\x12).oncelog.api.txn.v1.InitProducerIdRequest\x1a*.oncelog.api.txn.v1.InitProducerIdResponse\x12s\n\x12\x41\x64\x64PartitionsToTxn\x12-.oncelog.api.txn.v1.AddPartitionsToTxnRequest\x1a..oncelog.api.txn.v1.AddPartitionsToTxnResponse\x12j\n\x0f\x41\x64\x64OffsetsToTxn\x12*.oncelog.api.txn.v1.AddOffsetsToTxnRequest\x1a+.oncelog.api.txn.v1.AddOffsetsToTxnResponse\x12O\n\x06\x45ndTxn\x12!.oncelog.api.txn.v1.EndTxnRequest\x1a\".oncelog.api.txn.v1.EndTxnResponse\x12y\n\x14\x44\x65scribeTransactions\x12/.oncelog.api.txn.v1.DescribeTransactionsRequest\x1a\x30.oncelog.api.txn.v1.DescribeTransactionsResponse\x12m\n\x10ListTransactions\x12+.oncelog.api.txn.v1.ListTransactionsRequest\x1a,.oncelog.api.txn.v1.ListTransactionsResponse\x12m\n\x10\x41\x62ortTransaction\x12+.oncelog.api.txn.v1.AbortTransactionRequest\x1a,.oncelog.api.txn.v1.AbortTransactionResponse\x12g\n\x0eSkipTxnMarkers\x12).oncelog.api.txn.v1.SkipTxnMarkersRequest\x1a*.oncelog.api.txn.v1.SkipTxnMarkersResponse\x12s\n\x12PrepareTransaction\x12-.oncelog.api.txn.v1.PrepareTransactionRequest\x1a..oncelog.api.txn.v1.PrepareTransactionResponse\x12v\n\x13\x43ompleteTransaction\x12..oncelog.api.txn.v1.CompleteTransactionRequest\x1a/.oncelog.api.txn.v1.CompleteTransactionResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n8oncelog/api/txn/v1/transaction_coordinator_service.proto\x12\x12oncelog.api.txn.v1\x1a$oncelog/api/common/v1/identity.proto\x1a\"oncelog/api/common/v1/marker.proto\x1a%oncelog/api/common/v1/partition.proto\x1a$oncelog/api/txn/v1/transaction.proto\"\xa3\x01\n\x15InitProducerIdRequest\x12\x18\n\x10transactional_id\x18\x01 \x01(\t\x12\x1e\n\x16transaction_timeout_ms\x18\x02 \x01(\x05\x12\x39\n\x08producer\x18\x03 \x01(\x0b\x32\'.oncelog.api.common.v1.ProducerIdentity\x12\x15\n\rkeep_prepared\x18\x04 \x01(\x08\"\x9a\x01\n\x16InitProducerIdResponse\x12\x39\n\x08producer\x18\x01 \x01(\x0b\x32\'.oncelog.api.common.v1.ProducerIdentity\x12\x45\n\x14prepared_transaction\x18\x02 \x01(\x0b\x32\'.oncelog.api.txn.v1.PreparedTransaction\"\xbe\x01\n\x19\x41\x64\x64PartitionsToTxnRequest\x12\x18\n\x10transactional_id\x18\x01 \x01(\t\x12\x39\n\x08producer\x18\x02 \x01(\x0b\x32\'.oncelog.api.common.v1.ProducerIdentity\x12\x39\n\npartitions\x18\x03 \x03(\x0b\x32%.oncelog.api.common.v1.TopicPartition\x12\x11\n\tgroup_ids\x18\x04 \x03(\t\"W\n\x1a\x41\x64\x64PartitionsToTxnResponse\x12\x39\n\npartitions\x18\x01 \x03(\x0b\x32%.oncelog.api.common.v1.TopicPartition\"\x7f\n\x16\x41\x64\x64OffsetsToTxnRequest\x12\x18\n\x10transactional_id\x18\x01 \x01(\t\x12\x39\n\x08producer\x18\x02 \x01(\x0b\x32\'.oncelog.api.common.v1.ProducerIdentity\x12\x10\n\x08group_id\x18\x03 \x01(\t\"<\n\x17\x41\x64\x64OffsetsToTxnResponse\x12!\n\x19group_coordinator_address\x18\x01 \x01(\t\"\xbb\x01\n\rEndTxnRequest\x12\x18\n\x10transactional_id\x18\x01 \x01(\t\x12\x39\n\x08producer\x18\x02 \x01(\x0b\x32\'.oncelog.api.common.v1.ProducerIdentity\x12\x38\n\x06result\x18\x03 \x01(\x0e\x32(.oncelog.api.common.v1.TransactionResult\x12\x1b\n\x13wait_for_completion\x18\x04 \x01(\x08\"^\n\x0e\x45ndTxnResponse\x12\x39\n\x08producer\x18\x01 \x01(\x0b\x32\'.oncelog.api.common.v1.ProducerIdentity\x12\x11\n\tcompleted\x18\x02 \x01(\x08\"8\n\x1b\x44\x65scribeTransactionsRequest\x12\x19\n\x11transactional_ids\x18\x01 \x03(\t\"`\n\x1c\x44\x65scribeTransactionsResponse\x12@\n\x0ctransactions\x18\x01 \x03(\x0b\x32*.oncelog.api.txn.v1.TransactionDescription\"|\n\x17ListTransactionsRequest\x12\x34\n\x06states\x18\x01 \x03(\x0e\x32$.oncelog.api.txn.v1.TransactionState\x12\x14\n\x0cproducer_ids\x18\x02 \x03(\x03\x12\x15\n\rolder_than_ms\x18\x03 \x01(\x03\"X\n\x18ListTransactionsResponse\x12<\n\x0ctransactions\x18\x01 \x03(\x0b\x32&.oncelog.api.txn.v1.TransactionListing\"3\n\x17\x41\x62ortTransactionRequest\x12\x18\n\x10transactional_id\x18\x01 \x01(\t\"U\n\x18\x41\x62ortTransactionResponse\x12\x39\n\x08producer\x18\x01 \x01(\x0b\x32\'.oncelog.api.common.v1.ProducerIdentity\"|\n\x15SkipTxnMarkersRequest\x12\x18\n\x10transactional_id\x18\x01 \x01(\t\x12\x39\n\npartitions\x18\x02 \x03(\x0b\x32%.oncelog.api.common.v1.TopicPartition\x12\x0e\n\x06groups\x18\x03 \x03(\t\"c\n\x16SkipTxnMarkersResponse\x12\x39\n\npartitions\x18\x01 \x03(\x0b\x32%.oncelog.api.common.v1.TopicPartition\x12\x0e\n\x06groups\x18\x02 \x03(\t\"\x8c\x01\n\x19PrepareTransactionRequest\x12\x18\n\x10transactional_id\x18\x01 \x01(\t\x12\x39\n\x08producer\x18\x02 \x01(\x0b\x32\'.oncelog.api.common.v1.ProducerIdentity\x12\x1a\n\x12\x63heck_back_address\x18\x03 \x01(\t\"c\n\x1aPrepareTransactionResponse\x12\x45\n\x14prepared_transaction\x18\x01 \x01(\x0b\x32\'.oncelog.api.txn.v1.PreparedTransaction\"\x8f\x02\n\x1a\x43ompleteTransactionRequest\x12\x18\n\x10transactional_id\x18\x01 \x01(\t\x12\x39\n\x08producer\x18\x02 \x01(\x0b\x32\'.oncelog.api.common.v1.ProducerIdentity\x12\x45\n\x14prepared_transaction\x18\x03 \x01(\x0b\x32\'.oncelog.api.txn.v1.PreparedTransaction\x12\x38\n\x06result\x18\x04 \x01(\x0e\x32(.oncelog.api.common.v1.TransactionResult\x12\x1b\n\x13wait_for_completion\x18\x05 \x01(\x08\"k\n\x1b\x43ompleteTransactionResponse\x12\x39\n\x08producer\x18\x01 \x01(\x0b\x32\'.oncelog.api.common.v1.ProducerIdentity\x12\x11\n\tcompleted\x18\x02 \x01(\x08\x32\xe9\x08\n\x1dTransactionCoordinatorService\x12g\n\x0eInitProducerId\x12).oncelog.api.txn.v1.InitProducerIdRequest\x1a*.oncelog.api.txn.v1.InitProducerIdResponse\x12s\n\x12\x41\x64\x64PartitionsToTxn\x12-.oncelog.api.txn.v1.AddPartitionsToTxnRequest\x1a..oncelog.api.txn.v1.AddPartitionsToTxnResponse\x12j\n\x0f\x41\x64\x64OffsetsToTxn\x12*.oncelog.api.txn.v1.AddOffsetsToTxnRequest\x1a+.oncelog.api.txn.v1.AddOffsetsToTxnResponse\x12O\n\x06\x45ndTxn\x12!.oncelog.api.txn.v1.EndTxnRequest\x1a\".oncelog.api.txn.v1.EndTxnResponse\x12y\n\x14\x44\x65scribeTransactions\x12/.oncelog.api.txn.v1.DescribeTransactionsRequest\x1a\x30.oncelog.api.txn.v1.DescribeTransactionsResponse\x12m\n\x10ListTransactions\x12+.oncelog.api.txn.v1.ListTransactionsRequest\x1a,.oncelog.api.txn.v1.ListTransactionsResponse\x12m\n\x10\x41\x62ortTransaction\x12+.oncelog.api.txn.v1.AbortTransactionRequest\x1a,.oncelog.api.txn.v1.AbortTransactionResponse\x12g\n\x0eSkipTxnMarkers\x12).oncelog.api.txn.v1.SkipTxnMarkersRequest\x1a*.oncelog.api.txn.v1.SkipTxnMarkersResponse\x12s\n\x12PrepareTransaction\x12-.oncelog.api.txn.v1.PrepareTransactionRequest\x1a..oncelog.api.txn.v1.PrepareTransactionResponse\x12v\n\x13\x43ompleteTransaction\x12..oncelog.api.txn.v1.CompleteTransactionRequest\x1a/.oncelog.api.txn.v1.CompleteTransactionResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -40,41 +40,41 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_INITPRODUCERIDRESPONSE']._serialized_start=398
   _globals['_INITPRODUCERIDRESPONSE']._serialized_end=552
   _globals['_ADDPARTITIONSTOTXNREQUEST']._serialized_start=555
-  _globals['_ADDPARTITIONSTOTXNREQUEST']._serialized_end=726
-  _globals['_ADDPARTITIONSTOTXNRESPONSE']._serialized_start=728
-  _globals['_ADDPARTITIONSTOTXNRESPONSE']._serialized_end=815
-  _globals['_ADDOFFSETSTOTXNREQUEST']._serialized_start=817
-  _globals['_ADDOFFSETSTOTXNREQUEST']._serialized_end=944
-  _globals['_ADDOFFSETSTOTXNRESPONSE']._serialized_start=946
-  _globals['_ADDOFFSETSTOTXNRESPONSE']._serialized_end=1006
-  _globals['_ENDTXNREQUEST']._serialized_start=1009
-  _globals['_ENDTXNREQUEST']._serialized_end=1196
-  _globals['_ENDTXNRESPONSE']._serialized_start=1198
-  _globals['_ENDTXNRESPONSE']._serialized_end=1292
-  _globals['_DESCRIBETRANSACTIONSREQUEST']._serialized_start=1294
-  _globals['_DESCRIBETRANSACTIONSREQUEST']._serialized_end=1350
-  _globals['_DESCRIBETRANSACTIONSRESPONSE']._serialized_start=1352
-  _globals['_DESCRIBETRANSACTIONSRESPONSE']._serialized_end=1448
-  _globals['_LISTTRANSACTIONSREQUEST']._serialized_start=1450
-  _globals['_LISTTRANSACTIONSREQUEST']._serialized_end=1574
-  _globals['_LISTTRANSACTIONSRESPONSE']._serialized_start=1576
-  _globals['_LISTTRANSACTIONSRESPONSE']._serialized_end=1664
-  _globals['_ABORTTRANSACTIONREQUEST']._serialized_start=1666
-  _globals['_ABORTTRANSACTIONREQUEST']._serialized_end=1717
-  _globals['_ABORTTRANSACTIONRESPONSE']._serialized_start=1719
-  _globals['_ABORTTRANSACTIONRESPONSE']._serialized_end=1804
-  _globals['_SKIPTXNMARKERSREQUEST']._serialized_start=1806
-  _globals['_SKIPTXNMARKERSREQUEST']._serialized_end=1930
-  _globals['_SKIPTXNMARKERSRESPONSE']._serialized_start=1932
-  _globals['_SKIPTXNMARKERSRESPONSE']._serialized_end=2031
-  _globals['_PREPARETRANSACTIONREQUEST']._serialized_start=2034
-  _globals['_PREPARETRANSACTIONREQUEST']._serialized_end=2174
-  _globals['_PREPARETRANSACTIONRESPONSE']._serialized_start=2176
-  _globals['_PREPARETRANSACTIONRESPONSE']._serialized_end=2275
-  _globals['_COMPLETETRANSACTIONREQUEST']._serialized_start=2278
-  _globals['_COMPLETETRANSACTIONREQUEST']._serialized_end=2549
-  _globals['_COMPLETETRANSACTIONRESPONSE']._serialized_start=2551
-  _globals['_COMPLETETRANSACTIONRESPONSE']._serialized_end=2658
-  _globals['_TRANSACTIONCOORDINATORSERVICE']._serialized_start=2661
-  _globals['_TRANSACTIONCOORDINATORSERVICE']._serialized_end=3790
+  _globals['_ADDPARTITIONSTOTXNREQUEST']._serialized_end=745
+  _globals['_ADDPARTITIONSTOTXNRESPONSE']._serialized_start=747
+  _globals['_ADDPARTITIONSTOTXNRESPONSE']._serialized_end=834
+  _globals['_ADDOFFSETSTOTXNREQUEST']._serialized_start=836
+  _globals['_ADDOFFSETSTOTXNREQUEST']._serialized_end=963
+  _globals['_ADDOFFSETSTOTXNRESPONSE']._serialized_start=965
+  _globals['_ADDOFFSETSTOTXNRESPONSE']._serialized_end=1025
+  _globals['_ENDTXNREQUEST']._serialized_start=1028
+  _globals['_ENDTXNREQUEST']._serialized_end=1215
+  _globals['_ENDTXNRESPONSE']._serialized_start=1217
+  _globals['_ENDTXNRESPONSE']._serialized_end=1311
+  _globals['_DESCRIBETRANSACTIONSREQUEST']._serialized_start=1313
+  _globals['_DESCRIBETRANSACTIONSREQUEST']._serialized_end=1369
+  _globals['_DESCRIBETRANSACTIONSRESPONSE']._serialized_start=1371
+  _globals['_DESCRIBETRANSACTIONSRESPONSE']._serialized_end=1467
+  _globals['_LISTTRANSACTIONSREQUEST']._serialized_start=1469
+  _globals['_LISTTRANSACTIONSREQUEST']._serialized_end=1593
+  _globals['_LISTTRANSACTIONSRESPONSE']._serialized_start=1595
+  _globals['_LISTTRANSACTIONSRESPONSE']._serialized_end=1683
+  _globals['_ABORTTRANSACTIONREQUEST']._serialized_start=1685
+  _globals['_ABORTTRANSACTIONREQUEST']._serialized_end=1736
+  _globals['_ABORTTRANSACTIONRESPONSE']._serialized_start=1738
+  _globals['_ABORTTRANSACTIONRESPONSE']._serialized_end=1823
+  _globals['_SKIPTXNMARKERSREQUEST']._serialized_start=1825
+  _globals['_SKIPTXNMARKERSREQUEST']._serialized_end=1949
+  _globals['_SKIPTXNMARKERSRESPONSE']._serialized_start=1951
+  _globals['_SKIPTXNMARKERSRESPONSE']._serialized_end=2050
+  _globals['_PREPARETRANSACTIONREQUEST']._serialized_start=2053
+  _globals['_PREPARETRANSACTIONREQUEST']._serialized_end=2193
+  _globals['_PREPARETRANSACTIONRESPONSE']._serialized_start=2195
+  _globals['_PREPARETRANSACTIONRESPONSE']._serialized_end=2294
+  _globals['_COMPLETETRANSACTIONREQUEST']._serialized_start=2297
+  _globals['_COMPLETETRANSACTIONREQUEST']._serialized_end=2568
+  _globals['_COMPLETETRANSACTIONRESPONSE']._serialized_start=2570
+  _globals['_COMPLETETRANSACTIONRESPONSE']._serialized_end=2677
+  _globals['_TRANSACTIONCOORDINATORSERVICE']._serialized_start=2680
+  _globals['_TRANSACTIONCOORDINATORSERVICE']._serialized_end=3809
 # @@protoc_insertion_point(module_scope)

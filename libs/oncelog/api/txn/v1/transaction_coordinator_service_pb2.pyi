@@ -97,6 +97,7 @@ class AddPartitionsToTxnRequest(_message.Message):
     TRANSACTIONAL_ID_FIELD_NUMBER: _builtins.int
     PRODUCER_FIELD_NUMBER: _builtins.int
     PARTITIONS_FIELD_NUMBER: _builtins.int
+    GROUP_IDS_FIELD_NUMBER: _builtins.int
     transactional_id: _builtins.str
     """transactional_id is the user's stable id."""
     @_builtins.property
@@ -107,16 +108,24 @@ class AddPartitionsToTxnRequest(_message.Message):
     def partitions(self) -> _containers.RepeatedCompositeFieldContainer[_partition_pb2.TopicPartition]:
         """partitions to add."""
 
+    @_builtins.property
+    def group_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """group_ids are consumer groups whose offsets the transaction will commit, added in the same write as the
+        partitions (as AddOffsetsToTxn would add each). A client names here the groups its previous transaction
+        committed offsets for, which saves a consume-transform-produce transaction its AddOffsetsToTxn round trip.
+        """
+
     def __init__(
         self,
         *,
         transactional_id: _builtins.str = ...,
         producer: _identity_pb2.ProducerIdentity | None = ...,
         partitions: _abc.Iterable[_partition_pb2.TopicPartition] | None = ...,
+        group_ids: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["producer", b"producer"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["partitions", b"partitions", "producer", b"producer", "transactional_id", b"transactional_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["group_ids", b"group_ids", "partitions", b"partitions", "producer", b"producer", "transactional_id", b"transactional_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -160,7 +160,11 @@ type AddPartitionsToTxnRequest struct {
 	// producer is the caller's (pid, epoch); a stale epoch is fenced.
 	Producer *v1.ProducerIdentity `protobuf:"bytes,2,opt,name=producer,proto3" json:"producer,omitempty"`
 	// partitions to add.
-	Partitions    []*v1.TopicPartition `protobuf:"bytes,3,rep,name=partitions,proto3" json:"partitions,omitempty"`
+	Partitions []*v1.TopicPartition `protobuf:"bytes,3,rep,name=partitions,proto3" json:"partitions,omitempty"`
+	// group_ids are consumer groups whose offsets the transaction will commit, added in the same write as the
+	// partitions (as AddOffsetsToTxn would add each). A client names here the groups its previous transaction
+	// committed offsets for, which saves a consume-transform-produce transaction its AddOffsetsToTxn round trip.
+	GroupIds      []string `protobuf:"bytes,4,rep,name=group_ids,json=groupIds,proto3" json:"group_ids,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -212,6 +216,13 @@ func (x *AddPartitionsToTxnRequest) GetProducer() *v1.ProducerIdentity {
 func (x *AddPartitionsToTxnRequest) GetPartitions() []*v1.TopicPartition {
 	if x != nil {
 		return x.Partitions
+	}
+	return nil
+}
+
+func (x *AddPartitionsToTxnRequest) GetGroupIds() []string {
+	if x != nil {
+		return x.GroupIds
 	}
 	return nil
 }
@@ -1172,13 +1183,14 @@ const file_oncelog_api_txn_v1_transaction_coordinator_service_proto_rawDesc = ""
 	"\rkeep_prepared\x18\x04 \x01(\bR\fkeepPrepared\"\xb9\x01\n" +
 	"\x16InitProducerIdResponse\x12C\n" +
 	"\bproducer\x18\x01 \x01(\v2'.oncelog.api.common.v1.ProducerIdentityR\bproducer\x12Z\n" +
-	"\x14prepared_transaction\x18\x02 \x01(\v2'.oncelog.api.txn.v1.PreparedTransactionR\x13preparedTransaction\"\xd2\x01\n" +
+	"\x14prepared_transaction\x18\x02 \x01(\v2'.oncelog.api.txn.v1.PreparedTransactionR\x13preparedTransaction\"\xef\x01\n" +
 	"\x19AddPartitionsToTxnRequest\x12)\n" +
 	"\x10transactional_id\x18\x01 \x01(\tR\x0ftransactionalId\x12C\n" +
 	"\bproducer\x18\x02 \x01(\v2'.oncelog.api.common.v1.ProducerIdentityR\bproducer\x12E\n" +
 	"\n" +
 	"partitions\x18\x03 \x03(\v2%.oncelog.api.common.v1.TopicPartitionR\n" +
-	"partitions\"c\n" +
+	"partitions\x12\x1b\n" +
+	"\tgroup_ids\x18\x04 \x03(\tR\bgroupIds\"c\n" +
 	"\x1aAddPartitionsToTxnResponse\x12E\n" +
 	"\n" +
 	"partitions\x18\x01 \x03(\v2%.oncelog.api.common.v1.TopicPartitionR\n" +
