@@ -56,6 +56,24 @@ def _record_bytes(
     headers: Sequence[tuple[str, bytes | None]],
 ) -> bytes:
     """One record, length prefix included."""
+    if not headers and (key is None or type(key) is bytes) and (value is None or type(value) is bytes):
+        # the producer's per-record path (send()): the same bytes as below, each varint looked up, one join
+        table = _VARINTS
+        limit = len(table)
+        if 0 <= timestamp_delta < limit and 0 <= offset_delta < limit:
+            if key is None:
+                key_part = _NULL
+            else:
+                size = len(key)
+                key_part = (table[size] if size < limit else encode_varint(size)) + key
+            if value is None:
+                value_part = _NULL
+            else:
+                size = len(value)
+                value_part = (table[size] if size < limit else encode_varint(size)) + value
+            record = b"".join((b"\x00", table[timestamp_delta], table[offset_delta], key_part, value_part, _NO_HEADERS))
+            size = len(record)
+            return (table[size] if size < limit else encode_varint(size)) + record
     body = bytearray(b"\x00")  # attributes
     body += encode_varlong(timestamp_delta)
     body += encode_varint(offset_delta)

@@ -274,3 +274,37 @@ def test_varint_decoding_of_garbage_fails_cleanly(data: bytes) -> None:
             continue
         assert 0 < end <= len(data)
         assert encode_varlong(value) == data[:end] or data[end - 1] == 0  # non-minimal encodings end in 0x00
+
+
+_SIZES = st.sampled_from([0, 1, 63, 64, 127, 128, 8191, 8192, 20_000])
+
+
+@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    key=st.none() | _SIZES.map(lambda n: b"k" * n),
+    value=st.none() | _SIZES.map(lambda n: b"v" * n),
+    timestamp_delta=st.sampled_from([0, 1, 8191, 8192, 10**9, -1, -(10**6)]),
+    offset_delta=st.sampled_from([0, 1, 8191, 8192, 100_000]),
+)
+def test_the_per_record_fast_path_encodes_the_bytes_of_the_general_one(
+    key: bytes | None, value: bytes | None, timestamp_delta: int, offset_delta: int
+) -> None:
+    """send()'s record encoding (bytes, no headers: looked-up varints) matches the general encoder, which takes
+    memoryviews, and decodes back to the record."""
+    from oncelog.records.builder import _record_bytes
+
+    fast = _record_bytes(offset_delta, timestamp_delta, key, value, ())
+    general = _record_bytes(
+        offset_delta,
+        timestamp_delta,
+        None if key is None else memoryview(key),
+        None if value is None else memoryview(value),
+        (),
+    )
+    assert fast == general
+    body_size, at = decode_varint(fast, 0)
+    assert at + body_size == len(fast)
+    assert fast[at] == 0, "attributes"
+    ts, at = decode_varlong(fast, at + 1)
+    delta, at = decode_varint(fast, at)
+    assert (ts, delta) == (timestamp_delta, offset_delta)
