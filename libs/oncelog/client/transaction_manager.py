@@ -502,6 +502,12 @@ class TransactionManager:
         return await self._add_offsets(group_id, deadline)
 
     async def _add_offsets(self, group_id: str, deadline: Deadline) -> str:
+        with self._lock:
+            carried = group_id in self._next_groups and not self._partitions and bool(self._pending_partitions)
+        if carried:
+            # send_offsets_to_transaction() right after the first send(), before the sender added the partitions:
+            # add them now, with this group (AddPartitionsToTxn's group_ids), rather than the group alone first
+            await self._add_partitions()
         async with self._coordinator_turn:
             # checked after the wait for our turn: a call for the same group that held it may have added it
             if group_id in self._groups:

@@ -459,3 +459,20 @@ async def test_the_groups_of_the_last_transactions_offsets_are_added_with_the_ne
     h.manager.begin_transaction()
     await _add_partition(h, TP)
     assert h.services.calls[-1] == ("AddPartitionsToTxn", TID, h.sequences.identity, (TP,))
+
+
+async def test_offsets_sent_before_the_sender_added_the_first_partitions_add_them_with_the_group() -> None:
+    """send_offsets_to_transaction() right after the first send(): the partitions go first, carrying the group, so
+    the carried group still costs no AddOffsetsToTxn (the order the loop's threads happen to take)."""
+    h = await reach(S.IN_TRANSACTION)
+    await _add_partition(h, TP)
+    await h.manager.send_offsets({TopicPartition("in", 0): OffsetAndMetadata(7)}, GROUP, Deadline(5))
+    await h.commit()
+    h.manager.begin_transaction()
+    h.manager.maybe_add_partition(TP)  # the sender has not run yet
+    await h.manager.send_offsets({TopicPartition("in", 0): OffsetAndMetadata(8)}, GROUP, Deadline(5))
+    second = [n for n in h.services.names()[h.services.names().index("EndTxn") + 1 :] if n != "FindCoordinator"]
+    assert second == ["AddPartitionsToTxn", "TxnOffsetCommit"], second
+    assert [c for c in h.services.calls if c[0] == "AddPartitionsToTxn"][-1][-1] == ("copiers",)
+    h.manager.before_send()  # the sender finds nothing left to add
+    assert h.manager._add_task is None or not h.manager._pending_partitions
