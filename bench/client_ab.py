@@ -1,0 +1,169 @@
+"""The client's hot paths, this checkout against an older revision, in one interleaved run.
+
+    python -m bench.client_ab --base 9800ce7 [--runs 5] [--parts ctp,send] [--ctp-samples 60] [--records 30000]
+
+Two measurements, each on a fresh LocalCluster with one storage node and ``flush=async`` topics:
+
+* ``ctp``: consume-transform-produce transactions with oncelog's client (poll one record, send it on, send the
+  consumer's offset, commit, wait until a read_committed reader sees it), the p50 of the whole and of each phase;
+* ``send``: per-record ``send()`` of 100-byte records, records per second (best of three rounds).
+
+``--base`` is checked out into a temporary git worktree; its runs put that worktree's ``libs`` and ``services``
+first on ``PYTHONPATH`` (the processes the cluster starts inherit it), so the base side runs the base's client and
+services. The sides alternate (base, this, base, this, ...); each figure is the median of ``--runs`` runs with its
+spread ((max - min) / median), and the ratio is the median of the per-run ratios (this ÷ base).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PARTS = ("ctp", "send")
+
+
+def ctp(samples: int) -> dict[str, float]:
+    """p50 milliseconds of each phase of ``samples`` consume-transform-produce transactions, and of the whole."""
+    from oncelog.client import AdminClient, Consumer, NewTopic, OffsetAndMetadata, Producer, TopicPartition
+    from oncelog.testing import LocalCluster
+
+    phases: dict[str, list[float]] = {k: [] for k in ("poll", "send", "send_offsets", "commit", "visible", "total")}
+    with LocalCluster(Path(tempfile.mkdtemp(prefix="ab-ctp-")), storage_nodes=1) as cluster:
+        bootstrap = cluster.bootstrap
+        source, sink = (f"ab-{uuid.uuid4().hex[:6]}" for _ in range(2))
+        with AdminClient(bootstrap) as admin:
+            admin.create_topics([NewTopic(t, num_partitions=1, configs={"flush": "async"}) for t in (source, sink)])
+        source_tp, sink_tp = TopicPartition(source, 0), TopicPartition(sink, 0)
+        with (
+            Producer(bootstrap, linger_ms=0) as feeder,
+            Producer(bootstrap, linger_ms=0, transactional_id=f"ab-{uuid.uuid4().hex[:8]}") as producer,
+            Consumer(bootstrap, group_id=f"ab-{uuid.uuid4().hex[:8]}", fetch_max_wait_ms=100) as consumer,
+            Consumer(bootstrap, isolation_level="read_committed", fetch_max_wait_ms=100) as reader,
+        ):
+            consumer.assign([source_tp])
+            consumer.seek(source_tp, 0)
+            reader.assign([sink_tp])
+            reader.seek(sink_tp, 0)
+            producer.init_transactions()
+            for i in range(samples + 1):  # the first is a warm-up
+                feeder.send(source, b"c" * 1024, partition=0).result()
+                marks = [time.perf_counter()]
+                while not (records := consumer.poll(timeout_ms=1000, max_records=1)):
+                    pass
+                marks.append(time.perf_counter())
+                producer.begin_transaction()
+                producer.send(sink, records[0].value, partition=0)
+                marks.append(time.perf_counter())
+                producer.send_offsets_to_transaction(
+                    {source_tp: OffsetAndMetadata(records[0].offset + 1)}, consumer.group_metadata()
+                )
+                marks.append(time.perf_counter())
+                producer.commit_transaction()
+                marks.append(time.perf_counter())
+                while not reader.poll(timeout_ms=1000, max_records=1):
+                    pass
+                marks.append(time.perf_counter())
+                if i:
+                    for name, begin, end in zip(phases, marks, marks[1:], strict=False):
+                        phases[name].append(end - begin)
+                    phases["total"].append(marks[-1] - marks[0])
+    return {name: statistics.median(values) * 1000 for name, values in phases.items()}
+
+
+def send(records: int) -> dict[str, float]:
+    """Records per second of per-record ``send()`` of 100 bytes (best of three rounds of ``records``)."""
+    from oncelog.client import AdminClient, NewTopic, Producer
+    from oncelog.testing import LocalCluster
+
+    with LocalCluster(Path(tempfile.mkdtemp(prefix="ab-send-")), storage_nodes=1) as cluster:
+        with AdminClient(cluster.bootstrap) as admin:
+            admin.create_topics([NewTopic("ab", num_partitions=1, configs={"flush": "async"})])
+        rates = []
+        with Producer(cluster.bootstrap, batch_size=64 * 1024, linger_ms=5) as producer:
+            producer.send("ab", b"x", partition=0).result()
+            value = b"v" * 100
+            for _ in range(3):
+                start = time.perf_counter()
+                for _ in range(records):
+                    last = producer.send("ab", value, partition=0)
+                producer.flush()
+                last.result()
+                rates.append(records / (time.perf_counter() - start))
+    return {"records_per_s": max(rates)}
+
+
+def _one(part: str, args: argparse.Namespace, pythonpath: str | None) -> dict[str, float]:
+    """One measurement in a fresh interpreter (``--one``), with ``pythonpath`` first when given."""
+    env = dict(os.environ)
+    env.pop("PYTHONPATH", None)
+    if pythonpath:
+        env["PYTHONPATH"] = pythonpath
+    command = [sys.executable, "-m", "bench.client_ab", "--one", part, "--ctp-samples", str(args.ctp_samples),
+               "--records", str(args.records)]  # fmt: skip
+    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False)
+    if done.returncode != 0:
+        raise SystemExit(f"{part} failed ({done.returncode}):\n{done.stderr[-3000:]}")
+    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--base", help="the git revision to compare with (required unless --one)")
+    parser.add_argument("--runs", type=int, default=5, help="interleaved runs per side (5)")
+    parser.add_argument("--parts", default=",".join(PARTS), help="ctp,send (both)")
+    parser.add_argument("--ctp-samples", type=int, default=60, help="transactions per CTP run (60)")
+    parser.add_argument("--records", type=int, default=30_000, help="records per send() round (30,000)")
+    parser.add_argument("--one", choices=PARTS, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.one:
+        figures = ctp(args.ctp_samples) if args.one == "ctp" else send(args.records)
+        print(json.dumps(figures))
+        return 0
+    parts = [p for p in args.parts.split(",") if p]
+    if not args.base or not parts or any(p not in PARTS for p in parts):
+        parser.error(f"give --base REV and --parts from {','.join(PARTS)}")
+    with tempfile.TemporaryDirectory(prefix="bench-ab-") as tmp:
+        worktree = Path(tmp) / "base"
+        subprocess.run(["git", "worktree", "add", "--detach", str(worktree), args.base], cwd=ROOT, check=True,
+                       capture_output=True)  # fmt: skip
+        try:
+            base_path = f"{worktree / 'libs'}{os.pathsep}{worktree / 'services'}"
+            for part in parts:
+                results: dict[str, list[dict[str, float]]] = {"base": [], "this": []}
+                for run in range(args.runs):
+                    for side in ("base", "this"):
+                        figures = _one(part, args, base_path if side == "base" else None)
+                        results[side].append(figures)
+                        print(f"{part} run {run + 1}/{args.runs} {side}: {json.dumps(figures)}", flush=True)
+                _report(part, args.base, results)
+        finally:
+            subprocess.run(["git", "worktree", "remove", "--force", str(worktree)], cwd=ROOT, check=False)
+    return 0
+
+
+def _report(part: str, base: str, results: dict[str, list[dict[str, float]]]) -> None:
+    print(f"\n| {part} | {base} median (spread) | this median (spread) | this ÷ base, median of runs (range) |")
+    print("|---|---|---|---|")
+    for key in results["base"][0]:
+        before, after = [r[key] for r in results["base"]], [r[key] for r in results["this"]]
+        ratios = [a / b for a, b in zip(after, before, strict=True) if b]
+
+        def cell(values: list[float]) -> str:
+            median = statistics.median(values)
+            return f"{median:,.2f} ({(max(values) - min(values)) / median:.0%})"
+
+        print(f"| {key} | {cell(before)} | {cell(after)} | {statistics.median(ratios):.2f} "
+              f"({min(ratios):.2f} to {max(ratios):.2f}) |")  # fmt: skip
+
+
+if __name__ == "__main__":
+    sys.exit(main())
