@@ -155,11 +155,18 @@ def kafka_ssl_context(settings: KafkaGatewaySettings) -> ssl.SSLContext | None:
 
 def relay_ssl_context(settings: KafkaGatewaySettings) -> ssl.SSLContext | None:
     """The client side of TLS for requests relayed to another gateway (``relay.py``), or None when the Kafka
-    listeners are plaintext: the other gateway is verified against ``KAFKA_TLS_CA`` (or the system's trust store
-    without one) and is shown this gateway's own listener certificate, for listeners that require one."""
+    listeners are plaintext.
+
+    The other gateway's certificate is trusted when the system's trust store, ``KAFKA_TLS_CA`` or this gateway's own
+    listener certificate vouches for it (replicas usually share one certificate, which may come from a private CA),
+    and its name must match the address the other gateway advertises. This gateway shows its own listener
+    certificate, for listeners that require a client certificate (it then needs the clientAuth usage too).
+    """
     if not settings.kafka_tls_cert:
         return None
     context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=settings.kafka_tls_ca or None)
+    context.load_verify_locations(cafile=settings.kafka_tls_cert)
+    context.verify_flags |= ssl.VERIFY_X509_PARTIAL_CHAIN  # a shared leaf certificate is a trust anchor itself
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     context.load_cert_chain(settings.kafka_tls_cert, settings.kafka_tls_key)
     return context
