@@ -251,6 +251,11 @@ class AioClientInterceptor(
 
     async def _call(self, continuation: Any, details: Any, request: Any) -> Any:
         span = self._span(details.method)
+        if not span.is_recording():
+            # tracing off (no exporter): nothing to annotate, end or wait for, but the caller's trace context
+            # still travels on, so a downstream service that records joins the caller's trace
+            with trace.use_span(span, end_on_exit=False):
+                return await continuation(_with_metadata(details, _inject(details.metadata)), request)
         _annotate(span, request)
         with trace.use_span(span, end_on_exit=False):
             call = await continuation(_with_metadata(details, _inject(details.metadata)), request)
