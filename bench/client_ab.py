@@ -1,12 +1,15 @@
 """The client's hot paths, this checkout against an older revision, in one interleaved run.
 
-    python -m bench.client_ab --base 9800ce7 [--runs 5] [--parts ctp,send] [--ctp-samples 60] [--records 30000]
+    python -m bench.client_ab --base 9800ce7 [--runs 5] [--parts ctp,send,gateway] [--ctp-samples 60]
+                              [--records 30000] [--transactions 200]
 
 Two measurements, each on a fresh LocalCluster with one storage node and ``flush=async`` topics:
 
 * ``ctp``: consume-transform-produce transactions with oncelog's client (poll one record, send it on, send the
   consumer's offset, commit, wait until a read_committed reader sees it), the p50 of the whole and of each phase;
-* ``send``: per-record ``send()`` of 100-byte records, records per second (best of three rounds).
+* ``send``: per-record ``send()`` of 100-byte records, records per second (best of three rounds);
+* ``gateway``: one-record transactions of confluent-kafka (librdkafka) through a kafka-gateway, their p50 and the
+  CPU milliseconds the gateway and the services spent per transaction (``/proc``).
 
 ``--base`` is checked out into a temporary git worktree; its runs put that worktree's ``libs`` and ``services``
 first on ``PYTHONPATH`` (the processes the cluster starts inherit it), so the base side runs the base's client and
@@ -28,7 +31,7 @@ import uuid
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PARTS = ("ctp", "send")
+PARTS = ("ctp", "send", "gateway")
 
 
 def ctp(samples: int) -> dict[str, float]:
@@ -101,6 +104,41 @@ def send(records: int) -> dict[str, float]:
     return {"records_per_s": max(rates)}
 
 
+def gateway(transactions: int) -> dict[str, float]:
+    """p50 ms of ``transactions`` one-record transactions through a gateway, and server CPU ms per transaction."""
+    from confluent_kafka import Producer as KafkaProducer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    from bench.yardstick_sides import process_cpu_seconds
+    from oncelog.testing import LocalCluster
+    from oncelog.testing.kafka import KafkaGatewayProcess
+
+    root = Path(tempfile.mkdtemp(prefix="ab-gateway-"))
+    with (
+        LocalCluster(root / "cluster", storage_nodes=1) as cluster,
+        KafkaGatewayProcess(cluster.bootstrap, root / "gateway") as gw,
+    ):
+        admin = AdminClient({"bootstrap.servers": gw.address})
+        admin.create_topics([NewTopic("ab", 1, 1)])["ab"].result(60)
+        producer = KafkaProducer({"bootstrap.servers": gw.address, "transactional.id": f"ab-{uuid.uuid4().hex[:8]}"})
+        producer.init_transactions(60)
+
+        def one() -> float:
+            start = time.perf_counter()
+            producer.begin_transaction()
+            producer.produce("ab", b"v", partition=0)
+            producer.commit_transaction(60)
+            return time.perf_counter() - start
+
+        for _ in range(20):  # warm-up
+            one()
+        pids = [*cluster.pids(), gw.process.pid]
+        cpu = process_cpu_seconds(pids)
+        times = [one() for _ in range(transactions)]
+        cpu = process_cpu_seconds(pids) - cpu
+    return {"p50_ms": statistics.median(times) * 1000, "server_cpu_ms_per_txn": cpu / transactions * 1000}
+
+
 def _one(part: str, args: argparse.Namespace, pythonpath: str | None) -> dict[str, float]:
     """One measurement in a fresh interpreter (``--one``), with ``pythonpath`` first when given."""
     env = dict(os.environ)
@@ -108,7 +146,7 @@ def _one(part: str, args: argparse.Namespace, pythonpath: str | None) -> dict[st
     if pythonpath:
         env["PYTHONPATH"] = pythonpath
     command = [sys.executable, "-m", "bench.client_ab", "--one", part, "--ctp-samples", str(args.ctp_samples),
-               "--records", str(args.records)]  # fmt: skip
+               "--records", str(args.records), "--transactions", str(args.transactions)]  # fmt: skip
     done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False)
     if done.returncode != 0:
         raise SystemExit(f"{part} failed ({done.returncode}):\n{done.stderr[-3000:]}")
@@ -119,13 +157,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--base", help="the git revision to compare with (required unless --one)")
     parser.add_argument("--runs", type=int, default=5, help="interleaved runs per side (5)")
-    parser.add_argument("--parts", default=",".join(PARTS), help="ctp,send (both)")
+    parser.add_argument("--parts", default=",".join(PARTS), help="ctp,send,gateway (all)")
     parser.add_argument("--ctp-samples", type=int, default=60, help="transactions per CTP run (60)")
     parser.add_argument("--records", type=int, default=30_000, help="records per send() round (30,000)")
+    parser.add_argument("--transactions", type=int, default=200, help="transactions per gateway run (200)")
     parser.add_argument("--one", choices=PARTS, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.one:
-        figures = ctp(args.ctp_samples) if args.one == "ctp" else send(args.records)
+        figures = {"ctp": lambda: ctp(args.ctp_samples), "send": lambda: send(args.records),
+                   "gateway": lambda: gateway(args.transactions)}[args.one]()  # fmt: skip
         print(json.dumps(figures))
         return 0
     parts = [p for p in args.parts.split(",") if p]
