@@ -28,7 +28,7 @@ import heapq
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-from oncelog.client.records import ConsumerRecord, TopicPartition
+from oncelog.client.records import ConsumerRecord, TopicPartition, new_consumer_record
 from oncelog.errors import OncelogError
 from oncelog.records import ControlType, decode_records, iter_batches, read_control_record, validate_batch
 from oncelog.vocabulary import IsolationLevel
@@ -173,16 +173,16 @@ class CompletedFetch:
                 assert record.offset is not None and record.timestamp is not None
                 if record.offset < self._next_offset:
                     continue
-                yield ConsumerRecord(
-                    topic=tp.topic,
-                    partition=tp.partition,
-                    offset=record.offset,
-                    timestamp=record.timestamp,
-                    timestamp_type=timestamp_type,
-                    key=record.key,
-                    value=record.value,
-                    headers=record.headers,
-                    leader_epoch=leader_epoch,
+                yield new_consumer_record(
+                    tp.topic,
+                    tp.partition,
+                    record.offset,
+                    record.timestamp,
+                    timestamp_type,
+                    record.key,
+                    record.value,
+                    record.headers,
+                    leader_epoch,
                 )
             # v2 keeps a batch's last offset even when compaction removed its last records
             self._advance_past(header.next_offset, leader_epoch)

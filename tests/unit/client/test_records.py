@@ -12,6 +12,7 @@ from oncelog.client.records import (
     OffsetAndMetadata,
     RecordMetadata,
     TopicPartition,
+    new_consumer_record,
 )
 from oncelog.records import TimestampType
 
@@ -51,3 +52,18 @@ def test_offset_and_metadata_defaults_and_validation() -> None:
 def test_group_metadata_defaults_skip_the_membership_checks() -> None:
     group = ConsumerGroupMetadata("copier")
     assert (group.generation_id, group.member_id, group.group_instance_id) == (-1, "", None)
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        ("orders", 3, 17, 1_700, TimestampType.CREATE_TIME, b"k", b"v", (("h", b"1"),), 4),
+        ("o", 0, 0, 0, TimestampType.LOG_APPEND_TIME, None, None, (), None),
+    ],
+)
+def test_the_consumers_fast_constructor_makes_the_record_the_constructor_makes(fields: tuple) -> None:
+    fast, made = new_consumer_record(*fields), ConsumerRecord(*fields)
+    assert fast == made and hash(fast) == hash(made) and repr(fast) == repr(made)
+    assert dataclasses.astuple(fast) == fields
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        fast.offset = 1  # type: ignore[misc]
