@@ -1,6 +1,6 @@
 """The client's hot paths, this checkout against an older revision, in one interleaved run.
 
-    python -m bench.client_ab --base 9800ce7 [--runs 5] [--parts ctp,send,gateway] [--ctp-samples 60]
+    python -m bench.client_ab --base 9800ce7 [--runs 5] [--parts ctp,send,consume,gateway] [--ctp-samples 60]
                               [--records 30000] [--transactions 200]
 
 Two measurements, each on a fresh LocalCluster with one storage node and ``flush=async`` topics:
@@ -8,6 +8,8 @@ Two measurements, each on a fresh LocalCluster with one storage node and ``flush
 * ``ctp``: consume-transform-produce transactions with oncelog's client (poll one record, send it on, send the
   consumer's offset, commit, wait until a read_committed reader sees it), the p50 of the whole and of each phase;
 * ``send``: per-record ``send()`` of 100-byte records, records per second (best of three rounds);
+* ``consume``: a read_committed consumer reading 64,000 records of 100 bytes again and again, records per second
+  (best of three rounds);
 * ``gateway``: one-record transactions of confluent-kafka (librdkafka) through a kafka-gateway, their p50 and the
   CPU milliseconds the gateway and the services spent per transaction (``/proc``).
 
@@ -31,7 +33,7 @@ import uuid
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PARTS = ("ctp", "send", "gateway")
+PARTS = ("ctp", "send", "consume", "gateway")
 
 
 def ctp(samples: int) -> dict[str, float]:
@@ -104,6 +106,33 @@ def send(records: int) -> dict[str, float]:
     return {"records_per_s": max(rates)}
 
 
+def consume(records: int) -> dict[str, float]:
+    """Records per second of a read_committed consumer over ``records`` records of 100 bytes (best of three)."""
+    from oncelog.client import AdminClient, Consumer, NewTopic, Producer, TopicPartition
+    from oncelog.testing import LocalCluster
+
+    records = records // 64 * 64
+    with LocalCluster(Path(tempfile.mkdtemp(prefix="ab-consume-")), storage_nodes=1) as cluster:
+        with AdminClient(cluster.bootstrap) as admin:
+            admin.create_topics([NewTopic("ab", num_partitions=1, configs={"flush": "async"})])
+        with Producer(cluster.bootstrap, batch_size=64 * 1024, linger_ms=5) as producer:
+            for _ in range(records // 64):
+                producer.send_batch("ab", [b"v" * 100] * 64, partition=0)
+            producer.flush()
+        tp = TopicPartition("ab", 0)
+        rates = []
+        for _ in range(3):
+            with Consumer(cluster.bootstrap, isolation_level="read_committed") as consumer:
+                consumer.assign([tp])
+                consumer.seek(tp, 0)
+                seen = 0
+                start = time.perf_counter()
+                while seen < records:
+                    seen += len(consumer.poll(timeout_ms=1000, max_records=10_000))
+                rates.append(records / (time.perf_counter() - start))
+    return {"records_per_s": max(rates)}
+
+
 def gateway(transactions: int) -> dict[str, float]:
     """p50 ms of ``transactions`` one-record transactions through a gateway, and server CPU ms per transaction."""
     from confluent_kafka import Producer as KafkaProducer
@@ -157,15 +186,20 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--base", help="the git revision to compare with (required unless --one)")
     parser.add_argument("--runs", type=int, default=5, help="interleaved runs per side (5)")
-    parser.add_argument("--parts", default=",".join(PARTS), help="ctp,send,gateway (all)")
+    parser.add_argument("--parts", default=",".join(PARTS), help="ctp,send,consume,gateway (all)")
     parser.add_argument("--ctp-samples", type=int, default=60, help="transactions per CTP run (60)")
     parser.add_argument("--records", type=int, default=30_000, help="records per send() round (30,000)")
     parser.add_argument("--transactions", type=int, default=200, help="transactions per gateway run (200)")
     parser.add_argument("--one", choices=PARTS, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.one:
-        figures = {"ctp": lambda: ctp(args.ctp_samples), "send": lambda: send(args.records),
-                   "gateway": lambda: gateway(args.transactions)}[args.one]()  # fmt: skip
+        measure = {
+            "ctp": lambda: ctp(args.ctp_samples),
+            "send": lambda: send(args.records),
+            "consume": lambda: consume(64_000),
+            "gateway": lambda: gateway(args.transactions),
+        }
+        figures = measure[args.one]()
         print(json.dumps(figures))
         return 0
     parts = [p for p in args.parts.split(",") if p]
