@@ -15,12 +15,12 @@ import asyncio
 import uuid
 import zlib
 from collections import defaultdict
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from oncelog.client.records import NewTopic, PartitionInfo
+from oncelog.client.records import NewTopic, PartitionInfo, TopicInfo
 from oncelog.client.services import (
     ClusterClient,
     EpochEndOffset,
@@ -110,18 +110,13 @@ class DataServicer:
     async def metadata(self, request: Request) -> dict[str, Any]:
         body = request.body
         wanted = None if body.topics is None else [t.name for t in body.topics if t.name is not None]
-        topics = await self._routes.topics()
-        if wanted is not None and any(name not in topics for name in wanted):
-            topics = await self._routes.topics(fresh=True)
+        topics = await self._topics_with(wanted or ())
         names = sorted(topics) if wanted is None else wanted
         answer: list[dict[str, Any]] = []
         for name in names:
             info = topics.get(name)
             if info is None:
-                answer.append(
-                    {"error_code": ErrorCode.unknown_topic_or_partition, "name": name, "topic_id": ZERO_UUID,
-                     "partitions": []}
-                )  # fmt: skip
+                answer.append(_unknown_topic(name))
                 continue
             partitions = [self._partition_view(name, p) for p in info.partitions]
             answer.append(
@@ -134,6 +129,13 @@ class DataServicer:
             "controller_id": self._brokers[0][0],
             "topics": answer,
         }
+
+    async def _topics_with(self, wanted: Iterable[str]) -> dict[str, TopicInfo]:
+        """The cached topics, read again when one of ``wanted`` is missing (it may have been created a moment ago)."""
+        topics = await self._routes.topics()
+        if any(name not in topics for name in wanted):
+            topics = await self._routes.topics(fresh=True)
+        return topics
 
     def _partition_view(self, topic: str, p: PartitionInfo) -> dict[str, Any]:
         """A partition as Metadata and DescribeTopicPartitions show it: a gateway leads it and is its only replica."""
@@ -158,9 +160,7 @@ class DataServicer:
         ELR lists are empty."""
         body = request.body
         wanted = sorted({t.name for t in body.topics})
-        topics = await self._routes.topics()
-        if any(name not in topics for name in wanted):
-            topics = await self._routes.topics(fresh=True)
+        topics = await self._topics_with(wanted)
         cursor = body.cursor
         if cursor is not None and (cursor.partition_index < 0 or (wanted and cursor.topic_name not in wanted)):
             # a cursor outside the topics asked for, or before partition 0: Kafka's broker refuses the request, and
@@ -187,10 +187,7 @@ class DataServicer:
                 continue
             info = topics.get(name)
             if info is None:
-                answer.append(
-                    {"error_code": ErrorCode.unknown_topic_or_partition, "name": name, "topic_id": ZERO_UUID,
-                     "partitions": []}
-                )  # fmt: skip
+                answer.append(_unknown_topic(name))
                 continue
             first = cursor.partition_index if cursor is not None and name == cursor.topic_name else 0
             shown = info.partitions[first : first + room]
@@ -613,6 +610,10 @@ def _uuid(value: str) -> uuid.UUID:
         return uuid.UUID(value)
     except ValueError:
         return ZERO_UUID
+
+
+def _unknown_topic(name: str) -> dict[str, Any]:
+    return {"error_code": ErrorCode.unknown_topic_or_partition, "name": name, "topic_id": ZERO_UUID, "partitions": []}
 
 
 def _fetch_error(tp: TopicPartition, error: OncelogError | None) -> dict[str, Any]:
