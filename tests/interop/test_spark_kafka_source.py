@@ -15,6 +15,7 @@ where not fetched, and fetched (a failed fetch fails the test) with ``ONCELOG_RE
 from __future__ import annotations
 
 import os
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -84,6 +85,7 @@ def _write_transactions(bootstrap: str) -> tuple[str, list[tuple[int, str]], lis
                 (aborted.append(value) if outcome == "abort" else visible.append((partition, value)))
         if outcome == "commit":
             transactional.commit_transaction(60)
+            _await_markers(bootstrap, topic)
         elif outcome == "abort":
             # flushed first: librdkafka's abort would otherwise purge the records before they reach the log
             assert transactional.flush(60) == 0
@@ -91,6 +93,39 @@ def _write_transactions(bootstrap: str) -> tuple[str, list[tuple[int, str]], lis
         else:
             assert plain.flush(60) == 0
     return topic, sorted(visible, key=lambda record: record[0]), aborted  # stable: write order
+
+
+def _await_markers(bootstrap: str, topic: str, timeout_s: float = 60.0) -> None:
+    """Wait until every partition's last stable offset reached its log end: the committed transaction's markers
+    are written. commit_transaction() returns once the commit is decided and the markers follow (Kafka's contract
+    and oncelog's, design/read-after-commit.md §2), so a plain record written right after it can land before the
+    marker on one system and after it on the other, and the two would disagree on offsets."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    def reader(isolation: str) -> Any:
+        return Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": f"markers-{uuid.uuid4().hex[:6]}",
+                "isolation.level": isolation,
+            }
+        )
+
+    committed, uncommitted = reader("read_committed"), reader("read_uncommitted")
+    deadline = time.monotonic() + timeout_s
+    try:
+        while True:
+            ends = [
+                (c.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1] for c in (committed, uncommitted))
+                for p in range(PARTITIONS)
+            ]
+            if all(stable == end for stable, end in ends):
+                return
+            assert time.monotonic() < deadline, f"the commit markers of {topic} were not written in {timeout_s} s"
+            time.sleep(0.05)
+    finally:
+        committed.close()
+        uncommitted.close()
 
 
 def _batch_rows(spark: Any, bootstrap: str, topic: str, isolation: str) -> list[tuple[int, int, str]]:
