@@ -432,7 +432,13 @@ def _realtime_order(h: History, result: CheckResult) -> None:
 
 
 def _zombies(h: History, result: CheckResult) -> None:
-    """A write of an epoch that a finished InitProducerId fenced must not commit, nor become visible."""
+    """A write of an epoch that a finished InitProducerId fenced must not commit, nor become visible.
+
+    Which reads count depends on when the fence came. A transaction begun after the fence wrote every record after
+    it: any reader of them saw a zombie's write. A transaction begun before the fence and asked to commit after it
+    may have written its records before the fence; the fence aborts it, so read_uncommitted readers may see those
+    records (aborted data is in the log, as on Kafka) and only a read_committed reader, or an ``ok`` commit, is a
+    zombie's write."""
     fences: dict[int, list[Op]] = defaultdict(list)
     for call in h.calls:
         if call.invoke.f == "init-producer" and call.done is not None and call.done.kind == "ok":
@@ -441,26 +447,35 @@ def _zombies(h: History, result: CheckResult) -> None:
         writer = call.done
         if call.invoke.f not in ("produce", "txn-commit") or writer is None or writer.producer_id is None:
             continue
-        started = int(call.value().get("commit_invoke_ns", call.invoke.time_ns))
+        began = call.invoke.time_ns
+        asked = int(call.value().get("commit_invoke_ns", began))
         fence = next(
             (
                 f
                 for f in fences.get(writer.producer_id, [])
-                if int(f.value["epoch"]) > (writer.epoch or 0) and f.time_ns < started
+                if int(f.value["epoch"]) > (writer.epoch or 0) and f.time_ns < asked
             ),
             None,
         )
         if fence is None:
             continue
+        fenced_from_start = fence.time_ns < began
         readers = sorted(
-            {r.call.op.index for s in call.value().get("sends", []) for r in h.readers.get(s[1], [])} - {writer.index}
+            {
+                r.call.op.index
+                for s in call.value().get("sends", [])
+                for r in h.readers.get(s[1], [])
+                if fenced_from_start or r.committed_isolation
+            }
+            - {writer.index}
         )
         if writer.kind == "ok" or readers:
             what = "committed" if writer.kind == "ok" else f"was read by ops {', '.join(map(str, readers))}"
+            when = "before it began" if fenced_from_start else "before it asked to commit"
             result.add(
                 "zombie-write",
                 f"{call.name()} of producer {writer.producer_id} epoch {writer.epoch} {what}, though "
-                f"{fence.describe()} had fenced that epoch with epoch {fence.value['epoch']} before it began",
+                f"{fence.describe()} had fenced that epoch with epoch {fence.value['epoch']} {when}",
                 [fence.index, writer.index, *readers],
             )
 

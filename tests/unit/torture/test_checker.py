@@ -551,6 +551,25 @@ def test_send_landing_below_an_offset_known_before_it_was_invoked() -> None:
     assert check(concurrent.ops).valid
 
 
+def test_a_transaction_fenced_between_its_writes_and_its_commit_may_be_seen_only_uncommitted() -> None:
+    """Its records were written before the fence, which aborts them: read_uncommitted readers see aborted data (as
+    on Kafka); a read_committed reader must not."""
+    b = Builder()
+    b.op("p1", "invoke", "txn-commit", {"sends": [[T0, 1, None]]})
+    b.op("z", "invoke", "init-producer", {}, txn_id="tx-1")
+    fence = b.op("z", "ok", "init-producer", {"producer_id": 9, "epoch": 4}, txn_id="tx-1")
+    asked = b.now_ns
+    b.read("u1", {T0: [(0, 1)]}, isolation="read_uncommitted")
+    fenced = b.op(
+        "p1", "info", "txn-commit", {"sends": [[T0, 1, None]], "commit_invoke_ns": asked}, producer_id=9, epoch=3
+    )
+    assert "zombie-write" not in check(b.ops).anomalies
+    reader = b.read("c1", {T0: [(0, 1)]})
+    (anomaly,) = only(check(b.ops), "zombie-write")
+    assert anomaly.ops == (fence.index, fenced.index, reader.index)
+    assert "before it asked to commit" in anomaly.explanation
+
+
 def test_a_fenced_epoch_must_not_commit_nor_become_visible() -> None:
     b = Builder()
     b.op("z", "invoke", "init-producer", {}, txn_id="tx-1")
