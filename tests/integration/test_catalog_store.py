@@ -16,6 +16,7 @@ from oncelog.errors import (
     InvalidPartitions,
     InvalidReplicationFactor,
     InvalidRequest,
+    StaleRequesterEpoch,
     StorageUnavailable,
     TopicAlreadyExists,
     UnknownTopicOrPartition,
@@ -284,6 +285,24 @@ def test_alter_partition_is_conditional_on_the_epochs_it_saw(store: CatalogStore
     # going offline keeps the ISR (its last member is elected cleanly when it returns)
     offline = store.alter_partition("alt", moved, leader_node_id="")
     assert offline is not None and offline.leader_node_id == "" and offline.isr == (followers[0],)
+
+
+def test_an_isr_expansion_counts_only_fetches_of_the_current_registration(store: CatalogStore) -> None:
+    """KIP-903: what an earlier incarnation of a node reported does not bring the node back into an ISR."""
+    _storage_nodes(store, 3)
+    store.create_topics([("kip903", 1, {}, 3)], now_ms=1)
+    seen = store.partition("kip903", 0)
+    leader, follower, other = seen.replicas
+    shrunk = store.alter_partition("kip903", seen, isr=[leader, other])
+    assert shrunk is not None
+    old_epoch = store.node_epoch(follower)
+    assert old_epoch is not None
+    new_epoch = store.register_node(follower, "partition-storage", "127.0.0.1:1", 2_000, 2)  # restarted
+    with pytest.raises(StaleRequesterEpoch, match=f"registered as {new_epoch}"):
+        store.alter_partition("kip903", shrunk, isr=[leader, follower, other], joining_epochs={follower: old_epoch})
+    assert store.partition("kip903", 0) == shrunk, "nothing changed"
+    grown = store.alter_partition("kip903", shrunk, isr=[leader, follower, other], joining_epochs={follower: new_epoch})
+    assert grown is not None and grown.isr == (leader, follower, other)
 
 
 def test_a_reassignment_adds_replicas_then_drops_the_unlisted_ones_moving_the_leader(store: CatalogStore) -> None:

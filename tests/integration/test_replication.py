@@ -217,6 +217,34 @@ def test_follower_whose_disk_was_wiped_copies_everything_again(cluster: LocalClu
     assert copied == original and all(offset in copied for offset in acked)
 
 
+def test_node_whose_disk_was_wiped_leaves_the_isr_before_it_can_be_elected(cluster: LocalCluster) -> None:
+    """Disk loss of an in-sync replica, then the loss of every other node: the wiped node restarts first and
+    alone. Still in the ISR, it would be elected with an empty log and the others would truncate to it when they
+    return, losing every acknowledged record. It leaves the ISR as it starts, so the partition waits offline for
+    an in-sync replica (design/replication.md §6, "Disk loss")."""
+    meta = partition(cluster)
+    leader = meta.leader_node_id
+    victim = next(n for n in meta.replica_node_ids if n != leader)
+    acked = [produce(cluster, leader, seq) for seq in range(10)]
+    assert set(partition(cluster).isr_node_ids) == set(meta.replica_node_ids), "the victim is in sync"
+    for node_id in meta.replica_node_ids:
+        cluster.kill(node_id)
+    shutil.rmtree(cluster.data_dir / victim)
+    cluster.restart(victim)
+    assert victim not in partition(cluster).isr_node_ids
+    offline = wait_for(cluster, lambda p: not p.leader_node_id, "the controller to find no live in-sync replica")
+    assert set(offline.isr_node_ids) == set(meta.replica_node_ids) - {victim}
+    for node_id in meta.replica_node_ids:
+        if node_id != victim:
+            cluster.restart(node_id)
+    wait_for_isr(cluster, set(meta.replica_node_ids))
+    new_leader = partition(cluster).leader_node_id
+    assert new_leader != victim
+    acked.append(produce(cluster, new_leader, 10))
+    copied, original = logged_batches(cluster, victim), logged_batches(cluster, new_leader)
+    assert copied == original and all(offset in original for offset in acked)
+
+
 def test_divergent_tail_is_cut_at_the_new_leaders_epoch_start_not_kept(cluster: LocalCluster) -> None:
     """design/replication.md §5 case 2: the old leader's unacknowledged tail (epoch 0) is cut where the new leader's
     epoch 1

@@ -124,6 +124,21 @@ def elect_leader(replicas: Sequence[str], isr: Sequence[str], live: set[str], *,
     return Election(candidates[0], tuple(r for r in replicas if r in isr and r in live))
 
 
+def leave_isr_after_disk_loss(seen: PartitionRecord, node_id: str, live: set[str]) -> Election | None:
+    """What a partition becomes when ``node_id`` restarted with an empty data directory (design/replication.md
+    §6, "Disk loss"): the node leaves the ISR, since it no longer holds what the ISR promised; if it led, the first
+    other live in-sync replica leads (or, with none live, the partition goes offline and keeps the others as its
+    ISR, so one of them is elected cleanly when it returns). None when nothing changes: the node is not in the
+    ISR, or it is the only member (no copy of the acknowledged records is left to prefer over the empty log)."""
+    if node_id not in seen.isr or len(seen.isr) == 1:
+        return None
+    others = tuple(r for r in seen.isr if r != node_id)
+    if seen.leader_node_id != node_id:
+        return Election(seen.leader_node_id, others)
+    successor = next((r for r in seen.replicas if r in others and r in live), "")
+    return Election(successor, others)
+
+
 def reassignment_step(name: str, seen: PartitionRecord, wanted: Sequence[str], live: set[str]) -> tuple[list[str], str]:
     """The ISR and leader a partition gets when its replicas become ``wanted`` (a step of a reassignment): the
     listed in-sync replicas, and the current leader if listed, else the first listed in-sync replica.

@@ -496,6 +496,7 @@ class CatalogStore(CoordinatorShardTable):
         controller: tuple[str, int, int] | None = None,
         move_live_leader: bool = False,
         replicas: Iterable[str] | None = None,
+        joining_epochs: Mapping[str, int] | None = None,
     ) -> PartitionRecord | None:
         """Change a partition's ISR and/or leader (and, for a reassignment, its replicas) if it is still exactly as
         ``seen`` (Kafka's AlterPartition; AlterPartitionReassignments for ``replicas``).
@@ -512,9 +513,15 @@ class CatalogStore(CoordinatorShardTable):
         ``move_live_leader`` (preferred-leader restore: the live old leader steps down when it reads the new epoch;
         the new leader is in the ISR, so the old one can acknowledge nothing it lacks).
 
+        ``joining_epochs`` maps each node the change adds to the ISR to the node epoch of the fetches that showed
+        it caught up; the change is also conditional on those being the nodes' current registrations (Kafka's
+        KIP-903), so what an earlier incarnation of a node reported, before it restarted with an empty disk, never
+        brings the new one into the ISR (design/replication.md §6, "Disk loss").
+
         Raises:
             InvalidRequest: the ISR is not a subset of the replicas, or is empty while a leader is named, or the
                 leader is not an ISR member.
+            StaleRequesterEpoch: a joining node registered again since the fetches ``joining_epochs`` names.
             UnknownTopicOrPartition: the partition does not exist.
         """
         new_isr = tuple(seen.isr if isr is None else isr)
@@ -545,6 +552,14 @@ class CatalogStore(CoordinatorShardTable):
             )
             if replaces_leader and _node_lease_holds(conn, seen.leader_node_id, controller[2]):  # type: ignore[index]
                 return None  # the leader renewed its lease after the controller looked: no election
+            for node_id, node_epoch in (joining_epochs or {}).items():
+                current = conn.execute(sa.select(t.nodes.c.node_epoch).where(t.nodes.c.node_id == node_id)).scalar()
+                if current != node_epoch:
+                    raise StaleRequesterEpoch(
+                        f"{node_id} fetched as node epoch {node_epoch} but is registered as {current}: it restarted "
+                        f"since, so it joins the ISR of {topic}-{seen.partition} only once its new incarnation "
+                        "caught up"
+                    )
             result = conn.execute(
                 sa.update(t.partitions)
                 .where(

@@ -30,8 +30,16 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
+from oncelog.catalog.replicas import leave_isr_after_disk_loss
 from oncelog.catalog.store import CatalogStore, PartitionRecord
-from oncelog.errors import InvalidRequest, NotEnoughReplicas, NotLeader, OncelogError
+from oncelog.errors import (
+    InvalidRequest,
+    NotEnoughReplicas,
+    NotLeader,
+    OncelogError,
+    StaleRequesterEpoch,
+    StorageUnavailable,
+)
 from oncelog.partition_storage.engine import PartitionEngine
 from oncelog.partition_storage.manager_types import (
     NO_EPOCH_CHECK,
@@ -49,6 +57,7 @@ from oncelog.partition_storage.replica_fetcher import (
 )
 from oncelog.partition_storage.replica_state import LeaderReplicaState
 from oncelog.telemetry.metrics import OncelogMetrics
+from oncelog.vocabulary import Role
 
 __all__ = ["LeaderReplication", "hold_high_watermark", "wait_any"]
 
@@ -228,6 +237,52 @@ class LeaderReplication:
         with contextlib.suppress(OncelogError):
             await self.refresh()  # step down: parked writes fail NOT_LEADER, requests are redirected
 
+    def leave_isrs_after_disk_loss(self) -> None:
+        """Leave every ISR this node is in, handing leadership on where it led (worker thread; design/replication.md
+        §6, "Disk loss"). Called once at start when the data directory was unbound: this node lost its disk (or
+        never had one), so the catalog's ISRs that name it promise records it no longer holds. Until it leaves
+        them, a controller could elect it (the preferred-leader restore moves leadership to ``replicas[0]`` while
+        it is live and in sync) and the other replicas would truncate to its empty log. The node registered first,
+        so a leader's ISR expansion counts only fetches of this incarnation (``joining_epochs``).
+
+        Raises:
+            StorageUnavailable: a partition kept changing under the conditional update; the process exits and
+                starts over (its data directory stays unbound).
+        """
+        storage = Role.PARTITION_STORAGE
+        live = {n.node_id for n in self._catalog.list_nodes(self._clock(), role=storage)}
+        left: list[str] = []
+        for topic in self._catalog.describe_topics():
+            for record in topic.partitions:
+                name = f"{topic.name}-{record.partition}"
+                for _attempt in range(50):
+                    decision = leave_isr_after_disk_loss(record, self._node_id, live)
+                    if decision is None:
+                        if record.isr == (self._node_id,):
+                            log.error(
+                                "%s: this node lost its disk and is the partition's only in-sync replica: the records "
+                                "it held are gone (no other replica has them all); it starts over empty",
+                                name,
+                            )
+                        break
+                    updated = self._catalog.alter_partition(
+                        topic.name, record, leader_node_id=decision.leader_node_id, isr=decision.isr
+                    )
+                    if updated is not None:
+                        led = record.leader_node_id == self._node_id
+                        to = (decision.leader_node_id or "offline") if led else ""
+                        left.append(f"{name}{f' (leader -> {to})' if to else ''}")
+                        break
+                    record = self._catalog.partition(topic.name, record.partition)
+                    live = {n.node_id for n in self._catalog.list_nodes(self._clock(), role=storage)}
+                else:
+                    raise StorageUnavailable(f"{name} kept changing while this node left its ISR; restart the node")
+        log.warning(
+            "data directory was empty: left the ISRs a lost disk was part of: %s; the replicas copy back from the "
+            "leaders and rejoin once caught up",
+            ", ".join(left) or "none",
+        )
+
     async def replica_fetch(
         self,
         follower_id: str,
@@ -346,7 +401,19 @@ class LeaderReplication:
                 tuple(sorted(state.isr, key=assignment.replicas.index)),
                 assignment.partition_epoch,
             )
-            updated = await asyncio.to_thread(self._catalog.alter_partition, assignment.topic, seen, isr=ordered)
+            joining = {n: joiner.node_epoch for n in isr - set(state.isr) if (joiner := state.follower(n)) is not None}
+            try:
+                updated = await asyncio.to_thread(
+                    self._catalog.alter_partition, assignment.topic, seen, isr=ordered, joining_epochs=joining
+                )
+            except StaleRequesterEpoch as err:
+                # a follower restarted (perhaps with an empty disk) since the fetches that showed it caught up:
+                # forget them; its new incarnation's fetches count from scratch (design/replication.md §6)
+                log.info("%s-%d: ISR expansion refused: %s", *key, err)
+                for node_id in joining:
+                    if (joiner := state.follower(node_id)) is not None:
+                        joiner.reset(-1)
+                continue
             if updated is None:
                 log.warning("%s-%d: ISR update lost to another change; re-reading the catalog", *key)
                 self._stop_leading(key)

@@ -18,6 +18,7 @@ __all__ = [
     "META_PROPERTIES",
     "PARTITION_METADATA",
     "check_meta_properties",
+    "write_meta_properties",
     "prepare_directory",
     "stray_directories",
 ]
@@ -37,19 +38,32 @@ def _read_properties(path: Path) -> dict[str, str]:
     return properties
 
 
-def check_meta_properties(data_dir: Path, cluster_id: str, node_id: str) -> None:
-    """Bind ``data_dir`` to one cluster and node on first start; refuse another one later."""
-    data_dir.mkdir(parents=True, exist_ok=True)
+def check_meta_properties(data_dir: Path, cluster_id: str, node_id: str) -> bool:
+    """Refuse a data directory bound to another cluster or node; False when it is not bound yet (a first start,
+    or a start after the disk was lost): bind it with :func:`write_meta_properties` once the node has left the
+    ISRs its lost disk was part of (design/replication.md §6, "Disk loss").
+
+    Raises:
+        InvalidConfig: the directory belongs to another cluster or node.
+    """
     path = data_dir / META_PROPERTIES
     if not path.exists():
-        write_file_atomically(path, f"version: 0\ncluster_id: {cluster_id}\nnode_id: {node_id}\n".encode())
-        return
+        return False
     found = _read_properties(path)
     if found.get("cluster_id") != cluster_id or found.get("node_id") != node_id:
         raise InvalidConfig(
             f"{data_dir} belongs to cluster {found.get('cluster_id')!r} node {found.get('node_id')!r}, but this "
             f"process is node {node_id!r} of cluster {cluster_id!r}; point it at its own data directory"
         )
+    return True
+
+
+def write_meta_properties(data_dir: Path, cluster_id: str, node_id: str) -> None:
+    """Bind ``data_dir`` to one cluster and node."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    write_file_atomically(
+        data_dir / META_PROPERTIES, f"version: 0\ncluster_id: {cluster_id}\nnode_id: {node_id}\n".encode()
+    )
 
 
 def prepare_directory(directory: Path, topic_id: str) -> None:

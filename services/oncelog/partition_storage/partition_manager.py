@@ -86,6 +86,7 @@ from oncelog.partition_storage.partition_dirs import (
     check_meta_properties,
     prepare_directory,
     stray_directories,
+    write_meta_properties,
 )
 from oncelog.partition_storage.replica_fetcher import (
     FetcherSettings,
@@ -195,7 +196,12 @@ class PartitionManager(LeaderReplication):
             InvalidConfig: the data directory belongs to another cluster or node.
         """
         cluster = await asyncio.to_thread(self._catalog.cluster_info)
-        await asyncio.to_thread(check_meta_properties, self._config.data_dir, cluster.cluster_id, self._node_id)
+        data_dir = self._config.data_dir
+        if not await asyncio.to_thread(check_meta_properties, data_dir, cluster.cluster_id, self._node_id):
+            # first start, or the disk was lost: leave the ISRs first, bind the directory after (a crash in
+            # between leaves it unbound, so the next start leaves them again)
+            await asyncio.to_thread(self.leave_isrs_after_disk_loss)
+            await asyncio.to_thread(write_meta_properties, data_dir, cluster.cluster_id, self._node_id)
         try:
             await self.refresh()
         except OncelogError as err:

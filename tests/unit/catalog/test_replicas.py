@@ -90,6 +90,22 @@ def test_election_without_a_live_in_sync_replica_goes_offline_and_keeps_the_isr(
     assert elect_leader(["a", "b", "c"], ["a"], {"b", "c"}) == Election("", ("a",))
 
 
+def test_a_node_that_lost_its_disk_leaves_the_isr_and_hands_its_leadership_on() -> None:
+    from oncelog.catalog.replicas import Election, leave_isr_after_disk_loss
+
+    follower = PartitionRecord(0, "a", 3, ("a", "b", "c"), ("a", "b", "c"), 7)
+    assert leave_isr_after_disk_loss(follower, "b", {"a", "b", "c"}) == Election("a", ("a", "c"))
+    leader = PartitionRecord(0, "b", 3, ("b", "a", "c"), ("b", "c", "a"), 7)
+    assert leave_isr_after_disk_loss(leader, "b", {"a", "b", "c"}) == Election("a", ("c", "a")), "replica order"
+    assert leave_isr_after_disk_loss(leader, "b", {"b", "c"}) == Election("c", ("c", "a")), "a is not live"
+    # no other live in-sync replica: offline, keeping the others, so one of them is elected cleanly on return
+    assert leave_isr_after_disk_loss(leader, "b", {"b"}) == Election("", ("c", "a"))
+    out_of_sync = PartitionRecord(0, "a", 3, ("a", "b", "c"), ("a", "c"), 7)
+    assert leave_isr_after_disk_loss(out_of_sync, "b", {"a", "b", "c"}) is None
+    alone = PartitionRecord(0, "b", 3, ("b", "a"), ("b",), 7)
+    assert leave_isr_after_disk_loss(alone, "b", {"a", "b"}) is None, "no copy left to prefer"
+
+
 def test_a_reassignment_step_keeps_the_listed_in_sync_replicas_and_moves_an_unlisted_leader() -> None:
     seen = PartitionRecord(0, "n1", 3, ("n1", "n2", "n3"), ("n1", "n2", "n3"), 7)
     live = {"n1", "n2", "n3", "n4"}
