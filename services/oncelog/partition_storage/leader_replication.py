@@ -277,11 +277,14 @@ class LeaderReplication:
                     live = {n.node_id for n in self._catalog.list_nodes(self._clock(), role=storage)}
                 else:
                     raise StorageUnavailable(f"{name} kept changing while this node left its ISR; restart the node")
-        log.warning(
-            "data directory was empty: left the ISRs a lost disk was part of: %s; the replicas copy back from the "
-            "leaders and rejoin once caught up",
-            ", ".join(left) or "none",
-        )
+        if left:
+            log.warning(
+                "data directory was empty (the disk was lost or replaced): left the ISRs of %s; the replicas copy "
+                "back from the leaders and rejoin once caught up",
+                ", ".join(left),
+            )
+        else:
+            log.info("data directory was empty: a first start, this node is in no ISR")
 
     async def replica_fetch(
         self,

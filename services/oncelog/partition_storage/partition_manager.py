@@ -148,6 +148,9 @@ class PartitionManager(LeaderReplication):
         # loop.time() at which the newest successful refresh started; -inf before the first one
         self._fresh_since = float("-inf")
         self._refreshing: asyncio.Task[None] | None = None
+        # set by start() once the data directory is bound: until then no catalog view is applied, so a node back
+        # from a lost disk takes no role (a request's refresh included) before it left the ISRs it was in
+        self._bound = asyncio.Event()
         self._engines: dict[PartitionKey, PartitionEngine] = {}
         self._engine_topic_ids: dict[PartitionKey, str] = {}
         self._opening: dict[PartitionKey, asyncio.Task[PartitionEngine]] = {}
@@ -202,6 +205,7 @@ class PartitionManager(LeaderReplication):
             # between leaves it unbound, so the next start leaves them again)
             await asyncio.to_thread(self.leave_isrs_after_disk_loss)
             await asyncio.to_thread(write_meta_properties, data_dir, cluster.cluster_id, self._node_id)
+        self._bound.set()
         try:
             await self.refresh()
         except OncelogError as err:
@@ -229,6 +233,8 @@ class PartitionManager(LeaderReplication):
                 await task
         self._loops = []
         if self._refreshing is not None:
+            if not self._bound.is_set():  # start() never finished: the refresh waits for it, forever
+                self._refreshing.cancel()
             await asyncio.gather(self._refreshing, return_exceptions=True)
         if self._opening:
             await asyncio.gather(*self._opening.values(), return_exceptions=True)
@@ -529,6 +535,7 @@ class PartitionManager(LeaderReplication):
                 await self.refresh()
 
     async def _refresh(self) -> None:
+        await self._bound.wait()  # requests arriving while start() runs wait for it
         started = asyncio.get_running_loop().time()
         read_at = self._lease.monotonic_ms() if self._lease is not None else 0
         topics, addresses = await asyncio.to_thread(self._read_catalog)

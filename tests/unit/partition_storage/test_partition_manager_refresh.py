@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from pathlib import Path
 
@@ -39,5 +40,51 @@ async def test_a_request_arriving_as_a_refresh_finishes_gets_a_newer_one_instead
         await asyncio.wait_for(manager._refresh_since(arrived), 10)
         assert manager._fresh_since >= arrived, "a refresh that started after the request arrived ran"
     finally:
+        await manager.stop()
+        catalog.engine.dispose()
+
+
+async def test_a_node_back_from_a_lost_disk_applies_no_catalog_view_before_it_left_the_isrs(tmp_path: Path) -> None:
+    """Its empty data directory means its ISR memberships are void. A request arriving while start() takes it out
+    of them (a follower's fetch, a producer) must not make it apply the catalog as it was: it would open the
+    partitions empty and lead the ones its lost incarnation led, and the followers would truncate to it."""
+    catalog = CatalogStore(create_engine(f"sqlite:///{tmp_path / 'catalog.db'}"))
+    catalog.migrate()
+    catalog.ensure_cluster(4, 4, wall_clock_ms())
+    for node_id in ("storage-0", "storage-1"):
+        catalog.register_node(node_id, "partition-storage", f"127.0.0.1:{1 + len(node_id)}", 60_000, wall_clock_ms())
+    [topic] = catalog.create_topics([("t", 1, {}, 2)], wall_clock_ms())
+    me = topic.partitions[0].leader_node_id  # the lost incarnation led the partition
+    leaving = threading.Event()
+    release = threading.Event()
+    early = threading.Event()
+
+    class Catalog(CatalogStore):
+        def describe_topics(self, names=None):  # type: ignore[no-untyped-def]
+            if not leaving.is_set():  # the first call: leave_isrs_after_disk_loss
+                leaving.set()
+                release.wait(10)
+            elif not release.is_set():
+                early.set()  # a catalog view read while the node is still in the ISR
+            return super().describe_topics(names)
+
+    manager = PartitionManager(
+        Catalog(catalog.engine), me, StorageNodeConfig(data_dir=tmp_path / "data"), clock=wall_clock_ms
+    )
+    starting = asyncio.create_task(manager.start())
+    try:
+        await asyncio.to_thread(leaving.wait, 10)
+        request = asyncio.create_task(manager.refresh())  # a request's refresh while start() runs
+        # until the request either read the catalog or waits for start() (the waiter of its event)
+        while not (early.is_set() or manager._bound._waiters):  # type: ignore[attr-defined]
+            await asyncio.sleep(0.01)
+        release.set()
+        await asyncio.wait_for(asyncio.gather(starting, request), 20)
+        assert not early.is_set(), "a catalog view was read while the node was leaving its ISRs"
+        [after] = catalog.describe_topics(["t"])
+        assert me not in after.partitions[0].isr and after.partitions[0].leader_node_id != me
+        assert not manager._leaders, "it leads nothing"
+    finally:
+        release.set()
         await manager.stop()
         catalog.engine.dispose()
