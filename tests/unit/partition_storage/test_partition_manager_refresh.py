@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from oncelog.catalog import CatalogStore
+from oncelog.errors import StorageUnavailable
 from oncelog.partition_storage.partition_manager import PartitionManager, StorageNodeConfig
 from oncelog.storage.sql import create_engine
 
@@ -86,5 +87,35 @@ async def test_a_node_back_from_a_lost_disk_applies_no_catalog_view_before_it_le
         assert not manager._leaders, "it leads nothing"
     finally:
         release.set()
+        await manager.stop()
+        catalog.engine.dispose()
+
+
+async def test_a_node_back_from_a_lost_disk_waits_out_a_catalog_outage_before_it_serves(tmp_path: Path) -> None:
+    """The catalog database restarting while the node leaves its ISRs delays its start; it does not skip the step
+    (the data directory stays unbound until it is done)."""
+    catalog = CatalogStore(create_engine(f"sqlite:///{tmp_path / 'catalog.db'}"))
+    catalog.migrate()
+    catalog.ensure_cluster(4, 4, wall_clock_ms())
+    for node_id in ("storage-0", "storage-1"):
+        catalog.register_node(node_id, "partition-storage", f"127.0.0.1:{1 + len(node_id)}", 60_000, wall_clock_ms())
+    [topic] = catalog.create_topics([("t", 1, {}, 2)], wall_clock_ms())
+    me = topic.partitions[0].leader_node_id
+    failures = [StorageUnavailable("cannot reach the catalog database: restarting")]
+
+    class Catalog(CatalogStore):
+        def describe_topics(self, names=None):  # type: ignore[no-untyped-def]
+            if failures:
+                raise failures.pop()
+            return super().describe_topics(names)
+
+    data_dir = tmp_path / "data"
+    manager = PartitionManager(Catalog(catalog.engine), me, StorageNodeConfig(data_dir=data_dir), clock=wall_clock_ms)
+    await manager.start()
+    try:
+        assert not failures, "the outage happened"
+        [after] = catalog.describe_topics(["t"])
+        assert me not in after.partitions[0].isr and (data_dir / "meta.properties").exists()
+    finally:
         await manager.stop()
         catalog.engine.dispose()
