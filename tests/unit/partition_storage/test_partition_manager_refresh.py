@@ -45,17 +45,22 @@ async def test_a_request_arriving_as_a_refresh_finishes_gets_a_newer_one_instead
         catalog.engine.dispose()
 
 
-async def test_a_node_back_from_a_lost_disk_applies_no_catalog_view_before_it_left_the_isrs(tmp_path: Path) -> None:
-    """Its empty data directory means its ISR memberships are void. A request arriving while start() takes it out
-    of them (a follower's fetch, a producer) must not make it apply the catalog as it was: it would open the
-    partitions empty and lead the ones its lost incarnation led, and the followers would truncate to it."""
+def two_replica_catalog(tmp_path: Path) -> tuple[CatalogStore, str]:
+    """A catalog with two live storage nodes and topic ``t`` (one partition on both); returns it and the leader."""
     catalog = CatalogStore(create_engine(f"sqlite:///{tmp_path / 'catalog.db'}"))
     catalog.migrate()
     catalog.ensure_cluster(4, 4, wall_clock_ms())
     for node_id in ("storage-0", "storage-1"):
         catalog.register_node(node_id, "partition-storage", f"127.0.0.1:{1 + len(node_id)}", 60_000, wall_clock_ms())
     [topic] = catalog.create_topics([("t", 1, {}, 2)], wall_clock_ms())
-    me = topic.partitions[0].leader_node_id  # the lost incarnation led the partition
+    return catalog, topic.partitions[0].leader_node_id
+
+
+async def test_a_node_back_from_a_lost_disk_applies_no_catalog_view_before_it_left_the_isrs(tmp_path: Path) -> None:
+    """Its empty data directory means its ISR memberships are void. A request arriving while start() takes it out
+    of them (a follower's fetch, a producer) must not make it apply the catalog as it was: it would open the
+    partitions empty and lead the ones its lost incarnation led, and the followers would truncate to it."""
+    catalog, me = two_replica_catalog(tmp_path)  # ``me``: the lost incarnation led the partition
     leaving = threading.Event()
     release = threading.Event()
     early = threading.Event()
@@ -94,13 +99,7 @@ async def test_a_node_back_from_a_lost_disk_applies_no_catalog_view_before_it_le
 async def test_a_node_back_from_a_lost_disk_waits_out_a_catalog_outage_before_it_serves(tmp_path: Path) -> None:
     """The catalog database restarting while the node leaves its ISRs delays its start; it does not skip the step
     (the data directory stays unbound until it is done)."""
-    catalog = CatalogStore(create_engine(f"sqlite:///{tmp_path / 'catalog.db'}"))
-    catalog.migrate()
-    catalog.ensure_cluster(4, 4, wall_clock_ms())
-    for node_id in ("storage-0", "storage-1"):
-        catalog.register_node(node_id, "partition-storage", f"127.0.0.1:{1 + len(node_id)}", 60_000, wall_clock_ms())
-    [topic] = catalog.create_topics([("t", 1, {}, 2)], wall_clock_ms())
-    me = topic.partitions[0].leader_node_id
+    catalog, me = two_replica_catalog(tmp_path)
     failures = [StorageUnavailable("cannot reach the catalog database: restarting")]
 
     class Catalog(CatalogStore):
