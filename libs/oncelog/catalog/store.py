@@ -15,6 +15,12 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
 from oncelog.catalog import schema as t
+from oncelog.catalog.partition_guards import (
+    CONTROLLER_ROLE,
+    check_registrations,
+    holds_controller_lease,
+    node_lease_holds,
+)
 from oncelog.catalog.records import (
     ClusterInfo,
     NodeRecord,
@@ -542,7 +548,7 @@ class CatalogStore(CoordinatorShardTable):
         leader_epoch = seen.leader_epoch + (1 if leader != seen.leader_node_id else 0)
         updated = PartitionRecord(seen.partition, leader, leader_epoch, new_replicas, new_isr, seen.partition_epoch + 1)
         with self._begin() as conn:
-            if controller is not None and not _holds_controller_lease(conn, *controller):
+            if controller is not None and not holds_controller_lease(conn, *controller):
                 return None
             replaces_leader = (
                 controller is not None
@@ -550,16 +556,9 @@ class CatalogStore(CoordinatorShardTable):
                 and bool(seen.leader_node_id)
                 and leader != seen.leader_node_id
             )
-            if replaces_leader and _node_lease_holds(conn, seen.leader_node_id, controller[2]):  # type: ignore[index]
+            if replaces_leader and node_lease_holds(conn, seen.leader_node_id, controller[2]):  # type: ignore[index]
                 return None  # the leader renewed its lease after the controller looked: no election
-            for node_id, node_epoch in (joining_epochs or {}).items():
-                current = conn.execute(sa.select(t.nodes.c.node_epoch).where(t.nodes.c.node_id == node_id)).scalar()
-                if current != node_epoch:
-                    raise StaleRequesterEpoch(
-                        f"{node_id} fetched as node epoch {node_epoch} but is registered as {current}: it restarted "
-                        f"since, so it joins the ISR of {topic}-{seen.partition} only once its new incarnation "
-                        "caught up"
-                    )
+            check_registrations(conn, f"{topic}-{seen.partition}", joining_epochs or {})
             result = conn.execute(
                 sa.update(t.partitions)
                 .where(
@@ -620,7 +619,6 @@ class CatalogStore(CoordinatorShardTable):
         raise InvalidRequest(f"{topic}-{partition} kept changing while being reassigned; retry")
 
 
-CONTROLLER_ROLE = "controller"
 """The catalog lease row (``coordinator_shards``, shard 0) whose holder is the controller; its epoch fences it."""
 
 
@@ -661,27 +659,6 @@ def _insert_partitions(conn: Connection, topic: str, partitions: Iterable[Partit
             for p in partitions
         ],
     )
-
-
-def _holds_controller_lease(conn: Connection, node_id: str, controller_epoch: int, now_ms: int) -> bool:
-    row = conn.execute(
-        sa.select(t.coordinator_shards)
-        .where(t.coordinator_shards.c.role == CONTROLLER_ROLE, t.coordinator_shards.c.shard == 0)
-        .with_for_update()
-    ).first()
-    return (
-        row is not None
-        and row.owner_node_id == node_id
-        and row.coordinator_epoch == controller_epoch
-        and row.lease_expires_at_ms > now_ms
-    )
-
-
-def _node_lease_holds(conn: Connection, node_id: str, now_ms: int) -> bool:
-    row = conn.execute(
-        sa.select(t.nodes.c.lease_expires_at_ms).where(t.nodes.c.node_id == node_id).with_for_update()
-    ).first()
-    return row is not None and row.lease_expires_at_ms > now_ms
 
 
 def _partition(row: sa.Row) -> PartitionRecord:  # type: ignore[type-arg]

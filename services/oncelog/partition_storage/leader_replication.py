@@ -237,6 +237,19 @@ class LeaderReplication:
         with contextlib.suppress(OncelogError):
             await self.refresh()  # step down: parked writes fail NOT_LEADER, requests are redirected
 
+    async def leave_isrs_after_disk_loss_retrying(self, attempts: int = 60) -> None:
+        """:meth:`leave_isrs_after_disk_loss`, retried once a second while the catalog is unavailable (a database
+        restart): the node serves nothing until it is done, so waiting costs only this node's start."""
+        for attempt in range(1, attempts + 1):
+            try:
+                await asyncio.to_thread(self.leave_isrs_after_disk_loss)
+                return
+            except StorageUnavailable as err:
+                if attempt == attempts:
+                    raise
+                log.warning("leaving the ISRs failed (%s); retrying (%d of %d)", err, attempt, attempts)
+                await asyncio.sleep(1)
+
     def leave_isrs_after_disk_loss(self) -> None:
         """Leave every ISR this node is in, handing leadership on where it led (worker thread; design/replication.md
         §6, "Disk loss"). Called once at start when the data directory was unbound: this node lost its disk (or

@@ -203,7 +203,7 @@ class PartitionManager(LeaderReplication):
         if not await asyncio.to_thread(check_meta_properties, data_dir, cluster.cluster_id, self._node_id):
             # first start, or the disk was lost: leave the ISRs first, bind the directory after (a crash in
             # between leaves it unbound, so the next start leaves them again)
-            await self._leave_isrs_after_disk_loss()
+            await self.leave_isrs_after_disk_loss_retrying()
             await asyncio.to_thread(write_meta_properties, data_dir, cluster.cluster_id, self._node_id)
         self._bound.set()
         try:
@@ -219,19 +219,6 @@ class PartitionManager(LeaderReplication):
             self._every(config.checkpoint_interval_ms, "recovery checkpoint", self._checkpoint),
             self._every(max(config.replica_lag_time_max_ms // 4, 1), "ISR update", self._maintain_isr),
         ]
-
-    async def _leave_isrs_after_disk_loss(self, attempts: int = 60) -> None:
-        """:meth:`leave_isrs_after_disk_loss`, retried once a second while the catalog is unavailable (a database
-        restart): the node serves nothing until it is done, so waiting costs only this node's start."""
-        for attempt in range(1, attempts + 1):
-            try:
-                await asyncio.to_thread(self.leave_isrs_after_disk_loss)
-                return
-            except StorageUnavailable as err:
-                if attempt == attempts:
-                    raise
-                log.warning("leaving the ISRs failed (%s); retrying (%d of %d)", err, attempt, attempts)
-                await asyncio.sleep(1)
 
     async def stop(self) -> None:
         """Stop the loops and close every engine (each flushes and writes a producer-state snapshot)."""
