@@ -233,7 +233,8 @@ def test_node_whose_disk_was_wiped_leaves_the_isr_before_it_can_be_elected(clust
     cluster.restart(victim)
     assert victim not in partition(cluster).isr_node_ids
     offline = wait_for(cluster, lambda p: not p.leader_node_id, "the controller to find no live in-sync replica")
-    assert set(offline.isr_node_ids) == set(meta.replica_node_ids) - {victim}
+    # it keeps the others as its ISR (fewer if the controller saw one of them die before the last one did)
+    assert offline.isr_node_ids and set(offline.isr_node_ids) <= set(meta.replica_node_ids) - {victim}
     for node_id in meta.replica_node_ids:
         if node_id != victim:
             cluster.restart(node_id)
