@@ -87,9 +87,10 @@ check-protos: $(STAMP)
 	$(PY) scripts/gen_go_protos.py --check
 	$(PY) scripts/gen_record_batch_vectors.py --check
 
-## lint: ruff, the import boundaries (import-linter, [tool.importlinter] in pyproject.toml), then buf lint and buf breaking on proto/ (buf is built from the Go module proxy; see scripts/check_proto_contract.py)
+## lint: ruff (rules and formatting), the import boundaries (import-linter, [tool.importlinter] in pyproject.toml), then buf lint and buf breaking on proto/ (buf is built from the Go module proxy; see scripts/check_proto_contract.py)
 lint: $(STAMP)
-	$(VENV)/bin/ruff check libs services tests scripts
+	$(VENV)/bin/ruff check libs services tests scripts bench
+	$(VENV)/bin/ruff format --check libs services tests scripts bench
 	$(VENV)/bin/lint-imports
 	$(PY) scripts/check_proto_contract.py
 

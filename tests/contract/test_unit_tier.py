@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.timeout(120)
 
-CASES = '''
+CASES = """
 import multiprocessing
 import os
 import subprocess
@@ -54,7 +54,7 @@ def test_uses_a_module_fixture_that_starts_a_process(service):
 
 def test_starts_the_allowed_database_server():
     subprocess.run([os.environ["FAKE_POSTGRES"]], check=True)
-'''
+"""
 
 
 def test_the_unit_tier_fails_exactly_the_tests_that_start_a_process(tmp_path: Path) -> None:

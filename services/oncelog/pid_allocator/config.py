@@ -22,4 +22,3 @@ class PidAllocatorSettings(ServiceSettings):
         if not 1 <= self.block_size <= 1_000_000:
             problems.append(f"block_size={self.block_size}; use 1..1000000")
         return problems
-

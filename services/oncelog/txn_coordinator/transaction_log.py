@@ -97,7 +97,6 @@ shard_epochs = sa.Table(
 )
 
 
-
 def _add_prepared_column(conn: Connection) -> None:
     """Version 1: the prepared-transaction column (a table created before two-phase commit has none)."""
     if "prepared" not in {c["name"] for c in sa.inspect(conn).get_columns("transactions")}:

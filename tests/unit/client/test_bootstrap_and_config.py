@@ -68,9 +68,7 @@ def test_a_port_out_of_range_is_reported_as_an_invalid_port(port: str) -> None:
 
 
 @pytest.mark.parametrize("client", [Producer, Consumer, AdminClient], ids=lambda c: c.__name__)
-def test_every_client_reads_oncelog_bootstrap(
-    client: type, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_every_client_reads_oncelog_bootstrap(client: type, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)  # no .oncelog/cluster.json here: only the variable can name the cluster
     monkeypatch.setenv("ONCELOG_BOOTSTRAP", "127.0.0.1:notaport")
     with pytest.raises(BootstrapError) as info:

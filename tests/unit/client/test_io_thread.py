@@ -21,6 +21,7 @@ def test_a_task_that_respawns_on_cancel_cannot_open_a_channel_after_the_release(
     async def release() -> None:
         released.append(True)
         await channels.close()
+
     respawns = transport._CLOSE_ROUNDS + 3
 
     async def dialler(generation: int) -> None:
