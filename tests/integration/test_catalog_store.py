@@ -108,6 +108,20 @@ def test_node_epoch_grows_and_fences_old_heartbeats(store: CatalogStore) -> None
         store.register_node("x", "broker", "h:3", 1000, now_ms=0)
 
 
+def test_a_heartbeat_that_arrives_after_the_deregistration_does_not_revive_the_node(store: CatalogStore) -> None:
+    """A stopping node cancels its heartbeat task and deregisters, but the renewal already running on a worker
+    thread can still commit after the deregistration: the stopped node must stay not live."""
+    epoch = store.register_node("s-0", "partition-storage", "h:1", 2000, now_ms=0)
+    assert [n.node_id for n in store.list_nodes(now_ms=100)] == ["s-0"]
+    store.deregister_node("s-0", epoch)
+    assert store.list_nodes(now_ms=100) == []
+    assert not store.heartbeat("s-0", epoch, 2000, now_ms=100), "the late renewal was accepted"
+    assert store.list_nodes(now_ms=200) == [], "the stopped node is live again"
+    again = store.register_node("s-0", "partition-storage", "h:1", 2000, now_ms=300)
+    assert store.heartbeat("s-0", again, 2000, now_ms=400), "a new registration of the node renews as before"
+    assert [n.lease_expires_at_ms for n in store.list_nodes(now_ms=500)] == [2400]
+
+
 def test_shard_lease_acquire_renew_expire_and_fence(store: CatalogStore) -> None:
     a = store.acquire_shard("txn-coordinator", 3, "c-a", 1000, now_ms=0)
     assert a is not None and a.coordinator_epoch == 1

@@ -54,6 +54,9 @@ from oncelog.errors import (
 from oncelog.storage.sql import migrate
 from oncelog.vocabulary import ROLES, Role
 
+DEREGISTERED = 0
+"""``lease_expires_at_ms`` of a node that deregistered (a clean stop): lapsed, and never renewed again."""
+
 
 class CatalogStore(CoordinatorShardTable):
     """Reads and conditional writes of the catalog tables; the coordinator shard leases are inherited from
@@ -149,22 +152,29 @@ class CatalogStore(CoordinatorShardTable):
             return epoch
 
     def heartbeat(self, node_id: str, node_epoch: int, lease_ms: int, now_ms: int) -> bool:
-        """Extend the node's lease; False if a newer registration of the same node id replaced this one."""
+        """Extend the node's lease; False if a newer registration of the same node id replaced this one, or if
+        this one was deregistered: a renewal that was already on its way when the node stopped must not bring
+        the stopped node back to life for a lease (its leaders would look live, nothing would fail over)."""
         with self._begin() as conn:
             result = conn.execute(
                 sa.update(t.nodes)
-                .where(t.nodes.c.node_id == node_id, t.nodes.c.node_epoch == node_epoch)
+                .where(
+                    t.nodes.c.node_id == node_id,
+                    t.nodes.c.node_epoch == node_epoch,
+                    t.nodes.c.lease_expires_at_ms != DEREGISTERED,
+                )
                 .values(lease_expires_at_ms=now_ms + lease_ms)
             )
             return result.rowcount == 1
 
     def deregister_node(self, node_id: str, node_epoch: int) -> None:
-        """End the node's lease now (clean shutdown), unless a newer registration exists."""
+        """End the node's lease now (clean shutdown), unless a newer registration exists; for good: a later
+        :meth:`heartbeat` of the same registration does not renew it."""
         with self._begin() as conn:
             conn.execute(
                 sa.update(t.nodes)
                 .where(t.nodes.c.node_id == node_id, t.nodes.c.node_epoch == node_epoch)
-                .values(lease_expires_at_ms=0)
+                .values(lease_expires_at_ms=DEREGISTERED)
             )
 
     def list_nodes(self, now_ms: int, *, include_expired: bool = False, role: str | None = None) -> list[NodeRecord]:
