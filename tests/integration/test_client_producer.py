@@ -178,6 +178,27 @@ def test_close_aborts_an_open_transaction(cluster: LocalCluster) -> None:
     assert read_values(cluster.bootstrap, topic, "read_uncommitted") == {0: [b"never-committed"]}
 
 
+def test_a_forced_close_leaves_the_transaction_to_the_coordinator_timeout(cluster: LocalCluster) -> None:
+    """close(timeout=0), Kafka's close(Duration.ZERO): no EndTxn; the transaction stays open until it times out."""
+    topic = new_topic(cluster.bootstrap, 1)
+    tid = f"forced-{uuid.uuid4().hex[:6]}"
+    producer = Producer(cluster.bootstrap, transactional_id=tid, transaction_timeout_ms=3_000)
+    producer.init_transactions()
+    producer.begin_transaction()
+    producer.send(topic, b"abandoned")
+    producer.flush()
+    producer.close(timeout=0)
+    with AdminClient(cluster.bootstrap) as admin:
+        assert admin.describe_transactions([tid])[tid].state == "ongoing", "the forced close ended the transaction"
+        deadline = time.monotonic() + 60
+        while admin.describe_transactions([tid])[tid].state == "ongoing":
+            assert time.monotonic() < deadline, "the coordinator never timed the abandoned transaction out"
+            time.sleep(0.1)
+        assert admin.describe_transactions([tid])[tid].state in ("prepare_abort", "complete_abort")
+    assert read_values(cluster.bootstrap, topic) == {0: []}, "the LSO moved past the aborted data"
+    assert read_values(cluster.bootstrap, topic, "read_uncommitted") == {0: [b"abandoned"]}
+
+
 # ---------------------------------------------------------------------------------------------- bad input
 
 

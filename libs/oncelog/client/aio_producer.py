@@ -218,7 +218,8 @@ class AsyncProducer:
     # -------------------------------------------------------------------------------- lifecycle
 
     async def close(self, timeout: float | None = None) -> None:
-        """Send what is queued, abort an open transaction, release the connections. Idempotent."""
+        """Send what is queued, abort an open transaction, release the connections (``timeout=0``: the forced
+        close of the synchronous producer). Idempotent."""
         # close() joins the I/O thread: run it off the caller's loop so that loop keeps serving
         await asyncio.to_thread(self._core.close, timeout)
 

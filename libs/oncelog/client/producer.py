@@ -632,6 +632,10 @@ class Producer(TwoPhaseCommit):
         An open transaction is aborted (as Kafka's producer does on close), unless a commit is pending.
         Records still unsent after ``timeout`` seconds (default: wait for all) fail with
         :class:`IllegalStateError`.
+
+        ``timeout=0`` is Kafka's forced close (``close(Duration.ZERO)``): nothing is flushed and no EndTxn is
+        sent, so an open transaction stays open on the coordinator until its ``transaction_timeout_ms``
+        aborts it (or a new producer with the same transactional id fences it); records not yet sent fail.
         """
         with self._close_lock:
             if self._closed:
@@ -643,14 +647,16 @@ class Producer(TwoPhaseCommit):
         self._accumulator.close()
         try:
             txn = self._txn
+            # a forced close (timeout=0) sends nothing more: the transaction is left to the coordinator's timeout
+            graceful = timeout != 0 and self._fatal is None
             if (
-                self._fatal is None
+                graceful
                 and txn is not None
                 and txn.state in (TransactionState.IN_TRANSACTION, TransactionState.ABORTABLE_ERROR)
             ):
                 log.info("aborting the open transaction of %r on close", self._config.transactional_id)
                 self._io.run(txn.abort_transaction(self._flush, deadline))
-            elif self._fatal is None:
+            elif graceful:
                 self._io.run(self._flush(deadline))
         except OncelogError as err:
             log.warning("producer %s closed with records unsettled: %s", self._config.client_id, err)

@@ -36,7 +36,6 @@ from oncelog.torture.workloads import (
     TOPICS,
     TXN_TIMEOUT_MS,
     WORKLOADS,
-    Abandoner,
     History,
     Probe,
     Transactional,
@@ -229,9 +228,6 @@ def run(config: TortureConfig, on_tick: Callable[[Snapshot], None] | None = None
             on_tick(_snapshot(started, history, nemesis, live, "draining"))
         _drain(cluster.bootstrap, history, config.drain_timeout_s, config.workloads)
     finally:
-        for worker in workers:
-            if isinstance(worker, Abandoner):
-                worker.close_abandoned()
         for worker in workers:
             worker.stopping.set()
         if nemesis is not None:

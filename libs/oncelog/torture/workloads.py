@@ -14,8 +14,9 @@ transactional worker's new producer fences its old incarnation with InitProducer
 * ``ctp``: a consume-transform-produce chain ``in → mid → out``: a source writes ``in``; the copier group
   ``copy-in`` copies it to ``mid`` and ``copy-mid`` copies that to ``out``, each record with its origin, the
   consumed offsets sent to the same transaction; 1 in 16 copies is aborted on purpose and the copier rewinds.
-* ``abandon``: a client that dies inside its transaction (a new transactional id every few seconds, never closed
-  before the drain): only the coordinator's transaction timeout lets ``abandoned``'s last stable offset move on.
+* ``abandon``: a client that dies inside its transaction (a new transactional id every few seconds, dropped with
+  a forced close that sends no EndTxn): only the coordinator's transaction timeout lets ``abandoned``'s last
+  stable offset move on.
 * readers: read_committed and read_uncommitted consumers polling the append, idem and bank topics.
 * probes: a white-box reader that sends Fetch to the partition leaders itself (no consumer), at read_committed and
   read_uncommitted in turn, and records with each read the high watermark and last stable offset that the same
@@ -367,7 +368,6 @@ class Abandoner(Worker):
 
     def __init__(self, *args: Any) -> None:
         super().__init__(*args)
-        self.abandoned: list[Producer] = []
         self.generation = 0
 
     def step(self) -> None:
@@ -379,7 +379,6 @@ class Abandoner(Worker):
         sends: list[list[Any]] = [[pname("abandoned", partition), value, None]]
         self.h.append(self.process, "invoke", "txn-abort", {"sends": sends}, txn_id=txn_id)
         producer = Producer(self.bootstrap, transactional_id=txn_id, transaction_timeout_ms=TXN_TIMEOUT_MS, linger_ms=0)
-        self.abandoned.append(producer)  # closed after the drain: closing would abort the transaction itself
         try:
             producer.init_transactions(timeout=CALL_TIMEOUT_S)
             producer.begin_transaction()
@@ -388,14 +387,14 @@ class Abandoner(Worker):
             self.h.append(self.process, "info", "txn-abort", {"sends": sends}, txn_id=txn_id, error="abandoned")
         except Exception as failure:
             self.h.append(self.process, "info", "txn-abort", {"sends": sends}, txn_id=txn_id, error=repr(failure)[:300])
-
-    def reset(self) -> None:
-        """Keep the abandoned producers: :meth:`close_abandoned` closes them once the drain is over."""
-
-    def close_abandoned(self) -> None:
-        for producer in self.abandoned:
-            self.close_quietly(producer)
-        self.abandoned.clear()
+        finally:
+            # the forced close sends no EndTxn, as a crashed client would not; a graceful close would abort the
+            # transaction itself, and keeping the producer open instead would pile up one I/O thread and its
+            # channels every few seconds for the whole run
+            try:
+                producer.close(timeout=0)
+            except Exception as failure:
+                self.failures.append(f"close: {failure!r}")
 
 
 class Probe(Worker):
