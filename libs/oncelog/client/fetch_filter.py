@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 from oncelog.client.records import ConsumerRecord, TopicPartition, new_consumer_record
 from oncelog.errors import OncelogError
-from oncelog.records import ControlType, decode_records, iter_batches, read_control_record, validate_batch
+from oncelog.records import ControlType, decode_record_fields, iter_batches, read_control_record, validate_batch
 from oncelog.vocabulary import IsolationLevel
 
 __all__ = ["AbortedTransaction", "CompletedFetch", "filter_fetch"]
@@ -169,20 +169,12 @@ class CompletedFetch:
                 self._advance_past(header.next_offset, leader_epoch)
                 continue
             timestamp_type = header.timestamp_type
-            for record in decode_records(batch):
-                assert record.offset is not None and record.timestamp is not None
-                if record.offset < self._next_offset:
+            topic, partition, next_offset = tp.topic, tp.partition, self._next_offset
+            for offset, timestamp, key, value, headers in decode_record_fields(batch):
+                if offset < next_offset:
                     continue
                 yield new_consumer_record(
-                    tp.topic,
-                    tp.partition,
-                    record.offset,
-                    record.timestamp,
-                    timestamp_type,
-                    record.key,
-                    record.value,
-                    record.headers,
-                    leader_epoch,
+                    topic, partition, offset, timestamp, timestamp_type, key, value, headers, leader_epoch
                 )
             # v2 keeps a batch's last offset even when compaction removed its last records
             self._advance_past(header.next_offset, leader_epoch)

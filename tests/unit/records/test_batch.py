@@ -19,6 +19,7 @@ from oncelog.records import (
     TimestampType,
     build_batch,
     build_control_batch,
+    decode_record_fields,
     decode_records,
     iter_batches,
     read_control_record,
@@ -263,6 +264,24 @@ def test_log_append_time_gives_every_record_the_max_timestamp() -> None:
     header = validate_batch(sealed)
     assert header.timestamp_type is TimestampType.LOG_APPEND_TIME
     assert [r.timestamp for r in decode_records(sealed)] == [9_999, 9_999, 9_999]
+
+
+def test_record_fields_match_the_records_past_every_one_byte_varint() -> None:
+    """Offset deltas from 64 on, values from 64 bytes on, keys and headers take the decoder's slow paths."""
+    built = [
+        Record(
+            key=None if i % 3 else b"k" * (i % 70),
+            value=None if i % 17 == 0 else b"v" * (i * 7 % 300),
+            headers=(("h", b"x"),) if i % 50 == 0 else (),
+            timestamp=1_700_000_000_000 + i * (1 if i % 2 else 100_000),
+        )
+        for i in range(200)
+    ]
+    batch = build_batch(built, base_offset=1_000)
+    decoded = decode_records(batch)
+    assert [(r.key, r.value, r.headers) for r in decoded] == [(r.key, r.value, r.headers) for r in built]
+    assert decode_record_fields(batch) == [(r.offset, r.timestamp, r.key, r.value, r.headers) for r in decoded]
+    assert [fields[0] for fields in decode_record_fields(batch)] == list(range(1_000, 1_200))
 
 
 def test_large_values_use_multi_byte_lengths() -> None:

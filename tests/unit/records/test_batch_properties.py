@@ -18,6 +18,7 @@ from oncelog.records import (
     Record,
     build_batch,
     build_control_batch,
+    decode_record_fields,
     decode_records,
     read_control_record,
     read_header,
@@ -119,6 +120,7 @@ def test_build_then_decode_round_trips(case: tuple[bytes, list[Record], dict[str
     assert [(r.key, r.value, r.headers) for r in decoded] == [(r.key, r.value, r.headers) for r in recs]
     assert [r.timestamp for r in decoded] == expected_timestamps
     assert [r.offset for r in decoded] == list(range(header.base_offset, header.next_offset))
+    assert decode_record_fields(batch) == [(r.offset, r.timestamp, r.key, r.value, r.headers) for r in decoded]
 
 
 @PROPERTY_SETTINGS
@@ -246,6 +248,14 @@ def test_garbage_records_section_raises_only_domain_errors(
             check(batch)
         except InvalidRecord:
             pass
+    # the consumer's tuple decoder accepts and refuses exactly what decode_records does
+    try:
+        decoded = [(r.offset, r.timestamp, r.key, r.value, r.headers) for r in decode_records(batch)]
+    except InvalidRecord:
+        with pytest.raises(InvalidRecord):
+            decode_record_fields(batch)
+    else:
+        assert decode_record_fields(batch) == decoded
 
 
 @settings(max_examples=300, deadline=None)
