@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 import threading
 from pathlib import Path
 
@@ -120,6 +121,36 @@ def test_a_heartbeat_that_arrives_after_the_deregistration_does_not_revive_the_n
     again = store.register_node("s-0", "partition-storage", "h:1", 2000, now_ms=300)
     assert store.heartbeat("s-0", again, 2000, now_ms=400), "a new registration of the node renews as before"
     assert [n.lease_expires_at_ms for n in store.list_nodes(now_ms=500)] == [2400]
+
+
+def test_reads_go_on_while_a_paused_process_holds_the_sqlite_write_lock(tmp_path: Path) -> None:
+    """A process stopped (SIGSTOP, a VM freeze) inside a catalog write keeps SQLite's write lock; metadata reads of
+    every other process must not wait for it (they did: every transaction began with BEGIN IMMEDIATE)."""
+    url = f"sqlite:///{tmp_path / 'catalog.db'}"
+    store = CatalogStore(create_engine(url))
+    store.migrate()
+    store.ensure_cluster(8, 4, now_ms=0)
+    epoch = store.register_node("s-0", "partition-storage", "h:1", 60_000, now_ms=0)
+    store.create_topics([("t", 1, {})], now_ms=0)
+    store.acquire_shard("txn-coordinator", 3, "c-a", 60_000, now_ms=0)
+    paused = sqlite3.connect(tmp_path / "catalog.db", isolation_level=None)
+    paused.execute("BEGIN IMMEDIATE")
+    paused.execute("UPDATE nodes SET lease_expires_at_ms = lease_expires_at_ms + 1")  # mid-write when it stopped
+    try:
+        other = sqlite3.connect(tmp_path / "catalog.db", isolation_level=None, timeout=0)
+        with pytest.raises(sqlite3.OperationalError, match="locked"):
+            other.execute("BEGIN IMMEDIATE")  # the lock is held: a write would wait
+        other.close()
+        fresh = CatalogStore(create_engine(url))  # no cached cluster row
+        assert [n.node_id for n in fresh.list_nodes(now_ms=1)] == ["s-0"]
+        assert fresh.node_epoch("s-0") == epoch
+        assert [topic.name for topic in fresh.describe_topics()] == ["t"]
+        assert fresh.shard_for("txn-coordinator", "some-transactional-id") in range(8)
+        lease = fresh.shard_lease("txn-coordinator", 3)
+        assert lease is not None and lease.owner_node_id == "c-a"
+    finally:
+        paused.rollback()
+        paused.close()
 
 
 def test_shard_lease_acquire_renew_expire_and_fence(store: CatalogStore) -> None:

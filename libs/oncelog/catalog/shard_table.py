@@ -39,7 +39,7 @@ class CoordinatorShardTable:
 
     def shard_lease(self, role: str, shard: int) -> ShardLease | None:
         """Current lease of a shard, or None if it was never acquired."""
-        with self._begin() as conn:
+        with self._read() as conn:
             row = conn.execute(
                 sa.select(t.coordinator_shards).where(
                     t.coordinator_shards.c.role == role, t.coordinator_shards.c.shard == shard
@@ -211,6 +211,10 @@ class CoordinatorShardTable:
 
     def _begin(self) -> Transaction:
         return Transaction(self.engine)
+
+    def _read(self) -> Transaction:
+        """A transaction that only reads: on SQLite it waits for no writer (:class:`Transaction`)."""
+        return Transaction(self.engine, read_only=True)
 
 
 __all__ = ["CoordinatorShardTable"]

@@ -101,7 +101,7 @@ class CatalogStore(CoordinatorShardTable):
         """The cluster row; raises StorageUnavailable if the cluster was never created."""
         if self._cluster is not None:
             return self._cluster
-        with self._begin() as conn:
+        with self._read() as conn:
             row = conn.execute(sa.select(t.cluster).where(t.cluster.c.id == 1)).first()
         if row is None:
             raise StorageUnavailable("the catalog has no cluster yet; start a service against it first")
@@ -184,7 +184,7 @@ class CatalogStore(CoordinatorShardTable):
             query = query.where(t.nodes.c.lease_expires_at_ms > now_ms)
         if role is not None:
             query = query.where(t.nodes.c.role == role)
-        with self._begin() as conn:
+        with self._read() as conn:
             rows = conn.execute(query).all()
         return [
             NodeRecord(r.node_id, r.role, r.address, r.node_epoch, r.lease_expires_at_ms, r.rack, r.external_address)
@@ -193,7 +193,7 @@ class CatalogStore(CoordinatorShardTable):
 
     def node_epoch(self, node_id: str) -> int | None:
         """The node's current registration epoch, or None if it never registered."""
-        with self._begin() as conn:
+        with self._read() as conn:
             return conn.execute(sa.select(t.nodes.c.node_epoch).where(t.nodes.c.node_id == node_id)).scalar()
 
     # -- topics --------------------------------------------------------------------------------------
@@ -314,7 +314,7 @@ class CatalogStore(CoordinatorShardTable):
     def describe_topics(self, names: Iterable[str] | None = None) -> list[TopicRecord]:
         """Topics with partitions; ``None`` or empty means all. Unknown names raise UnknownTopicOrPartition."""
         wanted = list(names or [])
-        with self._begin() as conn:
+        with self._read() as conn:
             query = sa.select(t.topics).order_by(t.topics.c.name)
             if wanted:
                 query = query.where(t.topics.c.name.in_(wanted))

@@ -4,19 +4,27 @@ database's own clock, and inserts that let a racing transaction's row win.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager
 from types import TracebackType
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
 from oncelog.errors import StorageUnavailable
+from oncelog.storage.sql import READ_ONLY
 
 
 class Transaction:
-    """``engine.begin()`` that reports an unreachable database as StorageUnavailable."""
+    """``engine.begin()`` that reports an unreachable database as StorageUnavailable.
 
-    def __init__(self, engine: Engine) -> None:
-        self._cm = engine.begin()
+    ``read_only``: the transaction only reads, so on SQLite it takes no lock and waits for no writer
+    (:data:`oncelog.storage.sql.READ_ONLY`); it must not write (on SQLite the write would have to upgrade the
+    lock, and could fail with "database is locked" where a normal transaction waits its turn).
+    """
+
+    def __init__(self, engine: Engine, *, read_only: bool = False) -> None:
+        self._cm: AbstractContextManager[Connection] = _read_only(engine) if read_only else engine.begin()
 
     def __enter__(self) -> Connection:
         try:
@@ -33,6 +41,14 @@ class Transaction:
             raise StorageUnavailable(f"catalog write failed: {err.orig}", definite=False) from err
         if isinstance(exc, sa.exc.OperationalError):
             raise StorageUnavailable(f"catalog database error: {exc.orig}") from exc
+
+
+@contextmanager
+def _read_only(engine: Engine) -> Iterator[Connection]:
+    with engine.connect() as conn:
+        conn.execution_options(**{READ_ONLY: True})
+        with conn.begin():
+            yield conn
 
 
 def database_now_ms(conn: Connection) -> int:

@@ -2,7 +2,10 @@
 
 SQLite is opened in WAL mode with a busy timeout, and every transaction starts with ``BEGIN IMMEDIATE``
 (SQLAlchemy's documented pysqlite recipe): several processes then serialise their writes on the database
-lock instead of failing with "database is locked" when a reader tries to upgrade. Fencing stays in the
+lock instead of failing with "database is locked" when a reader tries to upgrade. A transaction that only
+reads may say so (:data:`READ_ONLY` in the connection's execution options) and starts with a plain ``BEGIN``:
+in WAL mode it reads the last committed snapshot and waits for no writer, so one process paused while it held
+the write lock (a stop signal, a VM freeze) does not stall every other process's reads. Fencing stays in the
 SQL itself (conditional ``UPDATE … WHERE epoch = :seen``), so correctness never depends on the lock mode.
 
 Migrations: each schema is a SQLAlchemy ``MetaData`` plus an ordered list of migration steps recorded in a
@@ -42,6 +45,9 @@ def create_engine(url: str, *, echo: bool = False) -> Engine:
 
 
 _SQLITE_BUSY_TIMEOUT_MS = 30_000
+
+READ_ONLY = "oncelog_read_only"
+"""Execution option of a connection whose transactions only read: on SQLite they take no lock (see above)."""
 
 
 def _enable_wal(cursor: Any, timeout_ms: int = _SQLITE_BUSY_TIMEOUT_MS) -> None:
@@ -85,7 +91,9 @@ def _sqlite_engine(url: sa.URL, *, echo: bool) -> Engine:
 
     @event.listens_for(engine, "begin")
     def _on_begin(conn):  # type: ignore[no-untyped-def]
-        conn.exec_driver_sql("BEGIN IMMEDIATE")
+        # a read-only transaction takes no lock (WAL: it reads the last committed snapshot), so a process paused
+        # inside a write cannot stall the reads of every other process
+        conn.exec_driver_sql("BEGIN" if conn.get_execution_options().get(READ_ONLY) else "BEGIN IMMEDIATE")
 
     return engine
 
