@@ -54,6 +54,14 @@ class Partition:
             )
         )
         self.metadata = created.topics[0].partitions[index]
+        deadline = time.monotonic() + 30
+        while not self.metadata.leader_address:
+            # the answer names no address when the leader's lease lapsed between the placement and the answer (a
+            # heartbeat held up behind other catalog writes); a client asks again until the leader is live
+            assert time.monotonic() < deadline, f"partition {index} of {self.topic} never got a live leader"
+            time.sleep(0.05)
+            answer = admin.Metadata(cluster_pb.MetadataRequest(topics=[self.topic]), timeout=10)
+            self.metadata = answer.topics[0].partitions[index]
         self.index = index
         self.leader = self.metadata.leader_address
         self.stub = pb.PartitionStorageServiceStub(sync_channel(self.leader))
