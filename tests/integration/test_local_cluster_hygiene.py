@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -105,3 +106,42 @@ def test_oncelog_dev_refuses_a_second_run_and_explains_a_crashed_child(tmp_path:
         if first.poll() is None:
             first.send_signal(signal.SIGINT)
             first.wait(60)
+
+
+_WRITER = """
+import sqlite3, sys, time
+db = sqlite3.connect(sys.argv[1], isolation_level=None, timeout=30)
+db.execute("PRAGMA journal_mode=WAL")
+db.execute("CREATE TABLE IF NOT EXISTS beats (n INTEGER)")
+print("ready", flush=True)
+while True:  # a catalog writer that holds the write lock about half of the time
+    db.execute("BEGIN IMMEDIATE")
+    db.execute("INSERT INTO beats VALUES (1)")
+    time.sleep(0.005)
+    db.execute("DELETE FROM beats")
+    db.execute("COMMIT")
+    time.sleep(0.005)
+"""
+
+
+def test_freeze_never_stops_a_process_that_holds_the_sqlite_catalog_lock(tmp_path: Path) -> None:
+    """A process frozen inside a catalog write would hold SQLite's write lock for as long as it is frozen;
+    LocalCluster.freeze stops processes only while it holds that lock itself. Ten freezes of a process that
+    writes in a loop: after each, another writer must get the lock at once."""
+    catalog = tmp_path / "catalog.db"
+    cluster = LocalCluster(tmp_path / "cluster", database_url=f"sqlite:///{catalog}")  # never started
+    writer = subprocess.Popen([sys.executable, "-c", _WRITER, str(catalog)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert writer.stdout is not None and writer.stdout.readline() == "ready\n"
+        for _ in range(10):
+            cluster.freeze([writer.pid])
+            try:
+                other = sqlite3.connect(catalog, isolation_level=None, timeout=0)
+                other.execute("BEGIN IMMEDIATE")  # raises "database is locked" if the frozen writer holds it
+                other.execute("ROLLBACK")
+                other.close()
+            finally:
+                cluster.thaw([writer.pid])
+    finally:
+        writer.kill()
+        writer.wait(10)

@@ -9,8 +9,6 @@ frozen with SIGSTOP between the flush and the commit, so the markers cannot land
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
 import time
 import uuid
 from collections.abc import Iterator
@@ -41,13 +39,11 @@ def storage_frozen(cluster: LocalCluster) -> Iterator[None]:
     """Every storage node stopped (a long pause, not a crash): nothing can write the markers meanwhile."""
     pids = [n.process.pid for n in cluster.nodes if n.service == "partition-storage" and n.process is not None]
     assert pids, "the cluster has no storage node"
-    for pid in pids:
-        os.kill(pid, signal.SIGSTOP)
+    cluster.freeze(pids)
     try:
         yield
     finally:
-        for pid in pids:
-            os.kill(pid, signal.SIGCONT)
+        cluster.thaw(pids)
 
 
 def state_of(bootstrap: str, transactional_id: str) -> str:

@@ -336,6 +336,40 @@ class LocalCluster(StartedProcesses):
                 return node
         raise KeyError(f"no node {node_id!r}; nodes: {', '.join(n.node_id for n in self.nodes)}")
 
+    def freeze(self, pids: list[int], timeout: float = 30.0) -> None:
+        """SIGSTOP ``pids`` (a long pause, not a crash) and return once each is stopped; undo with :meth:`thaw`.
+
+        On a SQLite catalog the signals are sent while this process holds the catalog's write lock, so no frozen
+        process can hold it: a process stopped inside a catalog write would otherwise keep the lock, and every
+        other process's catalog writes (heartbeats, elections) would wait for it (design/architecture.md §2.2).
+        That stall is real, but a test that freezes a process to hold back its data path means to measure
+        something else. With PostgreSQL nothing is taken (it locks rows).
+        """
+        lock = None
+        if self.database_url.startswith("sqlite:///"):
+            import sqlite3
+
+            lock = sqlite3.connect(self.database_url.removeprefix("sqlite:///"), timeout=timeout, isolation_level=None)
+            lock.execute("BEGIN IMMEDIATE")
+        try:
+            for pid in pids:
+                os.kill(pid, signal.SIGSTOP)
+            deadline = time.monotonic() + timeout
+            for pid in pids:  # the signal is delivered asynchronously
+                while _scheduler_state(pid) != "T":
+                    if time.monotonic() > deadline:
+                        raise TimeoutError(f"process {pid} did not stop within {timeout} s")
+                    time.sleep(0.005)
+        finally:
+            if lock is not None:
+                lock.rollback()
+                lock.close()
+
+    def thaw(self, pids: list[int]) -> None:
+        """SIGCONT what :meth:`freeze` stopped."""
+        for pid in pids:
+            os.kill(pid, signal.SIGCONT)
+
     def pids(self) -> dict[int, str]:
         """``{pid: node id}`` of the running processes."""
         return {n.process.pid: n.node_id for n in self.nodes if n.process is not None and n.alive()}
@@ -376,3 +410,9 @@ class LocalCluster(StartedProcesses):
     def log_tail(self, node: NodeProcess, lines: int = 30) -> str:
         """The last lines of a node's log, for error messages."""
         return log_tail(node.log_file, lines)
+
+
+def _scheduler_state(pid: int) -> str:
+    """The process's scheduler state from /proc (``T``: stopped by a signal)."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return stat[stat.rindex(")") + 2]

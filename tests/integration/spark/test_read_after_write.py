@@ -10,8 +10,6 @@ test says so. Without Spark: the classes Spark calls, with the identity Spark gi
 
 from __future__ import annotations
 
-import os
-import signal
 import threading
 import time
 from typing import Any
@@ -64,11 +62,9 @@ def frozen_until_decided(cluster: LocalCluster, base: type[Producer] = Producer)
                 except BaseException as exc:  # reported by the test thread
                     failure.append(exc)
                 finally:
-                    for pid in pids:
-                        os.kill(pid, signal.SIGCONT)
+                    cluster.thaw(pids)
 
-            for pid in pids:
-                os.kill(pid, signal.SIGSTOP)
+            cluster.freeze(pids)  # never while one holds the catalog's write lock (LocalCluster.freeze)
             releaser = threading.Thread(target=release, name="release-storage", daemon=True)
             releaser.start()
             try:
