@@ -86,10 +86,22 @@ def test_two_members_of_a_group_split_the_partitions_and_read_each_record_once(k
         if all(assignments) and set().union(*assignments) == {0, 1, 2, 3} and not (assignments[0] & assignments[1]):
             break
     assert all(assignments) and not (assignments[0] & assignments[1]), assignments
-    for consumer in members:  # read from the start of every partition, whoever polled what while settling
-        for tp in consumer.assignment():
-            tp.offset = confluent_kafka.OFFSET_BEGINNING
-            consumer.seek(tp)
+    # read from the start of every partition, whoever polled what while settling. librdkafka refuses a seek
+    # (_STATE) until the new partition's fetcher has started, so poll until each seek is accepted; those polls may
+    # hand out records, so a second pass rewinds every partition again once all of them accept
+    for _ in range(2):
+        for consumer in members:
+            for tp in consumer.assignment():
+                tp.offset = confluent_kafka.OFFSET_BEGINNING
+                while True:
+                    try:
+                        consumer.seek(tp)
+                        break
+                    except confluent_kafka.KafkaException as err:
+                        if err.args[0].code() != confluent_kafka.KafkaError._STATE:
+                            raise
+                        assert time.monotonic() < deadline, f"{tp} never accepted a seek"
+                        consumer.poll(0.05)
     seen = _poll_until(members, 40)
     for consumer in members:
         consumer.close()
