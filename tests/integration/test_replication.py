@@ -36,6 +36,7 @@ from oncelog.records import Record, build_batch, iter_batches
 from oncelog.rpc import from_error_info, sync_channel
 from oncelog.storage.sql import create_engine
 from oncelog.testing import LocalCluster
+from oncelog.testing.cluster import scheduler_state
 from oncelog.testing.reading import read_all
 
 TOPIC = "replicated"
@@ -420,8 +421,7 @@ def process_state(cluster: LocalCluster, node_id: str) -> str:
     """The process's scheduler state from /proc (``T``: stopped by a signal)."""
     process = cluster.node(node_id).process
     assert process is not None
-    stat = Path(f"/proc/{process.pid}/stat").read_text()
-    return stat[stat.rindex(")") + 2]
+    return scheduler_state(process.pid)
 
 
 def test_zombie_leader_paused_past_its_lease_acknowledges_nothing_after_it_resumes(tmp_path: Path) -> None:

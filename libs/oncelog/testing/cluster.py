@@ -356,7 +356,7 @@ class LocalCluster(StartedProcesses):
                 os.kill(pid, signal.SIGSTOP)
             deadline = time.monotonic() + timeout
             for pid in pids:  # the signal is delivered asynchronously
-                while _scheduler_state(pid) != "T":
+                while scheduler_state(pid) != "T":
                     if time.monotonic() > deadline:
                         raise TimeoutError(f"process {pid} did not stop within {timeout} s")
                     time.sleep(0.005)
@@ -412,7 +412,7 @@ class LocalCluster(StartedProcesses):
         return log_tail(node.log_file, lines)
 
 
-def _scheduler_state(pid: int) -> str:
+def scheduler_state(pid: int) -> str:
     """The process's scheduler state from /proc (``T``: stopped by a signal)."""
     stat = Path(f"/proc/{pid}/stat").read_text()
     return stat[stat.rindex(")") + 2]

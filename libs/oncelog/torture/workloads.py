@@ -114,10 +114,10 @@ class Worker(threading.Thread):
     def reset(self) -> None:
         """Close the clients (they are rebuilt on the next step)."""
 
-    def close_quietly(self, client: Producer | Consumer) -> None:
+    def close_quietly(self, client: Producer | Consumer, timeout: float = 3) -> None:
         """Close ``client``; a failure to close is kept in ``failures`` for the report, not raised."""
         try:
-            client.close(timeout=3)
+            client.close(timeout=timeout)
         except Exception as failure:
             self.failures.append(f"close: {failure!r}")
 
@@ -391,10 +391,7 @@ class Abandoner(Worker):
             # the forced close sends no EndTxn, as a crashed client would not; a graceful close would abort the
             # transaction itself, and keeping the producer open instead would pile up one I/O thread and its
             # channels every few seconds for the whole run
-            try:
-                producer.close(timeout=0)
-            except Exception as failure:
-                self.failures.append(f"close: {failure!r}")
+            self.close_quietly(producer, timeout=0)
 
 
 class Probe(Worker):
