@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import logging
 from collections.abc import Callable
 
@@ -81,6 +82,8 @@ class Controller:
         self._epoch: int | None = None
         self._next_round_at = 0
         self._task: asyncio.Task[None] | None = None
+        self._round: asyncio.Future[bool] | None = None
+        """The round running on a worker thread, if any: cancelling the task does not stop the thread."""
 
     @property
     def controller_epoch(self) -> int | None:
@@ -97,21 +100,33 @@ class Controller:
         self._task = asyncio.get_running_loop().create_task(self._run(), name=f"controller {self._node_id}")
 
     async def stop(self) -> None:
-        """Stop the rounds and give the lease up, so another node takes over without waiting for it to lapse."""
+        """Stop the rounds and give the lease up, so another node takes over without waiting for it to lapse.
+
+        A round already on its worker thread finishes first: released before that round's renewal committed, the
+        lease would be renewed for a stopped controller, and the next controller would wait a whole lease.
+        """
         task, self._task = self._task, None
         if task is not None:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        round_, self._round = self._round, None
+        if round_ is not None:
+            with contextlib.suppress(Exception):
+                await round_
         if self._epoch is not None:
             epoch, self._epoch = self._epoch, None
             with contextlib.suppress(OncelogError):
                 await asyncio.to_thread(self._catalog.release_shard, CONTROLLER_ROLE, 0, self._node_id, epoch)
 
     async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
         while True:
             try:
-                if await asyncio.to_thread(self.run_once):
+                self._round = loop.run_in_executor(None, contextvars.copy_context().run, self.run_once)
+                changed = await asyncio.shield(self._round)
+                self._round = None
+                if changed:
                     self._on_change()
             except OncelogError as err:
                 log.warning("controller round failed: %s", err)

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
+import threading
 from pathlib import Path
 
 import pytest
 
-from oncelog.catalog.store import CatalogStore
+from oncelog.catalog.store import CONTROLLER_ROLE, CatalogStore
 from oncelog.partition_storage.controller import Controller
 from oncelog.storage.sql import create_engine
 
@@ -205,3 +207,43 @@ def test_leadership_returns_to_the_preferred_replica_once_it_is_in_sync_at_the_r
     restored = catalog.partition("r", 0)
     assert restored.leader_node_id == preferred and restored.leader_epoch == back_in_sync.leader_epoch + 1
     assert restored.isr == back_in_sync.isr
+
+
+class _HeldAcquire(CatalogStore):
+    """A catalog whose controller-lease acquire waits, once, until the test lets it go."""
+
+    def __init__(self, engine: object) -> None:
+        super().__init__(engine)  # type: ignore[arg-type]
+        self.entered = threading.Event()
+        self.go = threading.Event()
+        self.returned = threading.Event()
+
+    def acquire_shard(self, *args: object, **kwargs: object):  # type: ignore[no-untyped-def]
+        if not self.entered.is_set():
+            self.entered.set()
+            self.go.wait(30)
+            try:
+                return super().acquire_shard(*args, **kwargs)  # type: ignore[arg-type]
+            finally:
+                self.returned.set()
+        return super().acquire_shard(*args, **kwargs)  # type: ignore[arg-type]
+
+
+async def test_stop_waits_for_the_round_on_its_thread_then_gives_the_lease_up(tmp_path: Path) -> None:
+    held = _HeldAcquire(create_engine(f"sqlite:///{tmp_path / 'catalog.db'}"))
+    held.migrate()
+    held.ensure_cluster(4, 4, now_ms=0)
+    clock = Clock()
+    controller = Controller(held, "s-0", clock=clock, lease_ms=LEASE_MS)
+    await controller.start()
+    assert await asyncio.to_thread(held.entered.wait, 30), "the first round reached the lease acquire"
+    stopping = asyncio.create_task(controller.stop())
+    await asyncio.sleep(0)  # stop() has cancelled the rounds' task; the round's thread is still in the acquire
+    assert not stopping.done()
+    held.go.set()  # the round now takes the lease, after stop() began
+    await asyncio.wait_for(stopping, 30)
+    assert await asyncio.to_thread(held.returned.wait, 30)
+    lease = held.shard_lease(CONTROLLER_ROLE, 0)
+    assert lease is not None and lease.owner_node_id == "s-0", "the round did take the lease"
+    assert lease.lease_expires_at_ms <= clock.now, "a stopped controller holds the lease: the next one waits it out"
+    assert controller.controller_epoch is None
