@@ -1,15 +1,21 @@
 """The client's hot paths, this checkout against an older revision, in one interleaved run.
 
-    python -m bench.client_ab --base 9800ce7 [--runs 5] [--parts ctp,send,consume,gateway] [--ctp-samples 60]
-                              [--records 30000] [--transactions 200]
+    python -m bench.client_ab --base 9800ce7 [--runs 5] [--parts ctp,send,consume,gateway,txn] [--ctp-samples 60]
+                              [--records 30000] [--transactions 200] [--buffer-memory 33554432]
 
-Two measurements, each on a fresh LocalCluster with one storage node and ``flush=async`` topics:
+Each measurement runs on a fresh LocalCluster with one storage node and ``flush=async`` topics:
 
 * ``ctp``: consume-transform-produce transactions with oncelog's client (poll one record, send it on, send the
   consumer's offset, commit, wait until a read_committed reader sees it), the p50 of the whole and of each phase;
 * ``send``: per-record ``send()`` of 100-byte records, records per second (best of three rounds);
 * ``consume``: a read_committed consumer reading 64,000 records of 100 bytes again and again, records per second
   (best of three rounds);
+* ``txn``: the yardstick's transactional producer (1 KiB ``send()`` for 100 ms, then commit) timed phase by
+  phase, the p50 of each over ``--transactions`` transactions: the next transaction's first ``send()`` and the
+  acknowledgement of its record (AddPartitionsToTxn, which waits for the previous transaction's markers, then the
+  linger and the Produce), the produce window's records per second, ``flush()``, then the commit of what is
+  already sent (EndTxn alone); also the share of the wall time spent in the window, the records per second over
+  all, and an idempotent producer's rate on the same cluster right after, and their ratio;
 * ``gateway``: one-record transactions of confluent-kafka (librdkafka) through a kafka-gateway, their p50 and the
   CPU milliseconds the gateway and the services spent per transaction (``/proc``).
 
@@ -33,7 +39,7 @@ import uuid
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PARTS = ("ctp", "send", "consume", "gateway")
+PARTS = ("ctp", "send", "consume", "gateway", "txn")
 
 
 def ctp(samples: int) -> dict[str, float]:
@@ -168,6 +174,78 @@ def gateway(transactions: int) -> dict[str, float]:
     return {"p50_ms": statistics.median(times) * 1000, "server_cpu_ms_per_txn": cpu / transactions * 1000}
 
 
+def txn(transactions: int, buffer_memory: int = 32 * 1024 * 1024) -> dict[str, float]:
+    """p50 ms of each phase of a 100 ms transaction of 1 KiB ``send()`` (topic ``flush=async``), see the docstring."""
+    from oncelog.client import AdminClient, NewTopic, Producer
+    from oncelog.testing import LocalCluster
+
+    window_s = 0.1
+    phases: dict[str, list[float]] = {k: [] for k in ("flush", "end_txn", "first_send", "first_ack")}
+    rates: list[float] = []
+    with LocalCluster(Path(tempfile.mkdtemp(prefix="ab-txn-")), storage_nodes=1) as cluster:
+        with AdminClient(cluster.bootstrap) as admin:
+            admin.create_topics([NewTopic("ab", num_partitions=1, configs={"flush": "async"})])
+        value = b"v" * 1024
+        with Producer(
+            cluster.bootstrap,
+            transactional_id=f"ab-{uuid.uuid4().hex[:8]}",
+            batch_size=64 * 1024,
+            linger_ms=5,
+            buffer_memory=buffer_memory,
+        ) as producer:
+            producer.init_transactions()
+            producer.begin_transaction()
+            producer.send("ab", value, partition=0)
+            producer.commit_transaction()
+            producing, total = 0.0, 0
+            start = time.perf_counter()
+            for i in range(transactions + 1):  # the first is a warm-up
+                begin = time.perf_counter()
+                producer.begin_transaction()
+                acked: list[float] = []
+                producer.send("ab", value, partition=0).add_done_callback(
+                    lambda _, acked=acked: acked.append(time.perf_counter())
+                )
+                opened = time.perf_counter()
+                sent = 1
+                while time.perf_counter() - opened < window_s:
+                    producer.send("ab", value, partition=0)
+                    sent += 1
+                closed = time.perf_counter()
+                producer.flush()
+                flushed = time.perf_counter()
+                producer.commit_transaction()
+                committed = time.perf_counter()
+                if i == 0:
+                    start = committed
+                    continue
+                phases["first_send"].append(opened - begin)
+                phases["first_ack"].append(acked[0] - begin)
+                phases["flush"].append(flushed - closed)
+                phases["end_txn"].append(committed - flushed)
+                rates.append(sent / (closed - opened))
+                producing += closed - opened
+                total += sent
+            wall = time.perf_counter() - start
+            txn_rate = total / wall
+        with Producer(cluster.bootstrap, batch_size=64 * 1024, linger_ms=5, buffer_memory=buffer_memory) as idempotent:
+            idempotent.send("ab", value, partition=0).result()
+            sent, idem_start = 0, time.perf_counter()
+            while time.perf_counter() - idem_start < min(wall, 10.0):
+                last = idempotent.send("ab", value, partition=0)
+                sent += 1
+            idempotent.flush()
+            last.result()
+            idem_rate = sent / (time.perf_counter() - idem_start)
+    figures = {name: statistics.median(values) * 1000 for name, values in phases.items()}
+    figures["window_records_per_s"] = statistics.median(rates)
+    figures["idempotent_records_per_s"] = idem_rate
+    figures["producing_share"] = producing / wall
+    figures["txn_records_per_s"] = txn_rate
+    figures["txn_over_idempotent"] = txn_rate / idem_rate
+    return figures
+
+
 def _one(part: str, args: argparse.Namespace, pythonpath: str | None) -> dict[str, float]:
     """One measurement in a fresh interpreter (``--one``), with ``pythonpath`` first when given."""
     env = dict(os.environ)
@@ -175,7 +253,8 @@ def _one(part: str, args: argparse.Namespace, pythonpath: str | None) -> dict[st
     if pythonpath:
         env["PYTHONPATH"] = pythonpath
     command = [sys.executable, "-m", "bench.client_ab", "--one", part, "--ctp-samples", str(args.ctp_samples),
-               "--records", str(args.records), "--transactions", str(args.transactions)]  # fmt: skip
+               "--records", str(args.records), "--transactions", str(args.transactions),
+               "--buffer-memory", str(args.buffer_memory)]  # fmt: skip
     done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False)
     if done.returncode != 0:
         raise SystemExit(f"{part} failed ({done.returncode}):\n{done.stderr[-3000:]}")
@@ -186,10 +265,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--base", help="the git revision to compare with (required unless --one)")
     parser.add_argument("--runs", type=int, default=5, help="interleaved runs per side (5)")
-    parser.add_argument("--parts", default=",".join(PARTS), help="ctp,send,consume,gateway (all)")
+    parser.add_argument("--parts", default=",".join(PARTS), help="ctp,send,consume,gateway,txn (all)")
     parser.add_argument("--ctp-samples", type=int, default=60, help="transactions per CTP run (60)")
     parser.add_argument("--records", type=int, default=30_000, help="records per send() round (30,000)")
-    parser.add_argument("--transactions", type=int, default=200, help="transactions per gateway run (200)")
+    parser.add_argument("--transactions", type=int, default=200, help="transactions per gateway or txn run (200)")
+    parser.add_argument("--buffer-memory", type=int, default=32 * 1024 * 1024,
+                        help="the txn part's producers' buffer_memory in bytes (32 MiB, the default)")  # fmt: skip
     parser.add_argument("--one", choices=PARTS, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.one:
@@ -198,6 +279,7 @@ def main(argv: list[str] | None = None) -> int:
             "send": lambda: send(args.records),
             "consume": lambda: consume(64_000),
             "gateway": lambda: gateway(args.transactions),
+            "txn": lambda: txn(args.transactions, args.buffer_memory),
         }
         figures = measure[args.one]()
         print(json.dumps(figures))
