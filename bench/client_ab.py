@@ -2,6 +2,7 @@
 
     python -m bench.client_ab --base 9800ce7 [--runs 5] [--parts ctp,send,consume,gateway,txn] [--ctp-samples 60]
                               [--records 30000] [--transactions 200] [--buffer-memory 33554432]
+    python -m bench.client_ab --one txn [--transactions 100]    # one part, this checkout only, figures as JSON
 
 Each measurement runs on a fresh LocalCluster with one storage node and ``flush=async`` topics:
 
@@ -271,7 +272,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--transactions", type=int, default=200, help="transactions per gateway or txn run (200)")
     parser.add_argument("--buffer-memory", type=int, default=32 * 1024 * 1024,
                         help="the txn part's producers' buffer_memory in bytes (32 MiB, the default)")  # fmt: skip
-    parser.add_argument("--one", choices=PARTS, help=argparse.SUPPRESS)
+    parser.add_argument("--one", choices=PARTS, metavar="PART",
+                        help="measure one part once on this checkout, print its figures as JSON")  # fmt: skip
     args = parser.parse_args(argv)
     if args.one:
         measure = {
