@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import contextvars
 import logging
 from collections.abc import Callable
 
@@ -120,10 +119,9 @@ class Controller:
                 await asyncio.to_thread(self._catalog.release_shard, CONTROLLER_ROLE, 0, self._node_id, epoch)
 
     async def _run(self) -> None:
-        loop = asyncio.get_running_loop()
         while True:
             try:
-                self._round = loop.run_in_executor(None, contextvars.copy_context().run, self.run_once)
+                self._round = asyncio.ensure_future(asyncio.to_thread(self.run_once))
                 changed = await asyncio.shield(self._round)
                 self._round = None
                 if changed:
