@@ -1,7 +1,7 @@
 """The client's hot paths, this checkout against an older revision, in one interleaved run.
 
-    python -m bench.client_ab --base 9800ce7 [--runs 5] [--parts ctp,send,consume,gateway,txn] [--ctp-samples 60]
-                              [--records 30000] [--transactions 200] [--buffer-memory 33554432]
+    python -m bench.client_ab --base 9800ce7 [--runs 5] [--parts ctp,send,consume,gateway,txn,produce]
+                              [--ctp-samples 60] [--records 30000] [--transactions 200] [--buffer-memory 33554432]
     python -m bench.client_ab --one txn [--transactions 100]    # one part, this checkout only, figures as JSON
 
 Each measurement runs on a fresh LocalCluster with one storage node and ``flush=async`` topics:
@@ -17,6 +17,9 @@ Each measurement runs on a fresh LocalCluster with one storage node and ``flush=
   linger and the Produce), the produce window's records per second, ``flush()``, then the commit of what is
   already sent (EndTxn alone); also the share of the wall time spent in the window, the records per second over
   all, and an idempotent producer's rate on the same cluster right after, and their ratio;
+* ``produce``: 1 KiB records with ``send_batch()`` (64 a call) and with per-record ``send()``, 64 KiB batches, three
+  rounds of 50,000 each: the median records per second, the CPU seconds per GB of the cluster's processes
+  (``/proc``), and produce requests per batch sent (below 1 when requests carry several batches of a partition);
 * ``gateway``: one-record transactions of confluent-kafka (librdkafka) through a kafka-gateway, their p50 and the
   CPU milliseconds the gateway and the services spent per transaction (``/proc``).
 
@@ -40,7 +43,7 @@ import uuid
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PARTS = ("ctp", "send", "consume", "gateway", "txn")
+PARTS = ("ctp", "send", "consume", "gateway", "txn", "produce")
 
 
 def ctp(samples: int) -> dict[str, float]:
@@ -247,6 +250,46 @@ def txn(transactions: int, buffer_memory: int = 32 * 1024 * 1024) -> dict[str, f
     return figures
 
 
+def produce(records: int = 50_000, rounds: int = 3) -> dict[str, float]:
+    """1 KiB records through ``send_batch()`` and ``send()``: records/s, cluster CPU s/GB, requests per batch."""
+    from bench.yardstick_sides import process_cpu_seconds
+    from oncelog.client import AdminClient, NewTopic, Producer
+    from oncelog.testing import LocalCluster
+
+    value = b"v" * 1024
+    figures: dict[str, float] = {}
+    with LocalCluster(Path(tempfile.mkdtemp(prefix="ab-produce-")), storage_nodes=1) as cluster:
+        with AdminClient(cluster.bootstrap) as admin:
+            admin.create_topics([NewTopic("ab", num_partitions=1, configs={"flush": "async"})])
+        pids = list(cluster.pids())
+        for api in ("send_batch", "send"):
+            rates: list[float] = []
+            with Producer(cluster.bootstrap, batch_size=64 * 1024, linger_ms=5) as producer:
+                producer.send("ab", value, partition=0).result()
+                before = producer.metrics()
+                cpu = process_cpu_seconds(pids)
+                for _ in range(rounds):
+                    start = time.perf_counter()
+                    if api == "send_batch":
+                        values = [value] * 64
+                        for _ in range(records // 64):
+                            last = producer.send_batch("ab", values, partition=0)
+                    else:
+                        for _ in range(records):
+                            last = producer.send("ab", value, partition=0)
+                    producer.flush()
+                    last.result()
+                    rates.append(records / (time.perf_counter() - start))
+                gigabytes = rounds * records * len(value) / 1e9
+                after = producer.metrics()
+            figures[f"{api}_records_per_s"] = statistics.median(rates)
+            figures[f"{api}_server_cpu_s_per_gb"] = (process_cpu_seconds(pids) - cpu) / gigabytes
+            batches = after["batches_sent"] - before["batches_sent"]
+            requests = after.get("produce_requests", batches) - before.get("produce_requests", batches)
+            figures[f"{api}_requests_per_batch"] = requests / batches
+    return figures
+
+
 def _one(part: str, args: argparse.Namespace, pythonpath: str | None) -> dict[str, float]:
     """One measurement in a fresh interpreter (``--one``), with ``pythonpath`` first when given."""
     env = dict(os.environ)
@@ -266,7 +309,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--base", help="the git revision to compare with (required unless --one)")
     parser.add_argument("--runs", type=int, default=5, help="interleaved runs per side (5)")
-    parser.add_argument("--parts", default=",".join(PARTS), help="ctp,send,consume,gateway,txn (all)")
+    parser.add_argument("--parts", default=",".join(PARTS), help="ctp,send,consume,gateway,txn,produce (all)")
     parser.add_argument("--ctp-samples", type=int, default=60, help="transactions per CTP run (60)")
     parser.add_argument("--records", type=int, default=30_000, help="records per send() round (30,000)")
     parser.add_argument("--transactions", type=int, default=200, help="transactions per gateway or txn run (200)")
@@ -282,6 +325,7 @@ def main(argv: list[str] | None = None) -> int:
             "consume": lambda: consume(64_000),
             "gateway": lambda: gateway(args.transactions),
             "txn": lambda: txn(args.transactions, args.buffer_memory),
+            "produce": lambda: produce(),
         }
         figures = measure[args.one]()
         print(json.dumps(figures))

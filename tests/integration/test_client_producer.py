@@ -69,6 +69,26 @@ def test_send_acknowledges_offsets_in_order_and_keys_follow_murmur2(cluster: Loc
     assert sorted(v for values in stored.values() for v in values) == sorted(b"v" + key for key in keys)
 
 
+def test_a_backlog_goes_out_several_batches_a_request_and_every_record_is_where_its_future_says(
+    cluster: LocalCluster,
+) -> None:
+    topic = new_topic(cluster.bootstrap, 2)
+    values = [b"%05d" % i + b"x" * 995 for i in range(3000)]
+    # small batches and a long linger: the records queue up as a backlog of full batches before the first request
+    with Producer(cluster.bootstrap, batch_size=4096, linger_ms=200, transactional_id=f"backlog-{uuid.uuid4()}") as p:
+        p.init_transactions()
+        p.begin_transaction()
+        futures = [p.send(topic, value, partition=i % 2) for i, value in enumerate(values)]
+        p.commit_transaction()
+        metas = [f.result(timeout=0) for f in futures]
+        counters = p.metrics()
+    assert counters["produce_requests"] < counters["batches_sent"]  # requests did carry several batches
+    stored = read_values(cluster.bootstrap, topic)
+    for value, meta in zip(values, metas, strict=True):
+        assert stored[meta.partition][meta.offset] == value
+    assert sum(len(v) for v in stored.values()) == len(values)
+
+
 def test_idempotent_producer_gets_an_id_and_partitions_track_its_sequence(cluster: LocalCluster) -> None:
     topic = new_topic(cluster.bootstrap, 1)
     with Producer(cluster.bootstrap) as producer:

@@ -451,7 +451,8 @@ class RecordAccumulator:
             return ReadyCheck(partitions, next_check)
 
     def drain(self, partitions: Iterable[TopicPartition], *, max_bytes: int | None = None) -> list[ProducerBatch]:
-        """Take at most one batch from each of ``partitions``, ready to send (``RecordAccumulator.drain``).
+        """Take the first batch of each of ``partitions``, then more of their queued batches while room is left,
+        ready to send (``RecordAccumulator.drain``).
 
         The caller passes the partitions it may write now: those with a known leader and, for a
         transactional producer, already added to the transaction (design/kafka-semantics.md §1.1 step 3).
@@ -460,11 +461,20 @@ class RecordAccumulator:
         batch drained for the first time is closed to new records and stamped; its
         :attr:`ProducerBatch.payload` is encoded before this returns. ``max_bytes`` bounds
         the sum of batch sizes, except that the first batch is always taken.
+
+        Every partition gets its first batch before any gets a second. An idempotent producer's partition may
+        then add followers, up to half its in-flight limit in all (3 batches of 5, so that two requests can be
+        on the wire): full batches sent for the first time behind a first batch that is too, each allowed by
+        the sequence book. A producer that outruns the network so sends its backlog in fewer, larger requests,
+        which the partition validates and appends in one go (design/kafka-semantics.md §4.2). Retries go
+        alone, and a batch still open to records stays.
+        The batches of a partition are returned in sequence order, not necessarily next to each other.
         """
         drained: list[ProducerBatch] = []
         with self._lock:
             now = self._clock()
             total = 0
+            firsts: list[deque[ProducerBatch]] = []
             for tp in partitions:
                 queue = self._batches.get(tp)
                 if not queue:
@@ -476,19 +486,20 @@ class RecordAccumulator:
                     continue
                 if max_bytes is not None and drained and total + first.size_in_bytes > max_bytes:
                     break
-                queue.popleft()
-                first._closed = True
-                if first.drain_order is None:
-                    first.drain_order = self._drain_counter
-                    self._drain_counter += 1
-                    first.drained_ms = now
-                    if self._sequences is not None:
-                        first.transactional = self._sequences.transactional
-                        self._sequences.assign(first)
-                elif self._sequences is not None:
-                    self._sequences.resending(first)
+                fresh = first.drain_order is None
+                self._take(queue, now)
                 total += first.size_in_bytes
                 drained.append(first)
+                if fresh and self._sequences is not None:
+                    firsts.append(queue)
+            for queue in firsts:
+                for _ in range(self._followers_per_request()):
+                    if not queue or not self._may_follow(queue, total, max_bytes):
+                        break
+                    follower = queue[0]
+                    self._take(queue, now)
+                    total += follower.size_in_bytes
+                    drained.append(follower)
         encoded: list[ProducerBatch] = []
         for batch in drained:
             try:
@@ -500,6 +511,39 @@ class RecordAccumulator:
                 continue
             encoded.append(batch)
         return encoded
+
+    def _followers_per_request(self) -> int:
+        """Batches a partition may add to its first one in a request: up to half its in-flight limit in all,
+        rounded up (3 of 5), so that two requests of a partition can be on the wire at once."""
+        if self._sequences is None:
+            return 0
+        return (self._sequences.max_in_flight + 1) // 2 - 1
+
+    def _may_follow(self, queue: deque[ProducerBatch], total: int, max_bytes: int | None) -> bool:
+        """Whether ``queue``'s first batch may ride in the request that carries the batch drained before it."""
+        batch = queue[0]
+        return (
+            batch.drain_order is None
+            and batch.attempts == 0
+            and (len(queue) > 1 or batch.is_full)
+            and (max_bytes is None or total + batch.size_in_bytes <= max_bytes)
+            and self._sequences is not None
+            and self._sequences.may_send(batch)
+        )
+
+    def _take(self, queue: deque[ProducerBatch], now: int) -> None:
+        """Pop ``queue``'s first batch for sending: closed to records, and stamped the first time (lock held)."""
+        batch = queue.popleft()
+        batch._closed = True
+        if batch.drain_order is None:
+            batch.drain_order = self._drain_counter
+            self._drain_counter += 1
+            batch.drained_ms = now
+            if self._sequences is not None:
+                batch.transactional = self._sequences.transactional
+                self._sequences.assign(batch)
+        elif self._sequences is not None:
+            self._sequences.resending(batch)
 
     def take_unencodable(self) -> list[tuple[ProducerBatch, Exception]]:
         """Batches :meth:`drain` took but could not encode, with their error; the caller fails them.

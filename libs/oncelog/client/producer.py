@@ -314,11 +314,12 @@ class Producer(TwoPhaseCommit):
         return None if self._sequences is None else self._sequences.identity
 
     def metrics(self) -> dict[str, int]:
-        """Counters since creation: ``batches_sent``, ``batch_retries``, ``duplicate_batches`` (retries the
-        partition recognised as already written), ``epoch_bumps``, ``stream_breaks``."""
+        """Counters since creation: ``batches_sent``, ``produce_requests`` (an idempotent producer that outruns
+        the network sends several batches of a partition per request), ``batch_retries``, ``duplicate_batches``
+        (retries the partition recognised as already written), ``epoch_bumps``, ``stream_breaks``."""
         values = dict(self._metrics)
         values["stream_breaks"] = self._sender.stream_breaks()
-        for key in ("batches_sent", "batch_retries", "duplicate_batches", "epoch_bumps"):
+        for key in ("batches_sent", "produce_requests", "batch_retries", "duplicate_batches", "epoch_bumps"):
             values.setdefault(key, 0)
         return values
 

@@ -28,7 +28,7 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 from oncelog.client.accumulator import RecordAccumulator
@@ -169,9 +169,17 @@ class NodeStream:
         return len(self._pending)
 
     def send(self, batches: list[ProducerBatch], leader_epochs: Mapping[TopicPartition, int]) -> None:
-        """Queue one request carrying ``batches`` (one per partition); never blocks."""
+        """Queue one request carrying ``batches``; never blocks.
+
+        A partition's batches (in sequence order) travel as one entry, their encodings one after the other,
+        which the partition validates and appends together or not at all (design/kafka-semantics.md §4.2).
+        """
+        payloads: dict[TopicPartition, list[bytes]] = {}
+        for batch in batches:
+            payloads.setdefault(batch.topic_partition, []).append(batch.payload)
         entries = [
-            (batch.topic_partition, leader_epochs.get(batch.topic_partition, -1), batch.payload) for batch in batches
+            (tp, leader_epochs.get(tp, -1), parts[0] if len(parts) == 1 else b"".join(parts))
+            for tp, parts in payloads.items()
         ]
         correlation_id = next(self._correlation)
         self._pending[correlation_id] = (time.monotonic(), batches)
@@ -217,15 +225,24 @@ class NodeStream:
             self._break(stream, exc)
 
     def _dispatch(self, batches: list[ProducerBatch], results: Mapping[TopicPartition, PartitionResult]) -> None:
+        # A partition answers an entry of several batches once, with the first batch's offset; the others follow
+        # it in the log (only batches sent for the first time share an entry, so none of them is a duplicate).
+        next_offset: dict[TopicPartition, int] = {}
         for batch in batches:
-            result = results.get(batch.topic_partition)
+            tp = batch.topic_partition
+            result = results.get(tp)
             if result is None:
-                err = NetworkException(
-                    f"the answer from {self.address} omitted {batch.topic_partition}", definite=False
-                )
+                err = NetworkException(f"the answer from {self.address} omitted {tp}", definite=False)
                 self._on_result(batch, None, err)
+                continue
+            following = next_offset.get(tp)
+            if following is not None:
+                result = replace(result, base_offset=following)
+            if result.error is None and result.base_offset >= 0:
+                next_offset[tp] = result.base_offset + batch.record_count
             else:
-                self._on_result(batch, result, None)
+                next_offset[tp] = -1
+            self._on_result(batch, result, None)
 
     def check_timeout(self, now: float) -> None:
         """Break the stream when its oldest request waited longer than the request timeout."""
@@ -418,6 +435,7 @@ class Sender:
                 self._in_flight[batch.topic_partition] += 1
                 self._metrics["batches_sent"] += 1
             stream.send(batches, epochs)
+            self._metrics["produce_requests"] += 1
             sent = True
         if sent:
             return 0

@@ -299,6 +299,11 @@ class ProducerSequences:
         entry = self._partitions.get(tp)
         return entry is not None and entry.unresolved_next is not None
 
+    @property
+    def max_in_flight(self) -> int:
+        """Unacknowledged batches allowed per partition."""
+        return self._max_in_flight
+
     def may_send(self, batch: SequencedBatch) -> bool:
         """Whether ``batch`` may be sent now.
 

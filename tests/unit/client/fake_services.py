@@ -11,6 +11,7 @@ raised by the next calls of that name; a produce fault may write the batch and l
 from __future__ import annotations
 
 import asyncio
+import copy
 from collections import defaultdict, deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -21,7 +22,7 @@ from oncelog.client.sender import PartitionResult, ProduceAnswer, ProduceEntry, 
 from oncelog.client.sequences import ProducerIdAndEpoch
 from oncelog.client.transaction_manager import CoordinatorKind, EndTxnResult
 from oncelog.errors import InvalidProducerEpoch, NetworkException, OncelogError, OutOfOrderSequence
-from oncelog.records import decode_records, read_header
+from oncelog.records import decode_records, iter_batches
 
 STORAGE = "storage-0:1"
 COORDINATOR = "txn-0:1"
@@ -68,10 +69,21 @@ class FakePartition:
         self._producers: dict[int, _ProducerLine] = {}
 
     def append(self, payload: bytes) -> PartitionResult:
-        header = read_header(payload)
-        result = self._append(payload, header.producer_id, header.producer_epoch, header.base_sequence)
-        self.received.append(Written(header.producer_id, header.producer_epoch, header.base_sequence, payload, result))
-        return result
+        """Append the batches of one request entry in order, all or none, answering with the first's offset."""
+        saved_values, saved_producers = len(self.values), copy.deepcopy(self._producers)
+        first: PartitionResult | None = None
+        for header, view in iter_batches(payload):
+            batch = bytes(view)
+            stamp = (header.producer_id, header.producer_epoch, header.base_sequence)
+            result = self._append(batch, *stamp)
+            self.received.append(Written(*stamp, batch, result))
+            if result.error is not None:
+                del self.values[saved_values:]
+                self._producers = saved_producers
+                return result
+            first = result if first is None else first
+        assert first is not None, "an entry without a batch"
+        return first
 
     def _append(self, payload: bytes, producer_id: int, epoch: int, first: int) -> PartitionResult:
         records = decode_records(payload)
@@ -105,6 +117,7 @@ class FakeStream:
         self._services = services
         self._answers: asyncio.Queue[ProduceAnswer | OncelogError] = asyncio.Queue()
         self.cancelled = False
+        self.batches_per_entry: list[list[int]] = []  # the base sequences of each entry's batches, in order
 
     async def write(self, correlation_id: int, entries: Sequence[ProduceEntry]) -> None:
         if self.cancelled:
@@ -112,10 +125,11 @@ class FakeStream:
         results: dict[TopicPartition, PartitionResult] = {}
         lose = False
         for tp, _epoch, payload in entries:
-            header = read_header(payload)
-            self._services.calls.append(
-                ("Produce", tp, header.producer_id, header.producer_epoch, header.base_sequence, payload)
-            )
+            self.batches_per_entry.append([header.base_sequence for header, _ in iter_batches(payload)])
+            for header, view in iter_batches(payload):
+                self._services.calls.append(
+                    ("Produce", tp, header.producer_id, header.producer_epoch, header.base_sequence, bytes(view))
+                )
             fault = self._services.take_fault("produce")
             if fault == SILENT:
                 self._services.produce_written.set()

@@ -339,6 +339,60 @@ def test_drain_respects_max_bytes_but_always_takes_one_batch() -> None:
     assert len(accumulator.drain([TP, TP1], max_bytes=100)) == 1
 
 
+def _queue_full_batches(accumulator: RecordAccumulator, tp: TopicPartition, count: int) -> list[bytes]:
+    """Append ``count`` records of 300 bytes to ``tp`` with ``batch_size=300``: one full batch each."""
+    values = [b"%03d" % i + b"x" * 297 for i in range(count)]
+    for value in values:
+        assert accumulator.append(tp, None, value).new_batch_created
+    return values
+
+
+def test_an_idempotent_partition_sends_up_to_three_queued_batches_per_request_in_sequence_order() -> None:
+    accumulator, sequences = make(batch_size=300)
+    values = _queue_full_batches(accumulator, TP, 7)
+    first = accumulator.drain([TP])
+    assert [decode_records(b.payload)[0].value for b in first] == values[:3]
+    assert [read_header(b.payload).base_sequence for b in first] == [0, 1, 2]
+    second = accumulator.drain([TP])  # two more fill the partition's five in flight: two requests on the wire
+    assert [decode_records(b.payload)[0].value for b in second] == values[3:5]
+    assert accumulator.drain([TP]) == []
+    assert sequences is not None and len(sequences.in_flight(TP)) == 5
+    accumulator.complete(first[0], 0)
+    (third,) = accumulator.drain([TP])  # one slot came free
+    assert read_header(third.payload).base_sequence == 5
+
+
+def test_every_partition_gets_its_first_batch_before_any_gets_a_follower() -> None:
+    accumulator, _ = make(batch_size=300)
+    _queue_full_batches(accumulator, TP, 3)
+    _queue_full_batches(accumulator, TP1, 3)
+    size = accumulator.incomplete()[0].size_in_bytes  # every batch here has the same size
+    drained = accumulator.drain([TP1, TP], max_bytes=3 * size)
+    assert [b.topic_partition for b in drained] == [TP1, TP, TP1]  # room for three: TP gets its first too
+    assert [read_header(b.payload).base_sequence for b in drained] == [0, 0, 1]
+
+
+def test_a_retry_goes_alone_and_a_batch_open_to_records_is_not_taken_along() -> None:
+    clock = Clock()
+    accumulator, sequences = make(clock, batch_size=300, retry_backoff_ms=0)
+    _queue_full_batches(accumulator, TP, 1)
+    (sent,) = accumulator.drain([TP])
+    _queue_full_batches(accumulator, TP, 2)
+    assert sequences is not None and sequences.can_retry(sent, NotLeader("moved"))
+    accumulator.reenqueue(sent)
+    assert accumulator.drain([TP]) == [sent]  # the retry, without the two new batches behind it
+    accumulator.append(TP, None, b"small")  # a batch with room left
+    drained = accumulator.drain([TP])
+    assert len(drained) == 2 and all(b.is_full for b in drained)  # the open batch stays for its linger
+    assert accumulator.ready().next_ready_check_ms == 5
+
+
+def test_a_producer_that_is_not_idempotent_sends_one_batch_of_a_partition_per_request() -> None:
+    accumulator, _ = make(transactional=None, batch_size=300)
+    _queue_full_batches(accumulator, TP, 3)
+    assert len(accumulator.drain([TP])) == 1
+
+
 def test_compressed_payload_decodes_to_the_records() -> None:
     accumulator = RecordAccumulator(compression=Compression.ZSTD, clock=Clock())
     for i in range(50):

@@ -191,6 +191,35 @@ async def test_batches_in_flight_on_a_broken_stream_are_retried_in_order_without
     assert all(len(payloads) == 1 for payloads in by_sequence.values())  # a retry resends the same bytes
 
 
+async def test_queued_batches_share_a_request_and_each_gets_its_own_offsets() -> None:
+    h = Harness(batch_size=80)  # one record per batch
+    values = [b"record-%02d" % i for i in range(12)]
+    futures = [h.send(value) for value in values]  # queued before the sender runs: a backlog
+    async with h.running():
+        await settled(futures)
+    assert h.services.partitions[TP].values == values
+    assert [f.result().offset for f in futures] == list(range(12))
+    assert h.metrics["batches_sent"] == 12
+    assert h.metrics["produce_requests"] < 12  # the backlog went out several batches a request
+    (stream,) = h.services.streams
+    assert max(len(stream_entries) for stream_entries in stream.batches_per_entry) == 3
+
+
+async def test_a_refused_request_of_several_batches_is_retried_batch_by_batch_and_lands_once_in_order() -> None:
+    h = Harness(batch_size=80)
+    h.services.fail("produce", NotLeader("the leader moved"))  # the first request, three batches, is refused whole
+    values = [b"record-%02d" % i for i in range(6)]
+    futures = [h.send(value) for value in values]
+    async with h.running():
+        await settled(futures)
+    assert h.services.partitions[TP].values == values
+    assert [f.result().offset for f in futures] == list(range(6))
+    assert h.metrics["batch_retries"] == 3
+    sequences = [sequence for _, _, sequence, _ in h.services.produced(TP)]
+    assert sequences[:3] == [0, 1, 2]  # refused together
+    assert sequences[3:6] == [0, 1, 2]  # each resent with its sequence
+
+
 async def test_retriable_answer_is_retried_with_the_same_sequence_after_a_metadata_refresh() -> None:
     h = Harness()
     h.services.fail("produce", NotLeader("the leader moved"))
