@@ -285,8 +285,11 @@ def produce(records: int = 50_000, rounds: int = 3) -> dict[str, float]:
             figures[f"{api}_records_per_s"] = statistics.median(rates)
             figures[f"{api}_server_cpu_s_per_gb"] = (process_cpu_seconds(pids) - cpu) / gigabytes
             batches = after["batches_sent"] - before["batches_sent"]
-            requests = after.get("produce_requests", batches) - before.get("produce_requests", batches)
-            figures[f"{api}_requests_per_batch"] = requests / batches
+            if "produce_requests" in after:
+                requests = after["produce_requests"] - before["produce_requests"]
+                figures[f"{api}_requests_per_batch"] = requests / batches
+            else:  # a revision before requests could carry several batches of a partition: one batch per request
+                figures[f"{api}_requests_per_batch"] = 1.0
     return figures
 
 
@@ -361,7 +364,8 @@ def _report(part: str, base: str, results: dict[str, list[dict[str, float]]]) ->
 
         def cell(values: list[float]) -> str:
             median = statistics.median(values)
-            return f"{median:,.2f} ({(max(values) - min(values)) / median:.0%})"
+            spread = f"{(max(values) - min(values)) / median:.0%}" if median else "-"
+            return f"{median:,.2f} ({spread})"
 
         print(f"| {key} | {cell(before)} | {cell(after)} | {statistics.median(ratios):.2f} "
               f"({min(ratios):.2f} to {max(ratios):.2f}) |")  # fmt: skip
