@@ -175,6 +175,7 @@ class IoThread:
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._closed = False
         self._thread.start()
+        self._thread_id = self._thread.ident
 
     def _run(self) -> None:
         asyncio.set_event_loop(self.loop)
@@ -183,7 +184,7 @@ class IoThread:
     @property
     def on_loop_thread(self) -> bool:
         """True when called from the I/O thread itself (for example inside a send() callback)."""
-        return threading.current_thread() is self._thread
+        return threading.get_ident() == self._thread_id
 
     def submit(self, coro: Coroutine[Any, Any, T]) -> Future[T]:
         """Schedule ``coro`` on the loop and return a future for its result."""
