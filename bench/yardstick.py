@@ -22,7 +22,7 @@ transaction, commit, until a read_committed reader sees it); read_committed cons
 the servers' CPU seconds per GB produced (1 KiB ``send_batch()``) and per 1,000 small transactions (8
 producers); the servers' RSS at the end of each run. After the runs, the Spark row (``bench.yardstick_spark``):
 oncelog's exactly-once sink against Spark's own Kafka sink (at-least-once) writing to the Kafka broker, warm
-micro-batches of ``--records`` rows, ``--runs`` per sink and mode, the sinks taking turns (it needs the spark
+micro-batches of ``--spark-rows`` rows, ``--runs`` per sink and mode, the sinks taking turns (it needs the spark
 extra, Java and Spark's Kafka connector, fetched from Maven Central on first use). Last, the RSS row
 (``bench.yardstick_rss``) on a fresh storage node and a fresh broker: 1,000 partitions and 10,000 idempotent
 producers (``--rss-partitions``, ``--rss-producers``; 100 and 500 with ``--quick``), once. ``--parts`` picks
@@ -108,6 +108,7 @@ class Settings:
     ctp_samples: int
     modes: tuple[str, ...]
     parts: tuple[str, ...] = PARTS
+    spark_rows: int = 10_240
     rss_partitions: int = 1000
     rss_producers: int = 10_000
     rss_partitions_per_producer: int = 4
@@ -318,7 +319,7 @@ def run(settings: Settings, out_dir: Path) -> tuple[str, Path]:
 
                 begun = time.perf_counter()
                 batches, versions["spark_sql_kafka"] = measure_spark_sinks(
-                    sides[0], sides[1], settings.modes, settings.records, settings.runs, root
+                    sides[0], sides[1], settings.modes, settings.spark_rows, settings.runs, root
                 )
                 for (mode, side), values in batches.items():
                     for value in values:
@@ -380,7 +381,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, help="interleaved runs (5; 1 with --quick)")
     parser.add_argument("--quick", action="store_true", help="a smoke run: one run, small counts")
-    parser.add_argument("--records", type=int, help="records per produce figure (10,240; 640 with --quick)")
+    parser.add_argument(
+        "--records",
+        type=int,
+        help="records per produce and consume figure (51,200; 640 with --quick): enough for /proc's 10 ms CPU ticks "
+        "to resolve the CPU per GB",
+    )
+    parser.add_argument("--spark-rows", type=int, help="rows per Spark micro-batch (10,240; --records with --quick)")
     parser.add_argument("--seconds", type=float, help="seconds per timed figure (2; 1 with --quick)")
     parser.add_argument("--ctp-samples", type=int, help="transactions per CTP run (100; 10 with --quick)")
     parser.add_argument("--modes", default=",".join(MODES), help="durable,default (both)")
@@ -402,11 +409,12 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--parts takes a comma-separated subset of {','.join(PARTS)}; got {args.parts!r}")
     settings = Settings(
         runs=args.runs or (1 if args.quick else 5),
-        records=max(64, (args.records or (640 if args.quick else 10_240)) // 64 * 64),
+        records=max(64, (args.records or (640 if args.quick else 51_200)) // 64 * 64),
         seconds=args.seconds or (1.0 if args.quick else 2.0),
         ctp_samples=args.ctp_samples or (10 if args.quick else 100),
         modes=modes,
         parts=parts,
+        spark_rows=args.spark_rows or (max(64, args.records or 640) if args.quick else 10_240),
         rss_partitions=args.rss_partitions or (100 if args.quick else 1000),
         rss_producers=args.rss_producers or (500 if args.quick else 10_000),
     )
