@@ -74,7 +74,8 @@ class Producer(TwoPhaseCommit):
         acks: ``"all"`` (every in-sync replica has the batch durably) or ``1`` (the leader appended it).
         linger_ms: how long a batch that is not full waits for more records.
         batch_size: bytes that fill a batch.
-        max_in_flight: unacknowledged batches per partition, 1 to 5.
+        max_in_flight: unacknowledged batches per partition, 1 to 5. An idempotent producer with a backlog
+            sends up to half of them (rounded up) in one request, so that two requests stay on the wire.
         delivery_timeout_ms: upper bound on the time from ``send()`` to the acknowledgement, retries
             included; a record still unacknowledged then fails.
         transaction_timeout_ms: the coordinator aborts a transaction open longer than this.
