@@ -1,10 +1,11 @@
 """The client's hot paths, this checkout against an older revision, in one interleaved run.
 
-    python -m bench.client_ab --base 9800ce7 [--runs 5] [--parts ctp,send,consume,gateway,txn,produce]
+    python -m bench.client_ab --base 9800ce7 [--runs 5] [--parts ctp,send,consume,gateway,txn,produce,smalltxn,grpc]
                               [--ctp-samples 60] [--records 30000] [--transactions 200] [--buffer-memory 33554432]
+                              [--producers 8]
     python -m bench.client_ab --one txn [--transactions 100]    # one part, this checkout only, figures as JSON
 
-Each measurement runs on a fresh LocalCluster with one storage node and ``flush=async`` topics:
+Each measurement (but ``grpc``) runs on a fresh LocalCluster with one storage node and ``flush=async`` topics:
 
 * ``ctp``: consume-transform-produce transactions with oncelog's client (poll one record, send it on, send the
   consumer's offset, commit, wait until a read_committed reader sees it), the p50 of the whole and of each phase;
@@ -20,6 +21,12 @@ Each measurement runs on a fresh LocalCluster with one storage node and ``flush=
 * ``produce``: 1 KiB records with ``send_batch()`` (64 a call) and with per-record ``send()``, 64 KiB batches, three
   rounds of 50,000 each: the median records per second, the CPU seconds per GB of the cluster's processes
   (``/proc``), and produce requests per batch sent (below 1 when requests carry several batches of a partition);
+* ``smalltxn``: the yardstick's small transactions (4 partitions x 1 record of 100 B, one client per thread) from
+  ``--producers`` threads for 8 s: transactions per second and the CPU milliseconds each process spends per
+  transaction (``/proc``: coordinator, storage, group-offsets, pid-allocator, and this client process);
+* ``grpc``: the floor under every server figure: one trivial unary call (gRPC's health check on a bare
+  ``grpc.aio`` server in a child process, no interceptor), CPU microseconds of the server and of the client per
+  call, and the wall time per call;
 * ``gateway``: one-record transactions of confluent-kafka (librdkafka) through a kafka-gateway, their p50 and the
   CPU milliseconds the gateway and the services spent per transaction (``/proc``).
 
@@ -43,7 +50,7 @@ import uuid
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PARTS = ("ctp", "send", "consume", "gateway", "txn", "produce")
+PARTS = ("ctp", "send", "consume", "gateway", "txn", "produce", "smalltxn", "grpc")
 
 
 def ctp(samples: int) -> dict[str, float]:
@@ -293,6 +300,78 @@ def produce(records: int = 50_000, rounds: int = 3) -> dict[str, float]:
     return figures
 
 
+def smalltxn(producers: int = 8, seconds: float = 8.0) -> dict[str, float]:
+    """Small transactions (4 partitions x 1 record of 100 B, the yardstick's), ``producers`` threads for
+    ``seconds``: transactions/s and each process's CPU milliseconds per transaction (``/proc``)."""
+    from bench.yardstick_sides import OncelogSide, process_cpu_seconds
+    from oncelog.testing import LocalCluster
+
+    with LocalCluster(Path(tempfile.mkdtemp(prefix="ab-smalltxn-")), storage_nodes=1) as cluster:
+        side = OncelogSide("oncelog", cluster.bootstrap, lambda: list(cluster.pids()))
+        topic = side.topic("default", partitions=4)
+        side.small_transactions(topic, producers, 1.0)  # warm-up: connections, producer ids
+        processes = {pid: name.rsplit("-", 1)[0] for pid, name in cluster.pids().items()}
+        processes[os.getpid()] = "client"
+        before = {pid: process_cpu_seconds([pid]) for pid in processes}
+        rate = side.small_transactions(topic, producers, seconds)
+        transactions = rate * seconds
+        figures = {"txn_per_s": rate}
+        for pid, name in processes.items():
+            spent = process_cpu_seconds([pid]) - before[pid]
+            figures[f"{name}_cpu_ms_per_txn"] = figures.get(f"{name}_cpu_ms_per_txn", 0.0) + spent * 1000 / transactions
+    figures["total_cpu_ms_per_txn"] = sum(v for k, v in figures.items() if k.endswith("_cpu_ms_per_txn"))
+    return figures
+
+
+_HEALTH_SERVER = """
+import asyncio
+import grpc
+from grpc_health.v1 import health, health_pb2_grpc
+
+async def main():
+    server = grpc.aio.server()
+    health_pb2_grpc.add_HealthServicer_to_server(health.aio.HealthServicer(), server)
+    print(server.add_insecure_port("127.0.0.1:0"), flush=True)
+    await server.start()
+    await server.wait_for_termination()
+
+asyncio.run(main())
+"""
+
+
+def grpc_floor(calls: int = 3000) -> dict[str, float]:
+    """What one trivial unary call costs on this machine: gRPC's health check against a bare ``grpc.aio`` server
+    (no interceptor, no servicer work) in a child process, from a blocking client; CPU microseconds per call of
+    the server process and of this one, and the wall time per call."""
+    import grpc
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    from bench.yardstick_sides import process_cpu_seconds
+
+    server = subprocess.Popen([sys.executable, "-c", _HEALTH_SERVER], stdout=subprocess.PIPE, text=True)
+    try:
+        assert server.stdout is not None
+        port = int(server.stdout.readline())
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            stub = health_pb2_grpc.HealthStub(channel)
+            request = health_pb2.HealthCheckRequest()
+            for _ in range(200):  # warm-up
+                stub.Check(request, timeout=10)
+            server_cpu, client_cpu = process_cpu_seconds([server.pid]), process_cpu_seconds([os.getpid()])
+            start = time.perf_counter()
+            for _ in range(calls):
+                stub.Check(request, timeout=10)
+            wall = time.perf_counter() - start
+            return {
+                "server_cpu_us_per_call": (process_cpu_seconds([server.pid]) - server_cpu) / calls * 1e6,
+                "client_cpu_us_per_call": (process_cpu_seconds([os.getpid()]) - client_cpu) / calls * 1e6,
+                "wall_us_per_call": wall / calls * 1e6,
+            }
+    finally:
+        server.kill()
+        server.wait()
+
+
 def _one(part: str, args: argparse.Namespace, pythonpath: str | None) -> dict[str, float]:
     """One measurement in a fresh interpreter (``--one``), with ``pythonpath`` first when given."""
     env = dict(os.environ)
@@ -301,7 +380,7 @@ def _one(part: str, args: argparse.Namespace, pythonpath: str | None) -> dict[st
         env["PYTHONPATH"] = pythonpath
     command = [sys.executable, "-m", "bench.client_ab", "--one", part, "--ctp-samples", str(args.ctp_samples),
                "--records", str(args.records), "--transactions", str(args.transactions),
-               "--buffer-memory", str(args.buffer_memory)]  # fmt: skip
+               "--buffer-memory", str(args.buffer_memory), "--producers", str(args.producers)]  # fmt: skip
     done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False)
     if done.returncode != 0:
         raise SystemExit(f"{part} failed ({done.returncode}):\n{done.stderr[-3000:]}")
@@ -312,7 +391,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--base", help="the git revision to compare with (required unless --one)")
     parser.add_argument("--runs", type=int, default=5, help="interleaved runs per side (5)")
-    parser.add_argument("--parts", default=",".join(PARTS), help="ctp,send,consume,gateway,txn,produce (all)")
+    parser.add_argument("--parts", default=",".join(PARTS), help=f"{','.join(PARTS)} (all)")
+    parser.add_argument("--producers", type=int, default=8, help="producer threads of the smalltxn part (8)")
     parser.add_argument("--ctp-samples", type=int, default=60, help="transactions per CTP run (60)")
     parser.add_argument("--records", type=int, default=30_000, help="records per send() round (30,000)")
     parser.add_argument("--transactions", type=int, default=200, help="transactions per gateway or txn run (200)")
@@ -329,6 +409,8 @@ def main(argv: list[str] | None = None) -> int:
             "gateway": lambda: gateway(args.transactions),
             "txn": lambda: txn(args.transactions, args.buffer_memory),
             "produce": lambda: produce(),
+            "smalltxn": lambda: smalltxn(args.producers),
+            "grpc": lambda: grpc_floor(),
         }
         figures = measure[args.one]()
         print(json.dumps(figures))
