@@ -258,45 +258,28 @@ def txn(transactions: int, buffer_memory: int = 32 * 1024 * 1024) -> dict[str, f
 
 
 def produce(records: int = 50_000, rounds: int = 3) -> dict[str, float]:
-    """1 KiB records through ``send_batch()`` and ``send()``: records/s, cluster CPU s/GB, requests per batch."""
-    from bench.yardstick_sides import process_cpu_seconds
-    from oncelog.client import AdminClient, NewTopic, Producer
+    """1 KiB records through the yardstick's ``send_batch()`` and ``send()`` loops (64 KiB batches, a new producer
+    a round): the median records/s, the cluster's CPU s/GB over the rounds, and the last round's requests per
+    batch."""
+    from bench.yardstick_sides import OncelogSide, process_cpu_seconds
     from oncelog.testing import LocalCluster
 
     value = b"v" * 1024
     figures: dict[str, float] = {}
     with LocalCluster(Path(tempfile.mkdtemp(prefix="ab-produce-")), storage_nodes=1) as cluster:
-        with AdminClient(cluster.bootstrap) as admin:
-            admin.create_topics([NewTopic("ab", num_partitions=1, configs={"flush": "async"})])
-        pids = list(cluster.pids())
+        side = OncelogSide("oncelog", cluster.bootstrap, lambda: list(cluster.pids()))
+        topic = side.topic("default")
         for api in ("send_batch", "send"):
-            rates: list[float] = []
-            with Producer(cluster.bootstrap, batch_size=64 * 1024, linger_ms=5) as producer:
-                producer.send("ab", value, partition=0).result()
-                before = producer.metrics()
-                cpu = process_cpu_seconds(pids)
-                for _ in range(rounds):
-                    start = time.perf_counter()
-                    if api == "send_batch":
-                        values = [value] * 64
-                        for _ in range(records // 64):
-                            last = producer.send_batch("ab", values, partition=0)
-                    else:
-                        for _ in range(records):
-                            last = producer.send("ab", value, partition=0)
-                    producer.flush()
-                    last.result()
-                    rates.append(records / (time.perf_counter() - start))
-                gigabytes = rounds * records * len(value) / 1e9
-                after = producer.metrics()
+            cpu = process_cpu_seconds(side.pids())
+            rates = [side.produce(topic, value, records, bulk=api == "send_batch") for _ in range(rounds)]
             figures[f"{api}_records_per_s"] = statistics.median(rates)
-            figures[f"{api}_server_cpu_s_per_gb"] = (process_cpu_seconds(pids) - cpu) / gigabytes
-            batches = after["batches_sent"] - before["batches_sent"]
-            if "produce_requests" in after:
-                requests = after["produce_requests"] - before["produce_requests"]
-                figures[f"{api}_requests_per_batch"] = requests / batches
-            else:  # a revision before requests could carry several batches of a partition: one batch per request
-                figures[f"{api}_requests_per_batch"] = 1.0
+            figures[f"{api}_server_cpu_s_per_gb"] = (process_cpu_seconds(side.pids()) - cpu) / (
+                rounds * records * len(value) / 1e9
+            )
+            counters = side.producer_metrics or {}
+            # a revision before requests could carry several batches of a partition sent one batch per request
+            requests = counters.get("produce_requests", counters.get("batches_sent", 1))
+            figures[f"{api}_requests_per_batch"] = requests / max(1, counters.get("batches_sent", 1))
     return figures
 
 

@@ -120,7 +120,12 @@ class Side:
 
 
 class OncelogSide(Side):
-    """oncelog's Python client against a LocalCluster; topics ``flush=sync`` (durable) or ``flush=async``."""
+    """oncelog's Python client against a LocalCluster; topics ``flush=sync`` (durable) or ``flush=async``.
+
+    ``producer_metrics`` holds the last :meth:`produce` producer's ``metrics()`` (the counters behind a rate).
+    """
+
+    producer_metrics: dict[str, int] | None = None
 
     def topic(self, mode: str, partitions: int = 1) -> str:
         name = f"yard-{next(_ids)}-{uuid.uuid4().hex[:6]}"
@@ -148,7 +153,9 @@ class OncelogSide(Side):
                 producer.flush()
                 assert last is not None
                 last.result()
-            return sent / (time.perf_counter() - start)
+            rate = sent / (time.perf_counter() - start)
+            self.producer_metrics = producer.metrics()
+            return rate
 
     def consume_mb_s(self, topic: str, records: int, value_bytes: int) -> float:
         tp = TopicPartition(topic, 0)

@@ -3,9 +3,9 @@
 ``send()`` appends a record to the open :class:`~oncelog.client.producer_batch.ProducerBatch` of its partition
 and gets a :class:`~oncelog.client.futures.RecordFuture`. The sender thread asks :meth:`RecordAccumulator.ready`
 which partitions have a batch worth sending — full, older than ``linger_ms``, or everything when a flush, a
-close or a memory shortage is pending — and :meth:`RecordAccumulator.drain` hands over at most one batch per
-partition. Draining closes a batch to new records and, for an idempotent or transactional producer, stamps
-it through :class:`~oncelog.client.sequences.ProducerSequences`.
+close or a memory shortage is pending — and :meth:`RecordAccumulator.drain` hands over their first batches (and,
+for an idempotent producer with a backlog, a few more of each). Draining closes a batch to new records and, for
+an idempotent or transactional producer, stamps it through :class:`~oncelog.client.sequences.ProducerSequences`.
 
 A failed send the sender wants to retry goes back with :meth:`RecordAccumulator.reenqueue`: ahead
 of every batch never sent, in its original order, with its sequence unchanged, and not before
@@ -33,17 +33,17 @@ from oncelog.client.errors import AbortableError, BufferExhaustedError, IllegalS
 from oncelog.client.futures import RecordFuture, RecordRun
 from oncelog.client.producer_batch import (
     MAX_RECORD_OVERHEAD,
-    MAX_RUN_RECORD_OVERHEAD,
     ProducerBatch,
     all_bytes,
     as_bytes,
+    bulk_bound,
     byte_length,
-    estimate_record_size,
+    check_record_size,
     normalize_headers,
 )
 from oncelog.client.records import TopicPartition
 from oncelog.client.sequences import NO_SEQUENCE, ProducerSequences
-from oncelog.errors import MessageTooLarge, OncelogError, RequestTimedOut
+from oncelog.errors import OncelogError, RequestTimedOut
 from oncelog.records import BATCH_OVERHEAD, Compression
 
 log = logging.getLogger(__name__)
@@ -220,7 +220,7 @@ class RecordAccumulator:
             header_tuple, encoded_headers = (), []
         if timestamp is not None and timestamp < 0:
             raise ValueError(f"record timestamp must be >= 0 (Unix milliseconds), got {timestamp}")
-        self._check_size(key, value, encoded_headers)
+        check_record_size(key, value, encoded_headers, self._max_request_size)
         deadline = time.monotonic() + max_block_s
         with self._lock:
             return self._append_locked(tp, key, value, header_tuple, timestamp, deadline)
@@ -317,8 +317,9 @@ class RecordAccumulator:
             raw += sum(map(byte_length, checked_keys))
         if BATCH_OVERHEAD + largest + MAX_RECORD_OVERHEAD > self._max_request_size:
             for index, value in enumerate(checked_values):
-                self._check_size(None if checked_keys is None else checked_keys[index], value, ())
-        bound = self._bulk_bound(len(checked_values), raw, largest) if checked_values else 0
+                key = None if checked_keys is None else checked_keys[index]
+                check_record_size(key, value, (), self._max_request_size)
+        bound = bulk_bound(len(checked_values), raw, largest, self._batch_size) if checked_values else 0
         return checked_keys, checked_values, bound
 
     def _append_run_locked(
@@ -360,30 +361,6 @@ class RecordAccumulator:
             start += taken
             wake = wake or created or batch.is_full
         return runs, used, wake
-
-    def _bulk_bound(self, count: int, raw: int, largest: int) -> int:
-        """Most bytes ``count`` header-less records of ``raw`` key and value bytes (at most ``largest`` in one
-        record) can add to a partition's batches: each record's framing, and the header of each new batch."""
-        records = raw + count * MAX_RUN_RECORD_OVERHEAD
-        # every new batch but the last closed because the next record did not fit, so it holds more than this
-        filled = self._batch_size - BATCH_OVERHEAD - largest - MAX_RUN_RECORD_OVERHEAD
-        batches = count if filled <= 0 else min(count, records // filled + 1)
-        return records + batches * BATCH_OVERHEAD
-
-    def _check_size(
-        self, key: bytes | None, value: bytes | None, encoded_headers: Sequence[tuple[bytes, bytes | None]]
-    ) -> None:
-        # Hot path: a record whose raw bytes plus the largest possible varint overhead fit needs no exact size
-        # here (its in-batch size is computed once, when it is appended).
-        raw = (len(key) if key else 0) + (len(value) if value else 0)
-        if not encoded_headers and BATCH_OVERHEAD + raw + MAX_RECORD_OVERHEAD <= self._max_request_size:
-            return
-        alone = BATCH_OVERHEAD + estimate_record_size(key, value, encoded_headers)
-        if alone > self._max_request_size:
-            raise MessageTooLarge(
-                f"a record of {alone} bytes (batch header included) exceeds max_request_size={self._max_request_size}; "
-                "send a smaller record or raise max_request_size (the topic's max_message_bytes also applies)"
-            )
 
     def _append_locked(
         self,
@@ -465,13 +442,9 @@ class RecordAccumulator:
         :attr:`ProducerBatch.payload` is encoded before this returns. ``max_bytes`` bounds
         the sum of batch sizes, except that the first batch is always taken.
 
-        Every partition gets its first batch before any gets a second. An idempotent producer's partition may
-        then add followers, up to half its in-flight limit in all (3 batches of 5, so that two requests can be
-        on the wire): full batches sent for the first time behind a first batch that is too, each allowed by
-        the sequence book. A producer that outruns the network so sends its backlog in fewer, larger requests,
-        which the partition validates and appends in one go (design/kafka-semantics.md §4.2). Retries go
-        alone, and a batch still open to records stays.
-        The batches of a partition are returned in sequence order, not necessarily next to each other.
+        Every partition gets its first batch before any gets a second; then an idempotent producer's partition
+        adds full, never-sent batches behind a never-sent first one, up to the sequence book's
+        ``batches_per_request`` (design/kafka-semantics.md §4.2). A partition's batches come in sequence order.
         """
         drained: list[ProducerBatch] = []
         with self._lock:
@@ -493,13 +466,21 @@ class RecordAccumulator:
                 self._take(queue, now)
                 total += first.size_in_bytes
                 drained.append(first)
-                if fresh and self._sequences is not None:
+                if fresh:
                     firsts.append(queue)
+            sequences = self._sequences
             for queue in firsts:
-                for _ in range(self._followers_per_request()):
-                    if not queue or not self._may_follow(queue, total, max_bytes):
+                for _ in range(0 if sequences is None else sequences.batches_per_request - 1):
+                    # a follower: never sent (so no retry rides along), full, within max_bytes, and allowed
+                    follower = queue[0] if queue else None
+                    if (
+                        follower is None
+                        or follower.drain_order is not None
+                        or not (len(queue) > 1 or follower.is_full)
+                        or (max_bytes is not None and total + follower.size_in_bytes > max_bytes)
+                        or not (sequences is not None and sequences.may_send(follower))
+                    ):
                         break
-                    follower = queue[0]
                     self._take(queue, now)
                     total += follower.size_in_bytes
                     drained.append(follower)
@@ -514,25 +495,6 @@ class RecordAccumulator:
                 continue
             encoded.append(batch)
         return encoded
-
-    def _followers_per_request(self) -> int:
-        """Batches a partition may add to its first one in a request: up to half its in-flight limit in all,
-        rounded up (3 of 5), so that two requests of a partition can be on the wire at once."""
-        if self._sequences is None:
-            return 0
-        return (self._sequences.max_in_flight + 1) // 2 - 1
-
-    def _may_follow(self, queue: deque[ProducerBatch], total: int, max_bytes: int | None) -> bool:
-        """Whether ``queue``'s first batch may ride in the request that carries the batch drained before it."""
-        batch = queue[0]
-        return (
-            batch.drain_order is None
-            and batch.attempts == 0
-            and (len(queue) > 1 or batch.is_full)
-            and (max_bytes is None or total + batch.size_in_bytes <= max_bytes)
-            and self._sequences is not None
-            and self._sequences.may_send(batch)
-        )
 
     def _take(self, queue: deque[ProducerBatch], now: int) -> None:
         """Pop ``queue``'s first batch for sending: closed to records, and stamped the first time (lock held)."""

@@ -16,7 +16,8 @@ from concurrent.futures import Future
 from oncelog.client.futures import RecordFuture
 from oncelog.client.records import TopicPartition
 from oncelog.client.sequences import NO_SEQUENCE
-from oncelog.records import Compression, Record, RecordsBuilder
+from oncelog.errors import MessageTooLarge
+from oncelog.records import BATCH_OVERHEAD, Compression, Record, RecordsBuilder
 from oncelog.records.varint import size_of_varint
 from oncelog.vocabulary import ProducerIdAndEpoch
 
@@ -62,6 +63,38 @@ def estimate_record_size(
     for header_key, header_value in headers:
         body += size_of_varint(len(header_key)) + len(header_key) + nullable_size(header_value)
     return size_of_varint(body) + body
+
+
+def check_record_size(
+    key: bytes | None,
+    value: bytes | None,
+    encoded_headers: Sequence[tuple[bytes, bytes | None]],
+    max_request_size: int,
+) -> None:
+    """Raise :class:`~oncelog.errors.MessageTooLarge` when the record alone, in a batch of its own, exceeds
+    ``max_request_size``."""
+    # Hot path: a record whose raw bytes plus the largest possible varint overhead fit needs no exact size
+    # here (its in-batch size is computed once, when it is appended).
+    raw = (len(key) if key else 0) + (len(value) if value else 0)
+    if not encoded_headers and BATCH_OVERHEAD + raw + MAX_RECORD_OVERHEAD <= max_request_size:
+        return
+    alone = BATCH_OVERHEAD + estimate_record_size(key, value, encoded_headers)
+    if alone > max_request_size:
+        raise MessageTooLarge(
+            f"a record of {alone} bytes (batch header included) exceeds max_request_size={max_request_size}; "
+            "send a smaller record or raise max_request_size (the topic's max_message_bytes also applies)"
+        )
+
+
+def bulk_bound(count: int, raw: int, largest: int, batch_size: int) -> int:
+    """Most bytes ``count`` header-less records of ``raw`` key and value bytes (at most ``largest`` in one
+    record) can add to a partition's batches of ``batch_size``: each record's framing, and the header of each
+    new batch."""
+    records = raw + count * MAX_RUN_RECORD_OVERHEAD
+    # every new batch but the last closed because the next record did not fit, so it holds more than this
+    filled = batch_size - BATCH_OVERHEAD - largest - MAX_RUN_RECORD_OVERHEAD
+    batches = count if filled <= 0 else min(count, records // filled + 1)
+    return records + batches * BATCH_OVERHEAD
 
 
 def as_bytes(data: object, what: str) -> bytes | None:

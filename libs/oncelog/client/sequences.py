@@ -300,9 +300,10 @@ class ProducerSequences:
         return entry is not None and entry.unresolved_next is not None
 
     @property
-    def max_in_flight(self) -> int:
-        """Unacknowledged batches allowed per partition."""
-        return self._max_in_flight
+    def batches_per_request(self) -> int:
+        """Most batches of one partition a produce request may carry: half the in-flight limit, rounded up (3 of
+        5), so that two requests of the partition can be on the wire at once (design/kafka-semantics.md §4.2)."""
+        return (self._max_in_flight + 1) // 2
 
     def may_send(self, batch: SequencedBatch) -> bool:
         """Whether ``batch`` may be sent now.

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from oncelog.client.accumulator import MAX_BATCH_SIZE, RecordAccumulator
 from oncelog.client.errors import AbortableError, BufferExhaustedError, IllegalStateError, RetriableError
-from oncelog.client.producer_batch import ProducerBatch, estimate_record_size
+from oncelog.client.producer_batch import ProducerBatch, check_record_size, estimate_record_size
 from oncelog.client.records import RecordMetadata, TopicPartition
 from oncelog.client.sequences import ProducerSequences
 from oncelog.errors import MessageTooLarge, NotLeader, Reason
@@ -468,16 +468,15 @@ def test_size_estimate_is_the_encoded_size(records: list[tuple[bytes | None, byt
 @pytest.mark.parametrize("key_len", [0, 1, 200])
 def test_size_check_shortcut_refuses_exactly_what_the_exact_size_refuses(key_len: int) -> None:
     limit = 4096
-    accumulator, _ = make(batch_size=1024, max_request_size=limit)
     key = b"k" * key_len if key_len else None
     for value_len in range(limit - key_len - 140, limit - key_len + 4):
         value = b"v" * value_len
         exact = BATCH_OVERHEAD + estimate_record_size(key, value)
         if exact > limit:
             with pytest.raises(MessageTooLarge):
-                accumulator._check_size(key, value, ())
+                check_record_size(key, value, (), limit)
         else:
-            accumulator._check_size(key, value, ())
+            check_record_size(key, value, (), limit)
 
 
 # ------------------------------------------------------------------------------------------ the bulk path
