@@ -35,7 +35,6 @@ import itertools
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -51,6 +50,7 @@ from bench.common import Series, report
 from oncelog.client.records import TopicPartition
 from oncelog.testing import LocalCluster
 from oncelog.testing.postgres import find_postgres_bin, postgres_instance
+from oncelog.testing.servers import free_port
 from oncelog.testing.txn_driver import ClusterView, TransactionalDriver
 
 PRODUCER_COUNTS = (1, 8, 32)
@@ -181,9 +181,7 @@ def durable_postgres(bin_dir: Path) -> Iterator[str]:
     if user:
         shutil.chown(base, user)
         shutil.chown(sock, user)
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     subprocess.run(
         [str(bin_dir / "initdb"), "-D", str(data), "-U", "oncelog", "-A", "trust", "-E", "UTF8"],
         check=True,

@@ -20,8 +20,9 @@ from pathlib import Path
 import pytest
 
 from oncelog.testing.cluster import LocalCluster
-from oncelog.testing.kafka import KafkaGatewayProcess, free_port
+from oncelog.testing.kafka import KafkaGatewayProcess
 from oncelog.testing.kafka_wire import kafka_call
+from oncelog.testing.servers import free_port
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(300)]
 

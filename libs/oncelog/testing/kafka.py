@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -20,7 +19,7 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from oncelog.testing.servers import StartedProcesses, log_tail, stop_process
+from oncelog.testing.servers import StartedProcesses, free_port, log_tail, stop_process
 
 KAFKA_VERSION = "4.4.0"
 """The Apache Kafka release the reference broker runs (scripts/kafka/pom.xml pins the same)."""
@@ -69,13 +68,6 @@ def fetch_kafka(timeout_s: float = 900.0) -> Path:
     if done.returncode != 0:
         raise KafkaStartError(f"scripts/kafka/fetch.sh failed ({done.returncode}):\n{done.stderr[-3000:]}")
     return Path(done.stdout.strip().splitlines()[-1])
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port nothing listens on right now."""
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass

@@ -3,23 +3,72 @@ server process of the test helpers is stopped and its log quoted."""
 
 from __future__ import annotations
 
+import random
 import shutil
 import signal
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Self
 
+_LOCAL_PORT_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+_LOWEST_CHOSEN_PORT = 20000
+_handed_out: set[int] = set()
+_handed_out_lock = threading.Lock()
 
-def free_port() -> int:
-    """A loopback TCP port nothing listens on right now."""
+
+def _ephemeral_ports() -> range:
+    """The ports the kernel picks from for a bind to port 0 and for every outgoing connection."""
+    try:
+        low, high = (int(part) for part in _LOCAL_PORT_RANGE.read_text().split())
+    except (OSError, ValueError):
+        low, high = 32768, 60999  # Linux's default
+    return range(low, high + 1)
+
+
+def _unclaimed_ports() -> range:
+    """Ports outside the ephemeral range (the wider side of it), which the kernel never hands out by itself."""
+    ephemeral = _ephemeral_ports()
+    below = range(min(_LOWEST_CHOSEN_PORT, ephemeral.start), ephemeral.start)
+    above = range(ephemeral.stop, 65536)
+    return max(below, above, key=len)
+
+
+def _binds(host: str, port: int) -> bool:
     with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+        return True
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port on ``host`` that nothing is bound to right now, for a server that is told its port up front.
+
+    The port comes from outside the kernel's ephemeral range (``ip_local_port_range``). Between this call and the
+    server's own bind, or while a killed server restarts on its old port, a port of that range can be taken by any
+    process's outgoing connection or bind to port 0; a port outside it can only be taken by someone who chose it,
+    and this process never hands out the same port twice. Where the range leaves fewer than 4,096 other ports,
+    the kernel's own choice is returned instead.
+    """
+    candidates = _unclaimed_ports()
+    if len(candidates) >= 4096:
+        pick = random.SystemRandom()
+        with _handed_out_lock:
+            for _ in range(256):
+                port = pick.choice(candidates)
+                if port not in _handed_out and _binds(host, port):
+                    _handed_out.add(port)
+                    return port
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
 
 
 class StartedProcesses:
