@@ -62,6 +62,20 @@ async def test_send_batch_returns_one_metadata_per_value_in_order(cluster: Local
     assert sum(len(o) for o in by_partition.values()) == 30
 
 
+async def test_send_arrow_awaits_every_records_metadata_in_the_order_of_the_calls(cluster: LocalCluster) -> None:
+    pa = pytest.importorskip("pyarrow")
+    topic = new_topic(cluster.bootstrap)
+    async with aio.Producer(cluster.bootstrap, batch_size=1024) as producer:
+        columns, single = await asyncio.gather(
+            producer.send_arrow(topic, pa.array([f"a{i}" for i in range(300)])),
+            producer.send(topic, b"after"),
+        )
+    assert [m.offset for m in columns] == list(range(300))
+    assert single.offset == 300
+    expected = [f"a{i}".encode() for i in range(300)] + [b"after"]
+    assert committed_values(cluster.bootstrap, topic, 301) == expected
+
+
 async def test_committed_transaction_is_visible_and_aborted_one_is_hidden(cluster: LocalCluster) -> None:
     topic = new_topic(cluster.bootstrap)
     async with aio.Producer(cluster.bootstrap, transactional_id=f"aio-{uuid.uuid4().hex[:8]}") as producer:

@@ -29,15 +29,12 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from oncelog.client.bulk_records import BulkRecords, RowRecords
 from oncelog.client.errors import AbortableError, BufferExhaustedError, IllegalStateError, RetriableError
 from oncelog.client.futures import RecordFuture, RecordRun
 from oncelog.client.producer_batch import (
-    MAX_RECORD_OVERHEAD,
     ProducerBatch,
-    all_bytes,
     as_bytes,
-    bulk_bound,
-    byte_length,
     check_record_size,
     normalize_headers,
 )
@@ -247,17 +244,17 @@ class RecordAccumulator:
         Raises:
             The exceptions of :meth:`append`; ``ValueError`` also when ``keys`` and ``values`` differ in length.
         """
-        runs, wake = self.append_groups([(tp, keys, values)], timestamp, max_block_s=max_block_s)
+        runs, wake = self.append_groups([(tp, RowRecords(keys, values))], timestamp, max_block_s=max_block_s)
         return runs[0], wake
 
     def append_groups(
         self,
-        groups: Sequence[tuple[TopicPartition, Sequence[bytes | None] | None, Sequence[bytes | None]]],
+        groups: Sequence[tuple[TopicPartition, BulkRecords]],
         timestamp: int | None = None,
         *,
         max_block_s: float = 0.0,
     ) -> tuple[list[list[RecordRun]], bool]:
-        """:meth:`append_many` for several partitions at once, all or nothing.
+        """:meth:`append_many` for several partitions at once, all or nothing; rows or Arrow columns alike.
 
         Every record of every group is checked, and buffer memory for all of them is reserved, before the
         first is added: a bad record, a closed accumulator or a full buffer adds none anywhere, so a caller
@@ -265,16 +262,15 @@ class RecordAccumulator:
         any record twice.
 
         Args:
-            groups: ``(partition, keys or None, values)`` per partition, each appended in order.
+            groups: ``(partition, records)`` per partition, each appended in order.
 
         Returns:
             The runs of each group (in the order of ``groups``), and whether the sender should look.
         """
         if timestamp is not None and timestamp < 0:
             raise ValueError(f"record timestamp must be >= 0 (Unix milliseconds), got {timestamp}")
-        checked = [(tp, *self._check_bulk(keys, values)) for tp, keys, values in groups]
-        total = sum(len(values) for _, _, values, _ in checked)
-        bound = sum(group_bound for _, _, _, group_bound in checked)
+        bound = sum(records.memory_bound(self._batch_size, self._max_request_size) for _, records in groups)
+        total = sum(len(records) for _, records in groups)
         if total == 0:
             return [[] for _ in groups], False
         deadline = time.monotonic() + max_block_s
@@ -292,8 +288,8 @@ class RecordAccumulator:
             unused = bound
             wake = False
             all_runs: list[list[RecordRun]] = []
-            for tp, keys, values, _ in checked:
-                runs, used, created = self._append_run_locked(tp, keys, values, timestamp)
+            for tp, records in groups:
+                runs, used, created = self._append_run_locked(tp, records, timestamp)
                 unused -= used
                 wake = wake or created
                 all_runs.append(runs)
@@ -302,32 +298,8 @@ class RecordAccumulator:
                 self._memory_freed.notify_all()
         return all_runs, wake
 
-    def _check_bulk(
-        self, keys: Sequence[bytes | None] | None, values: Sequence[bytes | None]
-    ) -> tuple[Sequence[bytes | None] | None, Sequence[bytes | None], int]:
-        """Validate one group of :meth:`append_groups`; its keys and values as bytes, and its memory bound."""
-        if keys is not None and len(keys) != len(values):
-            raise ValueError(f"{len(keys)} keys for {len(values)} values; pass one key per value or none")
-        checked_values = values if all_bytes(values) else [as_bytes(v, "value") for v in values]
-        checked_keys = keys if keys is None or all_bytes(keys) else [as_bytes(k, "key") for k in keys]
-        largest = max(map(byte_length, checked_values), default=0)
-        raw = sum(map(byte_length, checked_values))
-        if checked_keys is not None:
-            largest += max(map(byte_length, checked_keys), default=0)
-            raw += sum(map(byte_length, checked_keys))
-        if BATCH_OVERHEAD + largest + MAX_RECORD_OVERHEAD > self._max_request_size:
-            for index, value in enumerate(checked_values):
-                key = None if checked_keys is None else checked_keys[index]
-                check_record_size(key, value, (), self._max_request_size)
-        bound = bulk_bound(len(checked_values), raw, largest, self._batch_size) if checked_values else 0
-        return checked_keys, checked_values, bound
-
     def _append_run_locked(
-        self,
-        tp: TopicPartition,
-        keys: Sequence[bytes | None] | None,
-        values: Sequence[bytes | None],
-        timestamp: int | None,
+        self, tp: TopicPartition, records: BulkRecords, timestamp: int | None
     ) -> tuple[list[RecordRun], int, bool]:
         """Encode checked records into ``tp``'s batches; their memory is reserved. Runs, bytes used, wake."""
         runs: list[RecordRun] = []
@@ -335,7 +307,7 @@ class RecordAccumulator:
         wake = False
         start = 0
         open_new = False  # the open batch has no room for the next record
-        while start < len(values):
+        while start < len(records):
             now = self._clock()
             ts = now if timestamp is None else timestamp
             queue = self._batches.get(tp)
@@ -348,7 +320,7 @@ class RecordAccumulator:
                 batch = ProducerBatch(tp, created_ms=now, batch_size=self._batch_size, compression=self._compression)
             builder = batch._builder
             count = builder.count
-            taken = builder.append_run(keys, values, start, ts, self._batch_size)
+            taken = records.append_to(builder, start, ts, self._batch_size)
             open_new = taken == 0  # only an open batch takes none: the next record starts a new one
             if open_new:
                 continue

@@ -7,7 +7,8 @@ would block returns an awaitable instead, so the application's event loop never 
 * ``await send(...)`` appends the record at once (records keep the order of the ``send()`` calls, also
   when many are started together with ``asyncio.gather``) and returns its
   :class:`~oncelog.client.records.RecordMetadata` once the partition acknowledged it.
-* ``await send_batch(...)`` is the bulk form, one await for many records.
+* ``await send_batch(...)`` is the bulk form, one await for many records; ``await send_arrow(...)`` takes Arrow
+  columns.
 * Coordinator calls (``init_transactions``, ``add_offsets_to_transaction``, ``send_offsets_to_transaction``,
   ``commit_transaction``, ``abort_transaction``) and ``flush`` run on the producer's I/O loop; the caller
   awaits their outcome.
@@ -161,6 +162,22 @@ class AsyncProducer:
         core = self._core
         future = await self._append_in_call_order(
             topic, lambda: core._send_batch(topic, values, keys, partition, timestamp_ms, max_block_s=0.0)
+        )
+        return await asyncio.wrap_future(future)
+
+    async def send_arrow(
+        self,
+        topic: str,
+        values: object,
+        keys: object | None = None,
+        partition: int | None = None,
+        timestamp_ms: int | None = None,
+    ) -> Sequence[RecordMetadata]:
+        """Send Arrow columns of records and return their metadata in order (see
+        :meth:`oncelog.client.Producer.send_arrow`)."""
+        core = self._core
+        future = await self._append_in_call_order(
+            topic, lambda: core._send_arrow(topic, values, keys, partition, timestamp_ms, max_block_s=0.0)
         )
         return await asyncio.wrap_future(future)
 

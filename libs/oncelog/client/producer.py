@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 import grpc
 
 from oncelog.client.accumulator import DEFAULT_BUFFER_MEMORY, DEFAULT_MAX_REQUEST_SIZE, RecordAccumulator
+from oncelog.client.bulk_records import BulkRecords, RowRecords
 from oncelog.client.errors import IllegalStateError
 from oncelog.client.futures import RecordFuture, gather_runs
 from oncelog.client.metadata import ClusterMetadata, TopicInfo
@@ -440,6 +441,62 @@ class Producer(TwoPhaseCommit):
         max_block_s = 0.0 if self._io.on_loop_thread else self._config.max_block_ms / 1000
         return self._send_batch(topic, values, keys, partition, timestamp_ms, max_block_s=max_block_s)
 
+    def send_arrow(
+        self,
+        topic: str,
+        values: object,
+        keys: object | None = None,
+        partition: int | None = None,
+        timestamp_ms: int | None = None,
+    ) -> Future[Sequence[RecordMetadata]]:
+        """Queue Arrow columns of records: :meth:`send_batch` with no Python per record.
+
+        ``values`` (and ``keys``) are ``pyarrow`` arrays or chunked arrays of ``binary``, ``large_binary``,
+        ``string`` or ``large_string`` (a string is written as its UTF-8 bytes); a null is a null value (a
+        tombstone) or a null key. The columns are encoded into each partition's batches a batch at a time by
+        Arrow and numpy kernels (:mod:`oncelog.records.columnar`), byte for byte what :meth:`send_batch` writes.
+        The columns are the records' bytes: ``key_serializer`` and ``value_serializer`` do not apply. Keys are
+        hashed per record, as :meth:`send` does; keyless records without ``partition`` go to the sticky
+        partition.
+
+        Needs pyarrow and numpy (``pip install 'oncelog[arrow]'``).
+
+        Returns and raises as :meth:`send_batch`; ``TypeError`` also when a column is not an Arrow array of
+        binary or string.
+        """
+        max_block_s = 0.0 if self._io.on_loop_thread else self._config.max_block_ms / 1000
+        return self._send_arrow(topic, values, keys, partition, timestamp_ms, max_block_s=max_block_s)
+
+    def _send_arrow(
+        self,
+        topic: str,
+        values: object,
+        keys: object | None,
+        partition: int | None,
+        timestamp_ms: int | None,
+        *,
+        max_block_s: float,
+    ) -> Future[Sequence[RecordMetadata]]:
+        from oncelog.client.bulk_records import ColumnRecords
+
+        records = ColumnRecords.from_arrow(values, keys)
+        self._ensure_usable()
+        if self._txn is not None:
+            self._txn.check_send()
+        info = self._topic_for_send(topic, partition)
+        groups: dict[int, tuple[Sequence[int] | None, BulkRecords]]
+        if partition is not None:
+            groups = {partition: (None, records)}
+        else:
+            count, available = len(info.partitions), info.available_partitions()
+            key_list = records.key_list()
+            if key_list is None:
+                groups = {self._partitioner.partition(topic, None, count, available): (None, records)}
+            else:
+                groups = records.split(self._partitioner.partition_keys(topic, key_list, count, available))
+        keyless = records.keys is None
+        return self._append_groups(topic, groups, len(records), partition, keyless, max_block_s, timestamp_ms)
+
     def _send_batch(
         self,
         topic: str,
@@ -463,29 +520,41 @@ class Producer(TwoPhaseCommit):
             keys = [None if k is None else serialize(k) for k in keys]
         info = self._topic_for_send(topic, partition)
         count = len(info.partitions)
-        groups = self._partitioner.group(topic, keys, values, count, info.available_partitions(), partition)
+        grouped = self._partitioner.group(topic, keys, values, count, info.available_partitions(), partition)
+        groups: dict[int, tuple[Sequence[int] | None, BulkRecords]] = {
+            target: (positions, RowRecords(group_keys, group_values))
+            for target, (positions, group_keys, group_values) in grouped.items()
+        }
+        return self._append_groups(topic, groups, len(values), partition, keys is None, max_block_s, timestamp_ms)
+
+    def _append_groups(
+        self,
+        topic: str,
+        groups: Mapping[int, tuple[Sequence[int] | None, BulkRecords]],
+        total: int,
+        partition: int | None,
+        keyless: bool,
+        max_block_s: float,
+        timestamp_ms: int | None = None,
+    ) -> Future[Sequence[RecordMetadata]]:
+        """Append records grouped by partition (with their positions among all, None when a group is all of
+        them), all or nothing; one future for every record's metadata."""
         if self._txn is not None:
             for target in groups:
                 self._txn.maybe_add_partition(TopicPartition(topic, target))
         # one all-or-nothing append across partitions: a refused record (or a full buffer) adds none anywhere
         runs_per_group, wake = self._accumulator.append_groups(
-            [
-                (TopicPartition(topic, target), group_keys, group_values)
-                for target, (_, group_keys, group_values) in groups.items()
-            ],
+            [(TopicPartition(topic, target), records) for target, (_, records) in groups.items()],
             timestamp_ms,
             max_block_s=max_block_s,
         )
-        placements = [
-            (positions, runs) for (positions, _, _), runs in zip(groups.values(), runs_per_group, strict=True)
-        ]
-        if partition is None and keys is None:
-            for target, (_, _, group_values) in groups.items():
-                appended = sum(len(v) for v in group_values if v is not None)
-                self._partitioner.on_append(topic, target, appended, enable_switch=True)
+        placements = [(positions, runs) for (positions, _), runs in zip(groups.values(), runs_per_group, strict=True)]
+        if partition is None and keyless:
+            for target, (_, records) in groups.items():
+                self._partitioner.on_append(topic, target, records.payload_bytes(), enable_switch=True)
         if wake:
             self._wake()
-        return gather_runs(placements, len(values))
+        return gather_runs(placements, total)
 
     def flush(self, timeout: float | None = None) -> None:
         """Send every queued record now and wait until each is acknowledged or failed.

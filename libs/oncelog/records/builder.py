@@ -145,6 +145,17 @@ class RecordsBuilder:
         if timestamp > self.max_timestamp:
             self.max_timestamp = timestamp
 
+    def append_section(self, section: bytes | memoryview, count: int, timestamp: int) -> None:
+        """Append ``count`` records encoded elsewhere, all at ``timestamp``, their offset deltas starting at
+        :attr:`count` and their timestamp deltas relative to :attr:`base_timestamp` (as
+        :func:`oncelog.records.columnar.encode_run` writes them)."""
+        if self.base_timestamp is None:
+            self.base_timestamp = timestamp
+        self._section += section
+        self.count += count
+        if count and timestamp > self.max_timestamp:
+            self.max_timestamp = timestamp
+
     def append_run(
         self,
         keys: Sequence[bytes | None] | None,

@@ -6,11 +6,13 @@ import threading
 from concurrent.futures import Future
 from typing import Any
 
+import pyarrow as pa
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from oncelog.client.accumulator import MAX_BATCH_SIZE, RecordAccumulator
+from oncelog.client.bulk_records import ColumnRecords
 from oncelog.client.errors import AbortableError, BufferExhaustedError, IllegalStateError, RetriableError
 from oncelog.client.producer_batch import ProducerBatch, check_record_size, estimate_record_size
 from oncelog.client.records import RecordMetadata, TopicPartition
@@ -498,26 +500,39 @@ def _drain_all(accumulator: RecordAccumulator, tp: TopicPartition) -> list[Produ
     prefix=st.integers(0, 5),
     batch_size=st.integers(BATCH_OVERHEAD + 1, 2_000),
     earlier_ms=st.integers(0, 10**6),
+    large=st.booleans(),
 )
 def test_append_many_encodes_exactly_what_appending_one_by_one_would(
-    records: list[tuple[bytes | None, bytes | None]], keyed: bool, prefix: int, batch_size: int, earlier_ms: int
+    records: list[tuple[bytes | None, bytes | None]],
+    keyed: bool,
+    prefix: int,
+    batch_size: int,
+    earlier_ms: int,
+    large: bool,
 ) -> None:
-    """Same batches, same bytes, same memory held: the bulk path is only a faster way to the same result."""
+    """Same batches, same bytes, same memory held: the bulk paths, Python rows and Arrow columns (either offset
+    width), are only faster ways to the same result."""
     if not keyed:
         records = [(None, value) for _, value in records]
     prefix = min(prefix, len(records) - 1)
     clock = Clock()
     results = []
-    for bulk in (False, True):
+    for bulk in ("one by one", "rows", "columns"):
         accumulator, _ = make(clock, transactional=None, batch_size=batch_size)
         clock.now = 1_700_000_000_000
         for key, value in records[:prefix]:  # an open batch with older records, so deltas are not all 0
             accumulator.append(TP, key, value)
         clock.now += earlier_ms
         rest = records[prefix:]
-        if bulk:
-            keys = [key for key, _ in rest] if keyed else None
-            runs, _ = accumulator.append_many(TP, keys, [value for _, value in rest])
+        keys = [key for key, _ in rest] if keyed else None
+        values = [value for _, value in rest]
+        if bulk == "rows":
+            runs, _ = accumulator.append_many(TP, keys, values)
+            assert sum(run.count for run in runs) == len(rest)
+        elif bulk == "columns":
+            kind = pa.large_binary() if large else pa.binary()
+            columns = ColumnRecords.from_arrow(pa.array(values, kind), None if keys is None else pa.array(keys, kind))
+            [runs], _ = accumulator.append_groups([(TP, columns)])
             assert sum(run.count for run in runs) == len(rest)
         else:
             for key, value in rest:
@@ -526,7 +541,7 @@ def test_append_many_encodes_exactly_what_appending_one_by_one_would(
         batches = _drain_all(accumulator, TP)
         results.append(([batch.payload for batch in batches], used))
         assert used == sum(batch.size_in_bytes for batch in batches)
-    assert results[0] == results[1]
+    assert results[0] == results[1] == results[2]
 
 
 def test_append_many_fills_the_open_batch_then_opens_new_ones_and_wakes_the_sender() -> None:
