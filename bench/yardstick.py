@@ -14,8 +14,10 @@ Two modes, each row labelled: ``durable`` (oncelog ``flush=sync``: fsync before 
 never fsyncs on the write path).
 
 Figures (issue 20's table): produce records/s at 1 KiB and 100 B with ``send_batch()`` (64 records a call;
-confluent-kafka has no bulk call, its row is ``produce()`` per record, batched by librdkafka in C) and with
-per-record ``send()``; transactional ÷ idempotent records/s at a commit every 100 ms (each system's own ratio);
+confluent-kafka has no bulk call, its row is ``produce()`` per record, batched by librdkafka in C), with
+``send_arrow()`` (an Arrow binary column of 1,024 rows a call; Kafka's row takes each value out of the same
+column with ``to_pylist()`` and calls ``produce()``) and with per-record ``send()``; transactional ÷ idempotent
+records/s at a commit every 100 ms (each system's own ratio);
 small transactions/s (4 partitions x 1 record of 100 B, one thread and one client per producer) at 1, 8 and 32
 producers; consume-transform-produce latency p50/p99 (one 1 KiB record: poll, produce, offsets in the
 transaction, commit, until a read_committed reader sees it); read_committed consume MB/s of the 1 KiB topic;
@@ -61,6 +63,8 @@ from oncelog.testing.kafka import KAFKA_VERSION, ApacheKafka, fetch_kafka, kafka
 ONCELOG, KAFKA = "oncelog", "kafka"
 PRODUCER_COUNTS = (1, 8, 32)
 SIZES = (1024, 100)
+APIS = ("batch", "arrow", "send")
+API_TITLES = {"batch": "send_batch()", "arrow": "send_arrow()", "send": "per-record send()"}
 PARTS = ("core", "spark", "rss")
 MODE_LABELS = {
     "durable": "fsync on (oncelog flush=sync, Kafka flush.messages=1)",
@@ -80,6 +84,8 @@ class Figure:
 FIGURES = [
     Figure("produce_1024_batch", "produce 1 KiB, send_batch()", "records/s", "≥ 1.0"),
     Figure("produce_100_batch", "produce 100 B, send_batch()", "records/s", "≥ 1.0"),
+    Figure("produce_1024_arrow", "produce 1 KiB, send_arrow()", "records/s", "≥ 1.0"),
+    Figure("produce_100_arrow", "produce 100 B, send_arrow()", "records/s", "≥ 1.0"),
     Figure("produce_1024_send", "produce 1 KiB, per-record send()", "records/s", "≥ 0.5"),
     Figure("produce_100_send", "produce 100 B, per-record send()", "records/s", "≥ 0.5"),
     Figure("txn_ratio", "transactional ÷ idempotent, 100 ms commits", "ratio", "oncelog's own ≥ 0.98"),
@@ -156,14 +162,14 @@ def measure_run(sides: list[Side], run: int, settings: Settings, out: Collector)
     for mode in settings.modes:
         for size in SIZES:
             value = b"x" * size
-            for bulk in (True, False):
+            for api in APIS:
                 step += 1
                 for side in _order(sides, run, step):
                     topic = side.topic(mode)
                     cpu = process_cpu_seconds(side.pids())
-                    rate = side.produce(topic, value, settings.records, bulk=bulk)
-                    out.add(f"produce_{size}_{'batch' if bulk else 'send'}", mode, side.name, rate)
-                    if size == 1024 and bulk:
+                    rate = side.produce(topic, value, settings.records, api=api)
+                    out.add(f"produce_{size}_{api}", mode, side.name, rate)
+                    if size == 1024 and api == "batch":
                         gigabytes = settings.records * size / 1e9
                         out.add("cpu_s_per_gb", mode, side.name, (process_cpu_seconds(side.pids()) - cpu) / gigabytes)
                         out.add("consume_mb_s", mode, side.name, side.consume_mb_s(topic, settings.records, size))
@@ -240,15 +246,15 @@ def plot(out: Collector, modes: tuple[str, ...], base: Path) -> list[Path]:
         values = out.values.get((key, mode, side), [])
         return statistics.median(values) if values else float("nan")
 
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True)
-    for ax, api in zip(axes, ("batch", "send"), strict=True):
+    fig, axes = plt.subplots(1, len(APIS), figsize=(15, 4.2), sharey=True)
+    for ax, api in zip(axes, APIS, strict=True):
         for side in (ONCELOG, KAFKA):
             for mode in modes:
                 ys = [median(f"produce_{size}_{api}", mode, side) for size in sorted(SIZES)]
                 ax.plot(sorted(SIZES), ys, styles[(side, mode)], marker="o", label=f"{side} {mode}")
         ax.set_xscale("log")
         ax.set_xlabel("record size (bytes)")
-        ax.set_title("send_batch()" if api == "batch" else "per-record send()")
+        ax.set_title(API_TITLES[api])
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("records/s (median)")
     axes[0].legend()

@@ -20,6 +20,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from confluent_kafka import Consumer as KConsumer
 from confluent_kafka import KafkaError
@@ -34,6 +35,18 @@ MODES = ("durable", "default")
 BATCH_SIZE = 64 * 1024
 LINGER_MS = 5
 BULK_RECORDS = 64
+ARROW_RECORDS = 1024
+"""Rows of the Arrow column each ``send_arrow()`` call takes (a small Arrow record batch)."""
+
+
+def arrow_column(value: bytes, records: int) -> Any:
+    """An Arrow binary column of :data:`ARROW_RECORDS` (at most ``records``) copies of ``value``, built outside the
+    timed part."""
+    import pyarrow as pa
+
+    return pa.array([value] * min(ARROW_RECORDS, records), pa.binary())
+
+
 COMMIT_INTERVAL_S = 0.1
 SMALL_TXN_PARTITIONS = 4
 SMALL_TXN_VALUE = b"v" * 100
@@ -95,7 +108,10 @@ class Side:
     def topic(self, mode: str, partitions: int = 1) -> str:
         raise NotImplementedError
 
-    def produce(self, topic: str, value: bytes, records: int, *, bulk: bool) -> float:
+    def produce(self, topic: str, value: bytes, records: int, *, api: str) -> float:
+        """Records/s of ``records`` copies of ``value`` to partition 0 through ``api``: ``batch``
+        (``send_batch()``, :data:`BULK_RECORDS` a call), ``send`` (per record) or ``arrow`` (``send_arrow()`` of
+        an Arrow column, :data:`ARROW_RECORDS` a call), until every record is acknowledged."""
         raise NotImplementedError
 
     def consume_mb_s(self, topic: str, records: int, value_bytes: int) -> float:
@@ -134,11 +150,18 @@ class OncelogSide(Side):
             admin.create_topics([NewTopic(name, num_partitions=partitions, configs={"flush": flush})])
         return name
 
-    def produce(self, topic: str, value: bytes, records: int, *, bulk: bool) -> float:
+    def produce(self, topic: str, value: bytes, records: int, *, api: str) -> float:
+        column = arrow_column(value, records) if api == "arrow" else None
         with Producer(self.bootstrap, batch_size=BATCH_SIZE, linger_ms=LINGER_MS) as producer:
             producer.send(topic, value, partition=0).result()  # metadata and producer id outside the timed part
             start = time.perf_counter()
-            if bulk:
+            if column is not None:
+                futures = [producer.send_arrow(topic, column, partition=0) for _ in range(records // len(column))]
+                sent = len(futures) * len(column)
+                producer.flush()
+                for future in futures[-1:]:
+                    future.result()
+            elif api == "batch":
                 values = [value] * BULK_RECORDS
                 futures = [producer.send_batch(topic, values, partition=0) for _ in range(records // BULK_RECORDS)]
                 sent = len(futures) * BULK_RECORDS
@@ -312,14 +335,22 @@ class KafkaSide(Side):
         config.update(extra)
         return KProducer(config)
 
-    def produce(self, topic: str, value: bytes, records: int, *, bulk: bool) -> float:
-        # confluent-kafka has no bulk call: produce() per record, which librdkafka batches in C either way
+    def produce(self, topic: str, value: bytes, records: int, *, api: str) -> float:
+        # confluent-kafka has no bulk call: produce() per record, which librdkafka batches in C either way; from
+        # an Arrow column, each value is taken out of it first (to_pylist), as a Python user would
+        column = arrow_column(value, records) if api == "arrow" else None
         producer = self._producer()
         producer.produce(topic, value, partition=0)
         assert producer.flush(60) == 0
         start = time.perf_counter()
-        for _ in range(records):
-            _kafka_fill(producer, topic, value)
+        if column is not None:
+            for _ in range(records // len(column)):
+                for item in column.to_pylist():
+                    _kafka_fill(producer, topic, item)
+            records -= records % len(column)
+        else:
+            for _ in range(records):
+                _kafka_fill(producer, topic, value)
         assert producer.flush(300) == 0, "records left unsent"
         return records / (time.perf_counter() - start)
 

@@ -28,6 +28,8 @@ EXPECTED = {
     # the figures of issue 20's table (Spark excepted): key in the JSON -> label of its table row, in the durable mode
     "produce_1024_batch": "produce 1 KiB, send_batch()",
     "produce_100_batch": "produce 100 B, send_batch()",
+    "produce_1024_arrow": "produce 1 KiB, send_arrow()",
+    "produce_100_arrow": "produce 100 B, send_arrow()",
     "produce_1024_send": "produce 1 KiB, per-record send()",
     "produce_100_send": "produce 100 B, per-record send()",
     "txn_ratio": "transactional ÷ idempotent, 100 ms commits",
