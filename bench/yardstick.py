@@ -20,7 +20,9 @@ column with ``to_pylist()`` and calls ``produce()``) and with per-record ``send(
 records/s at a commit every 100 ms (each system's own ratio);
 small transactions/s (4 partitions x 1 record of 100 B, one thread and one client per producer) at 1, 8 and 32
 producers; consume-transform-produce latency p50/p99 (one 1 KiB record: poll, produce, offsets in the
-transaction, commit, until a read_committed reader sees it); read_committed consume MB/s of the 1 KiB topic;
+transaction, commit, until a read_committed reader sees it); read_committed consume MB/s of the 1 KiB topic, as
+records and into Arrow columns (``poll_arrow()``; Kafka's row puts each ``consume()`` batch's topic, partition,
+offset, timestamp, key and value into a ``pyarrow`` table);
 the servers' CPU seconds per GB produced (1 KiB ``send_batch()``) and per 1,000 small transactions (8
 producers); the servers' RSS at the end of each run. After the runs, the Spark row (``bench.yardstick_spark``):
 oncelog's exactly-once sink against Spark's own Kafka sink (at-least-once) writing to the Kafka broker, warm
@@ -96,6 +98,7 @@ FIGURES = [
     Figure("ctp_p50_ms", "consume-transform-produce p50", "ms", "≤ 1.0", False),
     Figure("ctp_p99_ms", "consume-transform-produce p99", "ms", "≤ 1.0", False),
     Figure("consume_mb_s", "read_committed consume", "MB/s", "≥ 1.0"),
+    Figure("consume_arrow_mb_s", "read_committed consume into Arrow, poll_arrow()", "MB/s", "≥ 1.0"),
     Figure("cpu_s_per_gb", "server CPU per GB produced", "CPU s", "≤ 1.0", False),
     Figure("cpu_s_per_1000_txn", "server CPU per 1,000 transactions", "CPU s", "≤ 1.0", False),
     Figure("rss_mb", "server RSS after the run", "MB", "≤ 1.0", False),
@@ -173,6 +176,8 @@ def measure_run(sides: list[Side], run: int, settings: Settings, out: Collector)
                         gigabytes = settings.records * size / 1e9
                         out.add("cpu_s_per_gb", mode, side.name, (process_cpu_seconds(side.pids()) - cpu) / gigabytes)
                         out.add("consume_mb_s", mode, side.name, side.consume_mb_s(topic, settings.records, size))
+                        consumed = side.consume_mb_s(topic, settings.records, size, arrow=True)
+                        out.add("consume_arrow_mb_s", mode, side.name, consumed)
         step += 1
         for side in _order(sides, run, step):
             topic = side.topic(mode)

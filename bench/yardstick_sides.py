@@ -114,7 +114,11 @@ class Side:
         an Arrow column, :data:`ARROW_RECORDS` a call), until every record is acknowledged."""
         raise NotImplementedError
 
-    def consume_mb_s(self, topic: str, records: int, value_bytes: int) -> float:
+    def consume_mb_s(self, topic: str, records: int, value_bytes: int, *, arrow: bool = False) -> float:
+        """MB/s of a read_committed consumer reading ``records`` of ``value_bytes`` from offset 0 of partition 0;
+        with ``arrow``, into Arrow columns (oncelog: ``poll_arrow()``; Kafka: each ``consume()`` batch's topic,
+        partition, offset, timestamp, key and value into a ``pyarrow`` table, as a Python user of confluent-kafka
+        would)."""
         raise NotImplementedError
 
     def idempotent_rate(self, topic: str, value: bytes, seconds: float) -> float:
@@ -180,7 +184,7 @@ class OncelogSide(Side):
             self.producer_metrics = producer.metrics()
             return rate
 
-    def consume_mb_s(self, topic: str, records: int, value_bytes: int) -> float:
+    def consume_mb_s(self, topic: str, records: int, value_bytes: int, *, arrow: bool = False) -> float:
         tp = TopicPartition(topic, 0)
         with Consumer(self.bootstrap, isolation_level="read_committed", max_poll_records=10_000) as consumer:
             consumer.assign([tp])
@@ -189,7 +193,10 @@ class OncelogSide(Side):
             start = time.perf_counter()
             deadline = start + 300
             while seen < records and time.perf_counter() < deadline:
-                seen += len(consumer.poll(timeout_ms=1000))
+                if arrow:
+                    seen += consumer.poll_arrow(timeout_ms=1000).num_rows
+                else:
+                    seen += len(consumer.poll(timeout_ms=1000))
             elapsed = time.perf_counter() - start
         assert seen >= records, f"read {seen} of {records}"
         return seen * value_bytes / elapsed / 1e6
@@ -354,7 +361,9 @@ class KafkaSide(Side):
         assert producer.flush(300) == 0, "records left unsent"
         return records / (time.perf_counter() - start)
 
-    def consume_mb_s(self, topic: str, records: int, value_bytes: int) -> float:
+    def consume_mb_s(self, topic: str, records: int, value_bytes: int, *, arrow: bool = False) -> float:
+        if arrow:
+            import pyarrow as pa
         consumer = KConsumer(
             {"bootstrap.servers": self.bootstrap, "group.id": f"yard-{uuid.uuid4().hex[:6]}",
              "isolation.level": "read_committed", "enable.auto.commit": False, "fetch.wait.max.ms": 100}
@@ -366,7 +375,22 @@ class KafkaSide(Side):
         try:
             while seen < records and time.perf_counter() < deadline:
                 # consume() returns early only once it has num_messages: never ask for more than are left
-                for message in consumer.consume(num_messages=min(10_000, records - seen), timeout=1.0):
+                messages = consumer.consume(num_messages=min(10_000, records - seen), timeout=1.0)
+                if arrow:
+                    good = [m for m in messages if m.error() is None]
+                    table = pa.table(
+                        {
+                            "topic": [m.topic() for m in good],
+                            "partition": pa.array([m.partition() for m in good], pa.int32()),
+                            "offset": [m.offset() for m in good],
+                            "timestamp": [m.timestamp()[1] for m in good],
+                            "key": pa.array([m.key() for m in good], pa.binary()),
+                            "value": pa.array([m.value() for m in good], pa.binary()),
+                        }
+                    )
+                    seen += table.num_rows
+                    continue
+                for message in messages:
                     if message.error() is None:
                         seen += 1
             elapsed = time.perf_counter() - start

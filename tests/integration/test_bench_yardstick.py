@@ -39,6 +39,7 @@ EXPECTED = {
     "ctp_p50_ms": "consume-transform-produce p50",
     "ctp_p99_ms": "consume-transform-produce p99",
     "consume_mb_s": "read_committed consume",
+    "consume_arrow_mb_s": "read_committed consume into Arrow, poll_arrow()",
     "cpu_s_per_gb": "server CPU per GB produced",
     "cpu_s_per_1000_txn": "server CPU per 1,000 transactions",
     "rss_mb": "server RSS after the run",

@@ -29,6 +29,7 @@ import time
 import weakref
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from oncelog.client.errors import Action, Refresh, RetriableError, classify
 from oncelog.client.fetch_filter import CompletedFetch
@@ -47,6 +48,9 @@ from oncelog.client.services import (
 from oncelog.errors import OffsetOutOfRange, OncelogError, Reason, UnknownTopicOrPartition
 from oncelog.telemetry.metrics import CONSUMER_RECORDS_LAG, OncelogMetrics, default_metrics
 from oncelog.vocabulary import IsolationLevel
+
+if TYPE_CHECKING:
+    from oncelog.records.columnar import DecodedColumns
 
 __all__ = ["COMMITTED", "FetchCommitted", "Fetcher", "PartitionState"]
 
@@ -332,8 +336,15 @@ class Fetcher:
 
     async def fetch_records(self, deadline: Deadline, limit: int) -> list[ConsumerRecord]:
         """Up to ``limit`` records of the assigned partitions, waiting until ``deadline`` for some (``poll()``)."""
+        return await self._fetch_until(deadline, limit, columnar=False)  # type: ignore[no-any-return]
+
+    async def fetch_columns(self, deadline: Deadline, limit: int) -> list[tuple[TopicPartition, DecodedColumns]]:
+        """:meth:`fetch_records` as Arrow columns, a chunk per partition and batch (``poll_arrow()``)."""
+        return await self._fetch_until(deadline, limit, columnar=True)  # type: ignore[no-any-return]
+
+    async def _fetch_until(self, deadline: Deadline, limit: int, *, columnar: bool) -> list[Any]:
         while True:
-            records = self._drain_buffered(limit)
+            records = self._drain_buffered(limit, columnar)
             if records:
                 return records
             unresolved = [tp for tp, s in self.assignment.items() if s.position is None]
@@ -343,16 +354,18 @@ class Fetcher:
             pending = [task for task in (*self._fetches.values(), *self._validations.values()) if not task.done()]
             remaining = deadline.remaining()
             if remaining is not None and remaining <= 0:
-                return self._drain_buffered(limit)
+                return self._drain_buffered(limit, columnar)
             if pending:
                 await asyncio.wait(pending, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
             else:
                 await asyncio.sleep(deadline.cap(self._retry_backoff_ms / 1000))
             self._reap_fetches()
 
-    def _drain_buffered(self, limit: int) -> list[ConsumerRecord]:
-        out: list[ConsumerRecord] = []
-        for state in self.assignment.values():
+    def _drain_buffered(self, limit: int, columnar: bool = False) -> list[Any]:
+        """Buffered records, up to ``limit``: a list of records, or of ``(partition, columns)`` chunks."""
+        out: list[Any] = []
+        count = 0
+        for tp, state in self.assignment.items():
             if state.error is not None:
                 if out:
                     return out
@@ -362,7 +375,14 @@ class Fetcher:
             if fetch is None:
                 continue
             try:
-                records = fetch.fetch_records(limit - len(out))
+                if columnar:
+                    chunks = fetch.fetch_columns(limit - count)
+                    out.extend((tp, chunk) for chunk in chunks)
+                    count += sum(len(chunk) for chunk in chunks)
+                else:
+                    records = fetch.fetch_records(limit - count)
+                    out.extend(records)
+                    count += len(records)
             except OncelogError:
                 state.buffered = None  # the damaged batch is fetched again from the position
                 if out:
@@ -373,8 +393,7 @@ class Fetcher:
             state.position = fetch.next_fetch_offset
             if fetch.is_consumed:
                 state.buffered = None
-            out.extend(records)
-            if len(out) >= limit:
+            if count >= limit:
                 break
         return out
 

@@ -69,6 +69,7 @@ __all__ = [
     "decode_record_fields",
     "decode_records",
     "iter_batches",
+    "records_section",
     "read_control_record",
     "read_header",
     "split_batches",
@@ -410,6 +411,17 @@ def decode_record_fields(batch: bytes | bytearray | memoryview) -> list[RecordFi
     view = memoryview(batch)
     header = _read_whole(view)
     return _parse_fields(_section_bytes(header, view), header)
+
+
+def records_section(batch: bytes | bytearray | memoryview) -> tuple[BatchHeader, bytes]:
+    """The header of exactly one batch and its records section, decompressed (what the decoders parse).
+
+    Raises:
+        CorruptMessage: ``batch`` is not exactly one batch.
+    """
+    view = memoryview(batch)
+    header = _read_whole(view)
+    return header, _section_bytes(header, view)
 
 
 def read_control_record(batch: bytes | bytearray | memoryview) -> tuple[ControlType, int]:

@@ -1,4 +1,4 @@
-"""Records of Arrow columns encoded a batch at a time, with no Python per record.
+"""Records of Arrow columns encoded a batch at a time, and batches decoded into Arrow columns.
 
 The producer's bulk path (:meth:`oncelog.records.builder.RecordsBuilder.append_run`) still runs a few Python
 statements per record, which bounds it at a few hundred thousand small records a second on one core. Here the
@@ -7,6 +7,12 @@ computed for the whole run in numpy, laid out as one small binary column, and Ar
 ``binary_join_element_wise`` interleaves them with the keys and values. The result is byte for byte what
 ``append_run`` writes (tests/unit/records/test_columnar.py checks it against that path).
 
+The consumer's way back (:func:`decode_columns`) walks a batch's records once in Python to find where each
+starts (a record's place depends on the lengths before it), then decodes every field of every record at once with
+numpy and hands the keys and values to Arrow as views into the decompressed section (``binary_view``), cast to
+``binary`` in Arrow's C++ code. A batch whose records carry headers, or that is not well formed, is left to the
+row decoder (:func:`oncelog.records.batch.decode_record_fields`), which reads headers and names what is wrong.
+
 A column is a ``pyarrow`` array of ``binary``, ``large_binary``, ``string`` or ``large_string`` (strings are
 written as their UTF-8 bytes); a null is a null key or value. pyarrow and numpy are imported with this module:
 ``pip install oncelog[arrow]``.
@@ -14,8 +20,12 @@ written as their UTF-8 bytes); a null is a null key or value. pyarrow and numpy 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from oncelog.records.batch import BatchHeader, TimestampType
+from oncelog.records.varint import decode_varint
 
 try:
     import numpy as np
@@ -26,7 +36,19 @@ except ImportError as missing:  # pragma: no cover - depends on the environment
         f"the columnar record path needs pyarrow and numpy ({missing}); install them with pip install 'oncelog[arrow]'"
     ) from None
 
-__all__ = ["BinaryColumn", "as_binary_column", "encode_run", "fitting_records"]
+__all__ = [
+    "RECORDS_SCHEMA",
+    "records_table",
+    "HEADERS_TYPE",
+    "BinaryColumn",
+    "DecodedColumns",
+    "as_binary_column",
+    "concat_columns",
+    "decode_batches",
+    "decode_columns",
+    "encode_run",
+    "fitting_records",
+]
 
 _VARINT_BYTES = 5  # an int32 varint's longest form; every length and delta here is an int32
 
@@ -223,3 +245,288 @@ class _Varints:
         return pa.Array.from_buffers(
             pa.binary(), count, [None, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(out)]
         )
+
+
+# -------------------------------------------------------------------------------------------- decoding
+
+
+@dataclass(frozen=True, slots=True)
+class DecodedColumns:
+    """The records of one batch, column by column.
+
+    Attributes:
+        offsets: each record's offset (int64 numpy array).
+        timestamps: each record's timestamp (int64 numpy array; the batch's max timestamp under LogAppendTime).
+        keys: each record's key (``pyarrow`` ``binary``; null for a null key).
+        values: each record's value, likewise.
+        headers: each record's headers (``list<struct<key: string, value: binary>>``), or None when no record
+            has any.
+    """
+
+    offsets: Any
+    timestamps: Any
+    keys: Any
+    values: Any
+    headers: Any = None
+
+    def __len__(self) -> int:
+        return len(self.offsets)
+
+    def slice(self, start: int, stop: int | None = None) -> DecodedColumns:
+        stop = len(self) if stop is None else min(stop, len(self))
+        start = min(start, stop)
+        return DecodedColumns(
+            self.offsets[start:stop],
+            self.timestamps[start:stop],
+            self.keys.slice(start, stop - start),
+            self.values.slice(start, stop - start),
+            None if self.headers is None else self.headers.slice(start, stop - start),
+        )
+
+    def from_offset(self, offset: int) -> DecodedColumns:
+        """The records at ``offset`` and after (offsets ascend within a batch)."""
+        first = int(np.searchsorted(self.offsets, offset, side="left"))
+        return self.slice(first) if first else self
+
+    def headers_column(self) -> Any:
+        """:attr:`headers`, with an empty list for every record when no record has any."""
+        if self.headers is not None:
+            return self.headers
+        return pa.ListArray.from_arrays(pa.array(np.zeros(len(self) + 1, dtype=np.int32)), _NO_HEADERS)
+
+    @classmethod
+    def from_fields(
+        cls, fields: list[tuple[int, int, Any, Any, tuple[tuple[str, bytes | None], ...]]]
+    ) -> DecodedColumns:
+        """Columns of ``(offset, timestamp, key, value, headers)`` records decoded in Python."""
+        headers = None
+        if any(row[4] for row in fields):
+            headers = pa.array(
+                [[{"key": name, "value": data} for name, data in row[4]] for row in fields], HEADERS_TYPE
+            )
+        return cls(
+            np.array([row[0] for row in fields], dtype=np.int64),
+            np.array([row[1] for row in fields], dtype=np.int64),
+            pa.array([None if row[2] is None else bytes(row[2]) for row in fields], pa.binary()),
+            pa.array([None if row[3] is None else bytes(row[3]) for row in fields], pa.binary()),
+            headers,
+        )
+
+    def to_fields(self) -> list[tuple[int, int, bytes | None, bytes | None, tuple[tuple[str, bytes | None], ...]]]:
+        """The records as ``(offset, timestamp, key, value, headers)`` tuples."""
+        headers = (
+            [tuple((h["key"], h["value"]) for h in row) for row in self.headers.to_pylist()]
+            if self.headers is not None
+            else [()] * len(self)
+        )
+        return list(
+            zip(
+                self.offsets.tolist(),
+                self.timestamps.tolist(),
+                self.keys.to_pylist(),
+                self.values.to_pylist(),
+                headers,
+                strict=True,
+            )
+        )
+
+
+HEADERS_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
+"""The Arrow type of a record's headers: a list of ``{key, value}`` in their order."""
+_NO_HEADERS = pa.array([], HEADERS_TYPE.value_type)
+
+
+def decode_columns(header: BatchHeader, section: bytes) -> DecodedColumns | None:
+    """The records of a batch (its header and decompressed records section) as columns; see
+    :func:`decode_batches`."""
+    return decode_batches([(header, section)])
+
+
+def decode_batches(batches: Sequence[tuple[BatchHeader, bytes]]) -> DecodedColumns | None:
+    """The records of consecutive batches (each header with its decompressed records section) as one set of
+    columns, in order.
+
+    Decoding a fetch's batches together costs the numpy calls once rather than per batch, which matters for the
+    small batches most producers send (16 KiB by default).
+
+    Returns None when a record carries headers or anything is out of place (a length that runs past its record,
+    bytes after the declared records, a varint too long): the row decoder then decodes each batch, or raises the
+    precise error.
+    """
+    if any(header.record_count < 0 for header, _ in batches):
+        return None
+    data_bytes = batches[0][1] if len(batches) == 1 else b"".join(section for _, section in batches)
+    size = len(data_bytes)
+    count = sum(header.record_count for header, _ in batches)
+    if count == 0:
+        return None if size else _empty()
+    ends: list[int] = []  # where each record ends; its body begins after its length varint
+    append = ends.append
+    pos = 0
+    try:
+        for header, section in batches:
+            section_end = pos + len(section)
+            for _ in range(header.record_count):
+                byte = data_bytes[pos]
+                if byte < 0x80:
+                    length, pos = (byte >> 1) ^ -(byte & 1), pos + 1
+                elif data_bytes[pos + 1] < 0x80:  # 64 to 8191 bytes
+                    unsigned = (byte & 0x7F) | (data_bytes[pos + 1] << 7)
+                    length, pos = (unsigned >> 1) ^ -(unsigned & 1), pos + 2
+                else:
+                    length, pos = decode_varint(data_bytes, pos)
+                if length < 0:
+                    return None
+                pos += length
+                append(pos)
+            if pos != section_end:  # records running past their batch, or bytes after the declared ones
+                return None
+    except (IndexError, ValueError):
+        return None
+    data = np.frombuffer(data_bytes, dtype=np.uint8)
+    record_ends = np.array(ends, dtype=np.int64)
+    record_starts = np.empty(count, dtype=np.int64)
+    record_starts[0] = 0
+    record_starts[1:] = record_ends[:-1]
+    lengths, bodies = _varints_at(data, record_starts, 5)
+    if lengths is None or (bodies + lengths != record_ends).any():
+        return None
+    at = bodies + 1  # the attributes byte (unused in magic 2)
+    timestamp_deltas, at = _varints_at(data, at, 10)
+    offset_deltas, at = _varints_at(data, at, 5)
+    if timestamp_deltas is None or offset_deltas is None:
+        return None
+    key_lengths, at = _varints_at(data, at, 5)
+    if key_lengths is None:
+        return None
+    key_starts = at
+    at = at + np.maximum(key_lengths, 0)
+    if (at > record_ends).any():
+        return None
+    value_lengths, at = _varints_at(data, at, 5)
+    if value_lengths is None:
+        return None
+    value_starts = at
+    at = at + np.maximum(value_lengths, 0)
+    # a record without headers ends with a header count of 0, one byte, where its length says it ends
+    if (
+        (at + 1 != record_ends).any()
+        or data[np.minimum(at, size - 1)].any()
+        or (key_lengths < -1).any()
+        or (value_lengths < -1).any()
+    ):
+        return None
+    counts = [header.record_count for header, _ in batches]
+    offsets = np.repeat(np.array([header.base_offset for header, _ in batches], dtype=np.int64), counts)
+    offsets += offset_deltas
+    append_time = [header.timestamp_type is TimestampType.LOG_APPEND_TIME for header, _ in batches]
+    base_timestamps = np.repeat(np.array([header.base_timestamp for header, _ in batches], dtype=np.int64), counts)
+    timestamps = base_timestamps + timestamp_deltas
+    if any(append_time):
+        max_timestamps = np.repeat(np.array([header.max_timestamp for header, _ in batches], dtype=np.int64), counts)
+        timestamps = np.where(np.repeat(np.array(append_time), counts), max_timestamps, timestamps)
+    buffer = pa.py_buffer(data_bytes)
+    return DecodedColumns(
+        offsets,
+        timestamps,
+        _binary_views(data, buffer, key_starts, key_lengths),
+        _binary_views(data, buffer, value_starts, value_lengths),
+    )
+
+
+def concat_columns(parts: Sequence[DecodedColumns]) -> DecodedColumns:
+    """The records of ``parts`` as one set of columns, in order."""
+    if len(parts) == 1:
+        return parts[0]
+    if not parts:
+        return _empty()
+    with_headers = any(part.headers is not None for part in parts)
+    return DecodedColumns(
+        np.concatenate([part.offsets for part in parts]),
+        np.concatenate([part.timestamps for part in parts]),
+        pa.concat_arrays([part.keys for part in parts]),
+        pa.concat_arrays([part.values for part in parts]),
+        pa.concat_arrays([part.headers_column() for part in parts]) if with_headers else None,
+    )
+
+
+def _empty() -> DecodedColumns:
+    nothing = np.zeros(0, dtype=np.int64)
+    return DecodedColumns(nothing, nothing, pa.array([], pa.binary()), pa.array([], pa.binary()))
+
+
+def _varints_at(data: Any, positions: Any, longest: int) -> tuple[Any | None, Any]:
+    """The zigzag varints starting at ``positions`` and the positions after them; None if one is too long."""
+    unsigned = np.zeros(len(positions), dtype=np.uint64)
+    sizes = np.zeros(len(positions), dtype=np.int64)
+    open_ = np.ones(len(positions), dtype=bool)
+    for index in range(longest):
+        byte = data[np.minimum(positions + index, len(data) - 1)].astype(np.uint64)
+        unsigned |= np.where(open_, (byte & np.uint64(0x7F)) << np.uint64(7 * index), np.uint64(0))
+        sizes += open_
+        open_ &= byte >= 0x80
+        if not open_.any():
+            signed = (unsigned >> np.uint64(1)).astype(np.int64) ^ -(unsigned & np.uint64(1)).astype(np.int64)
+            return signed, positions + sizes
+    return None, positions
+
+
+def _binary_views(data: Any, buffer: Any, starts: Any, lengths: Any) -> Any:
+    """A ``binary`` column of the ``lengths`` bytes at ``starts`` of ``buffer`` (-1: null), through Arrow's
+    ``binary_view`` layout: 16 bytes per entry, the bytes themselves when they fit in 12, else their first four and
+    where they are."""
+    count = len(starts)
+    valid = lengths >= 0
+    if not valid.any():
+        return pa.nulls(count, pa.binary())
+    sizes = np.where(valid, lengths, 0)
+    views = np.zeros((count, 16), dtype=np.uint8)
+    words = views.view(np.int32)
+    words[:, 0] = sizes
+    inline = sizes <= 12
+    last = len(data) - 1
+    if inline.any():
+        rows = np.flatnonzero(inline)
+        spans = np.minimum(starts[rows, None] + np.arange(12), last)
+        views[rows, 4:] = np.where(np.arange(12) < sizes[rows, None], data[spans], 0)
+    if not inline.all():
+        rows = np.flatnonzero(~inline)
+        views[rows, 4:8] = data[starts[rows, None] + np.arange(4)]
+        words[rows, 2] = 0  # the index of the one data buffer
+        words[rows, 3] = starts[rows]
+    bitmap = None if valid.all() else pa.py_buffer(np.packbits(valid, bitorder="little"))
+    array = pa.Array.from_buffers(pa.binary_view(), count, [bitmap, pa.py_buffer(views), buffer])
+    return array.cast(pa.binary())
+
+
+RECORDS_SCHEMA = pa.schema(
+    [
+        ("topic", pa.string()),
+        ("partition", pa.int32()),
+        ("offset", pa.int64()),
+        ("timestamp", pa.int64()),
+        ("key", pa.binary()),
+        ("value", pa.binary()),
+        ("headers", HEADERS_TYPE),
+    ]
+)
+"""The columns of ``Consumer.poll_arrow()``."""
+
+
+def records_table(chunks: list[tuple[str, int, DecodedColumns]]) -> Any:
+    """One ``pyarrow.Table`` of :data:`RECORDS_SCHEMA` from ``(topic, partition, columns)`` chunks, in order."""
+    if not chunks:
+        return RECORDS_SCHEMA.empty_table()
+    counts = np.array([len(columns) for _, _, columns in chunks], dtype=np.int64)
+    names = sorted({topic for topic, _, _ in chunks})
+    which = np.repeat(np.array([names.index(topic) for topic, _, _ in chunks], dtype=np.int32), counts)
+    arrays = [
+        pa.array(names, pa.string()).take(pa.array(which)),
+        pa.array(np.repeat(np.array([partition for _, partition, _ in chunks], dtype=np.int32), counts)),
+        pa.array(np.concatenate([columns.offsets for _, _, columns in chunks])),
+        pa.array(np.concatenate([columns.timestamps for _, _, columns in chunks])),
+        pa.concat_arrays([columns.keys for _, _, columns in chunks]),
+        pa.concat_arrays([columns.values for _, _, columns in chunks]),
+        pa.concat_arrays([columns.headers_column() for _, _, columns in chunks]),
+    ]
+    return pa.Table.from_arrays(arrays, schema=RECORDS_SCHEMA)

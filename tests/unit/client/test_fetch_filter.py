@@ -40,6 +40,7 @@ class Log:
     visible: list[int] = field(default_factory=list)  # offsets a read_committed reader must see
     data: list[int] = field(default_factory=list)  # every data offset (read_uncommitted)
     compression: Compression = Compression.NONE
+    headers: bool = True  # every record carries a header (the columnar decoder leaves such batches to the rows)
 
     @property
     def end(self) -> int:
@@ -51,7 +52,8 @@ class Log:
 
     def write(self, count: int, *, pid: int = -1, transactional: bool = False) -> list[int]:
         base = self.end
-        records = [Record(key=None, value=b"%d" % (base + i), headers=(("h", b"x"),)) for i in range(count)]
+        headers = (("h", b"x"),) if self.headers else ()
+        records = [Record(key=None, value=b"%d" % (base + i), headers=headers) for i in range(count)]
         epoch, sequence = (0, base) if pid >= 0 else (-1, -1)
         raw = build_batch(
             records,
@@ -292,6 +294,37 @@ def test_damaged_batch_is_raised_after_the_records_before_it() -> None:
     assert len(records) == 4
 
 
+def test_a_damaged_batch_ends_a_columns_page_after_the_batches_before_it() -> None:
+    log = Log(headers=False)
+    log.write(2)
+    log.write(3)
+    log.write(2)
+    raw, _, _ = log.fetch(0, RC)
+    damaged = bytearray(raw)
+    damaged[-1] ^= 0xFF  # the third batch's records
+    fetch = CompletedFetch(TP, bytes(damaged), fetch_offset=1, isolation_level=RC)
+    (chunk,) = fetch.fetch_columns(100)
+    assert chunk.offsets.tolist() == [1, 2, 3, 4] and chunk.values.to_pylist() == [b"1", b"2", b"3", b"4"]
+    assert fetch.next_fetch_offset == 5
+    with pytest.raises(CorruptMessage, match="CRC32C"):
+        fetch.fetch_columns(100)
+    assert fetch.next_fetch_offset == 5
+
+
+def test_records_left_by_a_columns_page_keep_their_metadata_as_records() -> None:
+    records = [Record(key=b"k%d" % i, value=b"v%d" % i, headers=()) for i in range(4)]
+    raw = build_batch(records, base_offset=10, base_timestamp=TS, partition_leader_epoch=3)
+    appended = bytearray(raw)
+    appended[22] |= 0x08  # attributes (int16 at byte 21) bit 3: LogAppendTime
+    fetch = CompletedFetch(TP, bytes(appended), fetch_offset=10, isolation_level=RC, check_crcs=False)
+    (chunk,) = fetch.fetch_columns(1)
+    assert chunk.keys.to_pylist() == [b"k0"]
+    rest = fetch.fetch_records(10)
+    assert [(r.offset, r.key, r.leader_epoch) for r in rest] == [(11, b"k1", 3), (12, b"k2", 3), (13, b"k3", 3)]
+    assert {r.timestamp_type for r in rest} == {TimestampType.LOG_APPEND_TIME}
+    assert fetch.next_fetch_offset == 14 and fetch.position_epoch == 3
+
+
 def test_empty_fetch_leaves_the_position() -> None:
     records, position = filter_fetch(TP, b"", fetch_offset=42, isolation_level=RC)
     assert records == [] and position == 42
@@ -306,8 +339,8 @@ EVENT = st.tuples(
 )
 
 
-def build_log(events: list[tuple[str, int, int]], compression: Compression) -> Log:
-    log = Log(compression=compression)
+def build_log(events: list[tuple[str, int, int]], compression: Compression, headers: bool = True) -> Log:
+    log = Log(compression=compression, headers=headers)
     for kind, pid, count in events:
         if kind == "txn":
             log.write(count, pid=pid, transactional=True)
@@ -325,12 +358,18 @@ def build_log(events: list[tuple[str, int, int]], compression: Compression) -> L
     st.lists(EVENT, min_size=4, max_size=40),
     st.sampled_from([RC, RU]),
     st.sampled_from([Compression.NONE, Compression.GZIP]),
+    st.booleans(),
     st.data(),
 )
 def test_filter_matches_brute_force_model(
-    events: list[tuple[str, int, int]], isolation: IsolationLevel, compression: Compression, data: st.DataObject
+    events: list[tuple[str, int, int]],
+    isolation: IsolationLevel,
+    compression: Compression,
+    headers: bool,
+    data: st.DataObject,
 ) -> None:
-    log = build_log(events, compression)
+    """Pages of records, of Arrow columns, or both in turn: the same records, and the position after each page."""
+    log = build_log(events, compression, headers)
     # an open transaction pins the LSO, so mostly end them all (in a drawn order and outcome)
     if data.draw(st.integers(0, 3), label="end open transactions") > 0:
         for pid in data.draw(st.permutations(sorted(log.open_txns)), label="closing order"):
@@ -346,13 +385,34 @@ def test_filter_matches_brute_force_model(
             TP, raw, fetch_offset=position, isolation_level=isolation, aborted_transactions=aborted_list
         )
         while not fetch.is_consumed:
-            page = fetch.fetch_records(data.draw(st.integers(1, 5), label="max records"))
+            wanted = data.draw(st.integers(1, 5), label="max records")
+            if data.draw(st.booleans(), label="as columns"):
+                page = [
+                    Seen(offset, value, headers, fetch.position_epoch)
+                    for chunk in fetch.fetch_columns(wanted)
+                    for offset, _, _, value, headers in chunk.to_fields()
+                ]
+            else:
+                page = [Seen(r.offset, r.value, r.headers, r.leader_epoch) for r in fetch.fetch_records(wanted)]
+            assert len(page) <= wanted
             seen.extend(page)
-            if page and not fetch.is_consumed:
-                assert fetch.next_fetch_offset == page[-1].offset + 1
+            if page:
+                assert fetch.next_fetch_offset > page[-1].offset
+            # the position may pass markers read ahead, never a record not handed out yet
+            remaining = expected[len(seen) :]
+            assert not remaining or fetch.next_fetch_offset <= remaining[0]
         assert fetch.next_fetch_offset == upper > position  # every fetch makes progress
         position = fetch.next_fetch_offset
 
     assert offsets(seen) == expected
     assert [r.value for r in seen] == [b"%d" % o for o in expected]
+    assert {r.headers for r in seen} <= {(("h", b"x"),) if headers else ()}
     assert position == end
+
+
+@dataclass(frozen=True)
+class Seen:
+    offset: int
+    value: bytes | None
+    headers: tuple[tuple[str, bytes | None], ...]
+    leader_epoch: int | None

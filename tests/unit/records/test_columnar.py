@@ -12,7 +12,7 @@ import pytest
 from oncelog.client.bulk_records import ColumnRecords, RowRecords
 from oncelog.errors import MessageTooLarge
 from oncelog.records.builder import RecordsBuilder
-from oncelog.records.columnar import as_binary_column, encode_run, fitting_records
+from oncelog.records.columnar import RECORDS_SCHEMA, as_binary_column, encode_run, fitting_records, records_table
 from oncelog.records.varint import encode_varlong
 
 
@@ -108,3 +108,8 @@ def test_split_keeps_each_partitions_records_in_their_order_with_their_positions
         assert group.values.array.to_pylist() == [values[i] for i in positions]
     (only,) = records.split([3] * 10).values()
     assert only == (None, records)
+
+
+def test_a_poll_with_no_records_is_an_empty_table_with_every_column() -> None:
+    table = records_table([])
+    assert table.num_rows == 0 and table.schema == RECORDS_SCHEMA

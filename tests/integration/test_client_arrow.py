@@ -1,4 +1,5 @@
-"""Producer.send_arrow against the local cluster: Arrow columns land as the records they hold, in transactions."""
+"""Arrow in and out against the local cluster: Producer.send_arrow lands columns as the records they hold, in
+transactions; Consumer.poll_arrow reads back exactly what poll() reads, from the same positions."""
 
 from __future__ import annotations
 
@@ -92,3 +93,61 @@ def test_an_aborted_transactions_columns_stay_invisible(cluster: LocalCluster) -
     stored = read_all(cluster.bootstrap, topic)
     assert sorted(stored.values()) == [(None, b"kept")] * 200
     assert {partition for partition, _ in stored} == {1}
+
+
+def _polled(consumer: Consumer, as_arrow: bool) -> list[tuple[int, int, bytes | None, bytes | None, tuple]]:
+    if not as_arrow:
+        return [
+            (r.partition, r.offset, r.key, r.value, r.headers) for r in consumer.poll(timeout_ms=500, max_records=97)
+        ]
+    table = consumer.poll_arrow(timeout_ms=500, max_records=97)
+    assert table.schema.names == ["topic", "partition", "offset", "timestamp", "key", "value", "headers"]
+    return [
+        (
+            row["partition"],
+            row["offset"],
+            row["key"],
+            row["value"],
+            tuple((h["key"], h["value"]) for h in row["headers"]),
+        )
+        for row in table.to_pylist()
+    ]
+
+
+def test_poll_arrow_reads_what_poll_reads_aborted_data_and_markers_left_out(cluster: LocalCluster) -> None:
+    """Committed, aborted and header-carrying records in two partitions, read by poll(), by poll_arrow() and by
+    the two in turn: the same records in the same order, and the same positions at the end."""
+    topic = new_topic(cluster.bootstrap, 2)
+    with Producer(cluster.bootstrap, batch_size=4096, transactional_id=f"arrow-read-{uuid.uuid4().hex[:6]}") as p:
+        p.init_transactions()
+        for round_ in range(3):
+            p.begin_transaction()
+            p.send_arrow(topic, pa.array([f"r{round_}-{i}" for i in range(700)]), keys=pa.array([b"a", b"b"] * 350))
+            p.send(topic, b"with-headers", key=b"a", headers=[("trace", b"t1"), ("empty", None)])
+            p.commit_transaction()
+            p.begin_transaction()
+            p.send_arrow(topic, pa.array([b"aborted"] * 50), keys=pa.array([b"a", b"b"] * 25))
+            p.flush()
+            p.abort_transaction()
+    results = {}
+    for mode in ("rows", "arrow", "both"):
+        with Consumer(cluster.bootstrap, isolation_level="read_committed") as consumer:
+            partitions = consumer.partitions_for(topic)
+            consumer.assign(partitions)
+            consumer.seek_to_beginning()
+            end = consumer.end_offsets(partitions)
+            got: list = []
+            calls = 0
+            while any(consumer.position(tp) < end[tp] for tp in partitions):
+                calls += 1
+                got.extend(_polled(consumer, mode == "arrow" or (mode == "both" and calls % 2 == 0)))
+            results[mode] = (got, {tp.partition: consumer.position(tp) for tp in partitions})
+    assert results["arrow"] == results["rows"] == results["both"]
+    got, _ = results["rows"]
+    assert len(got) == 3 * 701
+    assert b"aborted" not in {value for *_, value, _ in got}
+    assert (b"a", b"with-headers", (("trace", b"t1"), ("empty", None))) in {(k, v, h) for _, _, k, v, h in got}
+
+
+def _headers(pairs: list[dict[str, object]]) -> tuple:
+    return tuple((pair["key"], pair["value"]) for pair in pairs)
