@@ -12,6 +12,7 @@ import grpc
 
 from oncelog.config import ConfigError, ServiceSettings
 from oncelog.errors import OncelogError
+from oncelog.rpc.allocator import keep_large_buffers
 from oncelog.rpc.server import GrpcServer, ServiceSpec
 from oncelog.rpc.tls import TlsConfig
 from oncelog.telemetry import configure_logging, configure_telemetry
@@ -104,6 +105,7 @@ def run_service(
         )
         return 2
     configure_logging(name)
+    keep_large_buffers()  # before the first request: fetched MiBs reuse heap memory instead of fresh pages
     try:
         settings = load()
         # read and check the certificate files now, so a broken Secret exits 2 like any other bad setting
