@@ -59,7 +59,10 @@ def ctp(samples: int) -> dict[str, float]:
     from oncelog.testing import LocalCluster
 
     phases: dict[str, list[float]] = {k: [] for k in ("poll", "send", "send_offsets", "commit", "visible", "total")}
-    with LocalCluster(Path(tempfile.mkdtemp(prefix="ab-ctp-")), storage_nodes=1) as cluster:
+    with (
+        tempfile.TemporaryDirectory(prefix="ab-ctp-") as scratch,
+        LocalCluster(Path(scratch), storage_nodes=1) as cluster,
+    ):
         bootstrap = cluster.bootstrap
         source, sink = (f"ab-{uuid.uuid4().hex[:6]}" for _ in range(2))
         with AdminClient(bootstrap) as admin:
@@ -106,7 +109,10 @@ def send(records: int) -> dict[str, float]:
     from oncelog.client import AdminClient, NewTopic, Producer
     from oncelog.testing import LocalCluster
 
-    with LocalCluster(Path(tempfile.mkdtemp(prefix="ab-send-")), storage_nodes=1) as cluster:
+    with (
+        tempfile.TemporaryDirectory(prefix="ab-send-") as scratch,
+        LocalCluster(Path(scratch), storage_nodes=1) as cluster,
+    ):
         with AdminClient(cluster.bootstrap) as admin:
             admin.create_topics([NewTopic("ab", num_partitions=1, configs={"flush": "async"})])
         rates = []
@@ -129,7 +135,10 @@ def consume(records: int) -> dict[str, float]:
     from oncelog.testing import LocalCluster
 
     records = records // 64 * 64
-    with LocalCluster(Path(tempfile.mkdtemp(prefix="ab-consume-")), storage_nodes=1) as cluster:
+    with (
+        tempfile.TemporaryDirectory(prefix="ab-consume-") as scratch,
+        LocalCluster(Path(scratch), storage_nodes=1) as cluster,
+    ):
         with AdminClient(cluster.bootstrap) as admin:
             admin.create_topics([NewTopic("ab", num_partitions=1, configs={"flush": "async"})])
         with Producer(cluster.bootstrap, batch_size=64 * 1024, linger_ms=5) as producer:
@@ -159,10 +168,10 @@ def gateway(transactions: int) -> dict[str, float]:
     from oncelog.testing import LocalCluster
     from oncelog.testing.kafka import KafkaGatewayProcess
 
-    root = Path(tempfile.mkdtemp(prefix="ab-gateway-"))
     with (
-        LocalCluster(root / "cluster", storage_nodes=1) as cluster,
-        KafkaGatewayProcess(cluster.bootstrap, root / "gateway") as gw,
+        tempfile.TemporaryDirectory(prefix="ab-gateway-") as scratch,
+        LocalCluster(Path(scratch) / "cluster", storage_nodes=1) as cluster,
+        KafkaGatewayProcess(cluster.bootstrap, Path(scratch) / "gateway") as gw,
     ):
         admin = AdminClient({"bootstrap.servers": gw.address})
         admin.create_topics([NewTopic("ab", 1, 1)])["ab"].result(60)
@@ -193,7 +202,10 @@ def txn(transactions: int, buffer_memory: int = 32 * 1024 * 1024) -> dict[str, f
     window_s = 0.1
     phases: dict[str, list[float]] = {k: [] for k in ("flush", "end_txn", "first_send", "first_ack")}
     rates: list[float] = []
-    with LocalCluster(Path(tempfile.mkdtemp(prefix="ab-txn-")), storage_nodes=1) as cluster:
+    with (
+        tempfile.TemporaryDirectory(prefix="ab-txn-") as scratch,
+        LocalCluster(Path(scratch), storage_nodes=1) as cluster,
+    ):
         with AdminClient(cluster.bootstrap) as admin:
             admin.create_topics([NewTopic("ab", num_partitions=1, configs={"flush": "async"})])
         value = b"v" * 1024
@@ -266,7 +278,10 @@ def produce(records: int = 50_000, rounds: int = 3) -> dict[str, float]:
 
     value = b"v" * 1024
     figures: dict[str, float] = {}
-    with LocalCluster(Path(tempfile.mkdtemp(prefix="ab-produce-")), storage_nodes=1) as cluster:
+    with (
+        tempfile.TemporaryDirectory(prefix="ab-produce-") as scratch,
+        LocalCluster(Path(scratch), storage_nodes=1) as cluster,
+    ):
         side = OncelogSide("oncelog", cluster.bootstrap, lambda: list(cluster.pids()))
         topic = side.topic("default")
         for api in ("send_batch", "send"):
@@ -290,7 +305,10 @@ def smalltxn(producers: int = 8, seconds: float = 8.0) -> dict[str, float]:
     from bench.yardstick_sides import OncelogSide, process_cpu_seconds
     from oncelog.testing import LocalCluster
 
-    with LocalCluster(Path(tempfile.mkdtemp(prefix="ab-smalltxn-")), storage_nodes=1) as cluster:
+    with (
+        tempfile.TemporaryDirectory(prefix="ab-smalltxn-") as scratch,
+        LocalCluster(Path(scratch), storage_nodes=1) as cluster,
+    ):
         side = OncelogSide("oncelog", cluster.bootstrap, lambda: list(cluster.pids()))
         topic = side.topic("default", partitions=4)
         side.small_transactions(topic, producers, 1.0)  # warm-up: connections, producer ids
