@@ -146,8 +146,10 @@ class RowEncoder:
 
     def _arrow_columns(self, batch: pa.RecordBatch) -> RecordColumns:
         rows = batch.num_rows
-        values = _binary_list(batch.column(self._value[0]))
-        keys: list[bytes | None] = [None] * rows if self._key is None else _binary_list(batch.column(self._key[0]))
+        value_column = batch.column(self._value[0])
+        key_column = None if self._key is None else batch.column(self._key[0])
+        values = _binary_list(value_column)
+        keys: list[bytes | None] = [None] * rows if key_column is None else _binary_list(key_column)
         topics: list[str]
         if self._topic_index is None:
             topics = [self.topic] * rows  # type: ignore[list-item]  # the encoder checked that the option is set
@@ -161,7 +163,10 @@ class RowEncoder:
             else [_int_or_none(p) for p in batch.column(self._partition_index).to_pylist()]
         )
         headers = None if self._headers is None else [_headers(h) for h in batch.column(self._headers[0]).to_pylist()]
-        return RecordColumns(topics, partitions, keys, values, headers, self._target)
+        arrow = None
+        if _is_binary(value_column) and (key_column is None or _is_binary(key_column)):
+            arrow = (key_column, value_column)
+        return RecordColumns(topics, partitions, keys, values, headers, self._target, arrow)
 
     @property
     def _target(self) -> tuple[str, int | None] | None:
@@ -169,6 +174,17 @@ class RowEncoder:
         if self.topic is None or self._partition_index is not None:
             return None
         return (self.topic, None)
+
+
+def _is_binary(column: pa.Array) -> bool:
+    """A column ``Producer.send_arrow`` takes as it is (binary or string, either offset width)."""
+    kind = column.type
+    return bool(
+        pa.types.is_binary(kind)
+        or pa.types.is_large_binary(kind)
+        or pa.types.is_string(kind)
+        or pa.types.is_large_string(kind)
+    )
 
 
 def _binary_list(column: pa.Array) -> list[bytes | None]:

@@ -3,8 +3,9 @@
 Both sink modes turn rows into :class:`RecordColumns` (one list per field, a bounded number of rows each)
 and hand them to a :class:`BatchedSender`, which sends runs of records through ``Producer.send_batch``: one
 call checks, partitions and appends up to :data:`SEND_CHUNK_ROWS` records under one lock, several times
-cheaper per record than ``send()``. ``send_batch`` carries no headers, so a record with headers goes
-through ``send()``.
+cheaper per record than ``send()``. Rows that came as Arrow batches to one topic, without headers, go through
+``Producer.send_arrow`` as the Arrow columns they are, with no Python per record. ``send_batch`` carries no
+headers, so a record with headers goes through ``send()``.
 
 Order. A consumer sees each partition's records in the order the sink handed them to the producer, and a
 pipeline may rely on that order per key. The sender keeps exactly the per-partition order that calling
@@ -48,6 +49,8 @@ class RecordColumns:
         headers: each record's headers, or None when no record has any (the DataFrame has no headers column).
         target: the ``(topic, partition)`` every record shares, when the encoder knows it (the ``topic``
             option and no ``partition`` column); None otherwise.
+        arrow: the same keys (None for a DataFrame without a key column) and values as Arrow columns, when the
+            rows came as Arrow batches; the sender then hands them to ``Producer.send_arrow``.
     """
 
     topics: list[str]
@@ -56,6 +59,7 @@ class RecordColumns:
     values: list[bytes | None]
     headers: list[Headers] | None = None
     target: tuple[str, int | None] | None = None
+    arrow: tuple[Any, Any] | None = None
 
     def __len__(self) -> int:
         return len(self.values)
@@ -106,7 +110,10 @@ class BatchedSender:
         """
         self.records += len(columns)
         if columns.target is not None and columns.headers is None:
-            self._add_run(columns.target, columns.keys, columns.values)
+            if columns.arrow is not None and hasattr(self._producer, "send_arrow"):
+                self._send_arrow(columns.target, *columns.arrow)
+            else:
+                self._add_run(columns.target, columns.keys, columns.values)
             return
         for topic, partition, key, value, headers in columns.rows():
             if headers:
@@ -142,6 +149,14 @@ class BatchedSender:
                 buffer = self._buffers[target] = ([], [])
         if not buffer[1]:
             del self._buffers[target]
+
+    def _send_arrow(self, target: tuple[str, int | None], keys: Any, values: Any) -> None:
+        """Records of one target as Arrow columns: straight to ``send_arrow``, after what is buffered for it."""
+        topic, partition = target
+        self._release(topic, partition, including_own=True)
+        if keys is not None and keys.null_count == len(keys):
+            keys = None
+        self._track(self._producer.send_arrow(topic, values, keys=keys, partition=partition))
 
     def _release(self, topic: str, partition: int | None, *, including_own: bool) -> None:
         """Send the buffers whose records could land in the partition of a record of ``(topic, partition)``."""

@@ -213,6 +213,47 @@ def test_arrow_batches_are_cut_into_chunks_with_one_target_under_the_topic_optio
     assert column_digest.hexdigest == row_digest.hexdigest
 
 
+class ArrowRecordingProducer(RecordingProducer):
+    """A producer with ``send_arrow``: records what reaches it as Arrow columns, in the same list, in order."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.arrow_calls: list[tuple[str, int | None, int, bool]] = []
+
+    def send_arrow(self, topic: str, values: Any, keys: Any = None, partition: int | None = None) -> Future[Any]:
+        key_list = [None] * len(values) if keys is None else keys.to_pylist()
+        as_bytes = [v.encode() if isinstance(v, str) else v for v in values.to_pylist()]
+        key_bytes = [k.encode() if isinstance(k, str) else k for k in key_list]
+        self.sent += [(topic, partition, k, v, ()) for k, v in zip(key_bytes, as_bytes, strict=True)]
+        self.arrow_calls.append((topic, partition, len(values), keys is not None))
+        return _done([None] * len(values))
+
+
+def test_arrow_chunks_of_one_topic_go_to_send_arrow_after_what_was_buffered_before_them() -> None:
+    schema = StructType([StructField("key", StringType()), StructField("value", StringType())])
+    batch = pa.RecordBatch.from_arrays([pa.array(["a", None, "c"]), pa.array(["1", "2", None])], ["key", "value"])
+    keyless = pa.RecordBatch.from_arrays([pa.array([None, None], pa.string()), pa.array(["4", "5"])], ["key", "value"])
+    producer = ArrowRecordingProducer()
+    sender = BatchedSender(producer, chunk_rows=100)
+    encoder = RowEncoder(schema, "out")
+    [rows] = encoder.encode_rows([("r", "0")])  # rows, no Arrow columns: buffered for send_batch
+    sender.add(rows)
+    for chunk in encoder.encode_arrow([batch, keyless]):
+        sender.add(chunk)
+    sender.finish()
+    assert [(k, v) for _, _, k, v, _ in producer.sent] == [
+        (b"r", b"0"),
+        (b"a", b"1"),
+        (None, b"2"),
+        (b"c", None),
+        (None, b"4"),
+        (None, b"5"),
+    ]
+    assert producer.batch_sizes == [1]
+    assert producer.arrow_calls == [("out", None, 3, True), ("out", None, 2, False)]  # all-null keys: keyless
+    assert sender.records == 6
+
+
 def test_arrow_rows_without_a_topic_are_refused() -> None:
     schema = StructType([StructField("topic", StringType()), StructField("value", StringType())])
     batch = pa.RecordBatch.from_arrays([pa.array(["t", None]), pa.array(["a", "b"])], ["topic", "value"])
