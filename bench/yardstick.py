@@ -15,7 +15,7 @@ never fsyncs on the write path).
 
 Figures (issue 20's table): produce records/s at 1 KiB and 100 B with ``send_batch()`` (64 records a call;
 confluent-kafka has no bulk call, its row is ``produce()`` per record, batched by librdkafka in C), with
-``send_arrow()`` (an Arrow binary column of 1,024 rows a call; Kafka's row takes each value out of the same
+``send_arrow()`` (an Arrow binary column of 10,240 rows a call; Kafka's row takes each value out of the same
 column with ``to_pylist()`` and calls ``produce()``) and with per-record ``send()``; transactional ÷ idempotent
 records/s at a commit every 100 ms (each system's own ratio);
 small transactions/s (4 partitions x 1 record of 100 B, one thread and one client per producer) at 1, 8 and 32

@@ -35,8 +35,9 @@ MODES = ("durable", "default")
 BATCH_SIZE = 64 * 1024
 LINGER_MS = 5
 BULK_RECORDS = 64
-ARROW_RECORDS = 1024
-"""Rows of the Arrow column each ``send_arrow()`` call takes (a small Arrow record batch)."""
+ARROW_RECORDS = 10_240
+"""Rows of the Arrow column each ``send_arrow()`` call takes: an Arrow record batch of the size Spark hands a
+Python sink (``spark.sql.execution.arrow.maxRecordsPerBatch``, 10,000 by default)."""
 
 
 def arrow_column(value: bytes, records: int) -> Any:

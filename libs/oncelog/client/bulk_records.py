@@ -10,6 +10,7 @@ runs and their futures do not depend on which form the records came in.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -23,7 +24,7 @@ from oncelog.client.producer_batch import (
 )
 from oncelog.records.batch import BATCH_OVERHEAD
 from oncelog.records.builder import RecordsBuilder
-from oncelog.records.varint import encode_varlong
+from oncelog.records.varint import encode_varlong, size_of_varint
 
 if TYPE_CHECKING:
     from oncelog.records.columnar import BinaryColumn
@@ -101,13 +102,16 @@ class ColumnRecords:
     Build it with :meth:`from_arrow`; it needs pyarrow and numpy (``pip install 'oncelog[arrow]'``).
     """
 
-    __slots__ = ("keys", "values")
+    __slots__ = ("_plan", "_plan_at", "keys", "values")
 
     def __init__(self, keys: BinaryColumn | None, values: BinaryColumn) -> None:
         if keys is not None and len(keys) != len(values):
             raise ValueError(f"{len(keys)} keys for {len(values)} values; pass one key per value or none")
         self.keys = keys
         self.values = values
+        # the fresh batches the records from _plan_at[0] take at batch size _plan_at[1]: (count, section) each
+        self._plan: deque[tuple[int, Any]] = deque()
+        self._plan_at = (-1, -1)
 
     @classmethod
     def from_arrow(cls, values: object, keys: object | None = None) -> ColumnRecords:
@@ -158,9 +162,20 @@ class ColumnRecords:
     def append_to(self, builder: RecordsBuilder, start: int, timestamp: int, max_batch_bytes: int) -> int:
         from oncelog.records.columnar import encode_run, fitting_records
 
+        if builder.count == 0 and builder.base_timestamp is None:
+            # a fresh batch, as every batch after the open one is: the rest of the records are laid out in fresh
+            # batches and encoded together once, rather than a batch at a time
+            if self._plan_at != (start, max_batch_bytes) or not self._plan:
+                self._plan_fresh_batches(start, max_batch_bytes)
+            taken, section = self._plan.popleft()
+            builder.append_section(section, taken, timestamp)
+            self._plan_at = (start + taken, max_batch_bytes)
+            return taken
         base = timestamp if builder.base_timestamp is None else builder.base_timestamp
         timestamp_delta = encode_varlong(timestamp - base)
         room = max_batch_bytes - builder.size_in_bytes
+        if self._first_size(start, builder.count, timestamp_delta) > room:
+            return 0  # a batch the plan filled, or an open one without room: no numpy for that
         # sizes are computed for as many records as could possibly fit, not for the whole rest of the run
         stop = min(len(self.values), start + max(1, room // _SMALLEST_RECORD + 1))
         keys = None if self.keys is None else self.keys.slice(start, stop)
@@ -174,6 +189,33 @@ class ColumnRecords:
         section = encode_run(keys, values.slice(0, taken), builder.count, timestamp_delta)
         builder.append_section(section, taken, timestamp)
         return taken
+
+    def _first_size(self, start: int, offset_delta: int, timestamp_delta: bytes) -> int:
+        """Bytes record ``start`` takes at ``offset_delta`` (``estimate_record_size`` without building it)."""
+        key = -1 if self.keys is None else int(self.keys.lengths[start])
+        value = int(self.values.lengths[start])
+        body = 1 + len(timestamp_delta) + size_of_varint(offset_delta) + 1  # attributes, deltas, header count
+        body += 1 if key < 0 else size_of_varint(key) + key
+        body += 1 if value < 0 else size_of_varint(value) + value
+        return size_of_varint(body) + body
+
+    def _plan_fresh_batches(self, start: int, max_batch_bytes: int) -> None:
+        import numpy as np
+
+        from oncelog.records.columnar import encode_run, plan_batches
+
+        keys = None if self.keys is None else self.keys.slice(start, len(self))
+        values = self.values.slice(start, len(self))
+        plan = plan_batches(keys, values, max_batch_bytes - BATCH_OVERHEAD)
+        counts = [taken for taken, _ in plan]
+        firsts = np.repeat(np.cumsum([0, *counts[:-1]]), counts)
+        encoded = encode_run(keys, values, np.arange(len(values)) - firsts, encode_varlong(0))
+        self._plan.clear()
+        offset = 0
+        for taken, size in plan:
+            self._plan.append((taken, encoded[offset : offset + size]))
+            offset += size
+        self._plan_at = (start, max_batch_bytes)
 
     def payload_bytes(self) -> int:
         return self.values.payload_bytes()

@@ -48,6 +48,7 @@ __all__ = [
     "decode_columns",
     "encode_run",
     "fitting_records",
+    "plan_batches",
 ]
 
 _VARINT_BYTES = 5  # an int32 varint's longest form; every length and delta here is an int32
@@ -127,10 +128,13 @@ def _varint_sizes(unsigned: Any) -> Any:
 
 
 def _body_parts(
-    keys: BinaryColumn | None, values: BinaryColumn, first_delta: int, timestamp_delta: bytes
+    keys: BinaryColumn | None, values: BinaryColumn, first_delta: Any, timestamp_delta: bytes
 ) -> tuple[Any, Any, Any, Any, Any, Any]:
     count = len(values)
-    deltas = _zigzag(np.arange(first_delta, first_delta + count, dtype=np.int64))
+    if isinstance(first_delta, int):
+        deltas = _zigzag(np.arange(first_delta, first_delta + count, dtype=np.int64))
+    else:  # each record's own offset delta
+        deltas = _zigzag(np.asarray(first_delta, dtype=np.int64))
     delta_sizes = _varint_sizes(deltas)
     key_lengths = np.full(count, -1, dtype=np.int64) if keys is None else keys.lengths
     key_varints = _zigzag(key_lengths)
@@ -160,8 +164,53 @@ def fitting_records(
     return int(np.searchsorted(totals, room, side="right"))
 
 
-def encode_run(keys: BinaryColumn | None, values: BinaryColumn, first_delta: int, timestamp_delta: bytes) -> Any:
-    """The records section of ``values`` (and ``keys``), the first at offset delta ``first_delta``.
+def plan_batches(keys: BinaryColumn | None, values: BinaryColumn, max_section_bytes: int) -> list[tuple[int, int]]:
+    """How fresh batches take the records: ``(records, section bytes)`` per batch, in order.
+
+    Each batch is filled greedily, as one :meth:`~oncelog.records.builder.RecordsBuilder.append_run` per batch
+    would: offset deltas from 0, timestamp delta 0, as many records as fit in ``max_section_bytes``, and at least
+    one. A record's size depends on its offset delta only through the delta's varint (1 byte below 64, 2 below
+    8,192, ...), so the sizes of each delta width are summed once and every batch is found by bisection.
+    """
+    count = len(values)
+    widths = [(0, 1 << 6), (1 << 6, 1 << 13), (1 << 13, 1 << 20), (1 << 20, 1 << 27), (1 << 27, 1 << 31)]
+    most = min(count, max_section_bytes // 7 + 1)  # records one batch can hold: 7 bytes is the smallest record
+    classes = [(low, high) for low, high in widths if low < most]
+    *_, bodies = _body_parts(keys, values, np.zeros(count, dtype=np.int64), b"\x00")
+    fixed = bodies - 1  # without the one-byte delta of 0
+    prefix_sums = []
+    for width in range(1, len(classes) + 1):
+        sized = fixed + width
+        sums = np.zeros(count + 1, dtype=np.int64)
+        np.cumsum(_varint_sizes(_zigzag(sized)) + sized, out=sums[1:])
+        prefix_sums.append(sums.tolist())
+
+    def section_size(start: int, taken: int) -> int:
+        total = 0
+        for (low, high), sums in zip(classes, prefix_sums, strict=True):
+            if taken <= low:
+                break
+            total += sums[start + min(taken, high)] - sums[start + low]
+        return total
+
+    plan: list[tuple[int, int]] = []
+    start = 0
+    while start < count:
+        low, high = 1, count - start  # the batch takes at least one record
+        while low < high:
+            middle = (low + high + 1) // 2
+            if section_size(start, middle) <= max_section_bytes:
+                low = middle
+            else:
+                high = middle - 1
+        plan.append((low, section_size(start, low)))
+        start += low
+    return plan
+
+
+def encode_run(keys: BinaryColumn | None, values: BinaryColumn, first_delta: Any, timestamp_delta: bytes) -> Any:
+    """The records section of ``values`` (and ``keys``), the first at offset delta ``first_delta`` (or each at its
+    own, given an integer array).
 
     Every record gets the same encoded timestamp delta (``encode_varlong(timestamp - base_timestamp)``) and no
     headers, as :meth:`~oncelog.records.builder.RecordsBuilder.append_run` writes them.

@@ -6,13 +6,24 @@ batches as rows; these check what only columns have: string and chunked columns,
 
 from __future__ import annotations
 
+import numpy as np
 import pyarrow as pa
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from oncelog.client.bulk_records import ColumnRecords, RowRecords
 from oncelog.errors import MessageTooLarge
+from oncelog.records.batch import BATCH_OVERHEAD
 from oncelog.records.builder import RecordsBuilder
-from oncelog.records.columnar import RECORDS_SCHEMA, as_binary_column, encode_run, fitting_records, records_table
+from oncelog.records.columnar import (
+    RECORDS_SCHEMA,
+    as_binary_column,
+    encode_run,
+    fitting_records,
+    plan_batches,
+    records_table,
+)
 from oncelog.records.varint import encode_varlong
 
 
@@ -113,3 +124,38 @@ def test_split_keeps_each_partitions_records_in_their_order_with_their_positions
 def test_a_poll_with_no_records_is_an_empty_table_with_every_column() -> None:
     table = records_table([])
     assert table.num_rows == 0 and table.schema == RECORDS_SCHEMA
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    records=st.lists(
+        st.tuples(st.none() | st.binary(max_size=200), st.none() | st.binary(max_size=2_000)), min_size=1, max_size=300
+    ),
+    keyed=st.booleans(),
+    section=st.integers(1, 20_000),
+)
+def test_fresh_batches_are_planned_and_encoded_as_one_append_run_per_batch_would(
+    records: list[tuple[bytes | None, bytes | None]], keyed: bool, section: int
+) -> None:
+    keys = [key for key, _ in records] if keyed else None
+    values = [value for _, value in records]
+    expected, start = [], 0
+    while start < len(values):
+        builder = RecordsBuilder()
+        taken = builder.append_run(keys, values, start, 0, section + BATCH_OVERHEAD)
+        expected.append((taken, bytes(builder._section)))
+        start += taken
+    key_column = None if keys is None else as_binary_column(pa.array(keys, pa.binary()), "key")
+    value_column = as_binary_column(pa.array(values, pa.binary()), "value")
+    plan = plan_batches(key_column, value_column, section)
+    assert plan == [(taken, len(encoded)) for taken, encoded in expected]
+    firsts = np.repeat(np.cumsum([0, *[taken for taken, _ in plan][:-1]]), [taken for taken, _ in plan])
+    encoded = bytes(encode_run(key_column, value_column, np.arange(len(values)) - firsts, encode_varlong(0)))
+    assert encoded == b"".join(section_bytes for _, section_bytes in expected)
+
+
+def test_a_batch_exactly_full_takes_its_last_record() -> None:
+    values = [b"v" * 100] * 30
+    one = len(_rows(None, values[:1]))
+    plan = plan_batches(None, as_binary_column(pa.array(values), "value"), one * 10)
+    assert plan == [(10, one * 10)] * 3
