@@ -3,7 +3,6 @@ transactions; Consumer.poll_arrow reads back exactly what poll() reads, from the
 
 from __future__ import annotations
 
-import time
 import uuid
 
 import pyarrow as pa
@@ -12,6 +11,7 @@ import pytest
 from oncelog.client import AdminClient, Consumer, NewTopic, Producer
 from oncelog.client.partitioner import partition_for_key
 from oncelog.testing import LocalCluster
+from oncelog.testing.reading import read_all as read_records
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -25,21 +25,7 @@ def new_topic(bootstrap: str, partitions: int) -> str:
 
 def read_all(bootstrap: str, topic: str) -> dict[tuple[int, int], tuple[bytes | None, bytes | None]]:
     """(partition, offset) -> (key, value) of every committed record, once no transaction is open on ``topic``."""
-    deadline = time.monotonic() + 30
-    out: dict[tuple[int, int], tuple[bytes | None, bytes | None]] = {}
-    with Consumer(bootstrap, isolation_level="read_committed") as consumer:
-        partitions = consumer.partitions_for(topic)
-        consumer.assign(partitions)
-        consumer.seek_to_beginning()
-        with Consumer(bootstrap, isolation_level="read_uncommitted") as uncommitted:
-            while consumer.end_offsets(partitions) != uncommitted.end_offsets(partitions):
-                assert time.monotonic() < deadline, f"a transaction on {topic} stayed open"
-                time.sleep(0.02)
-        end = consumer.end_offsets(partitions)
-        while any(consumer.position(tp) < end[tp] for tp in partitions):
-            for record in consumer.poll(timeout_ms=200):
-                out[(record.partition, record.offset)] = (record.key, record.value)
-    return out
+    return {(r.partition, r.offset): (r.key, r.value) for r in read_records(bootstrap, topic)}
 
 
 def test_keyed_columns_land_in_each_keys_partition_at_the_offsets_their_future_reports(cluster: LocalCluster) -> None:

@@ -586,14 +586,18 @@ class Consumer:
             CorruptMessage: a fetched batch is damaged (the next poll fetches it again).
             IllegalStateError: nothing is assigned.
         """
+        limit = self._before_poll("poll", max_records)
+        return self._run(self._poll(Deadline(max(timeout_ms, 0) / 1000), limit))
+
+    def _before_poll(self, name: str, max_records: int | None) -> int:
+        """What every poll does first (the group's reconciliation, an automatic commit when due); its limit."""
         self._ensure_open()
         self._reconcile()
         if not self._assignment and self._membership is None:
-            raise IllegalStateError("poll() needs partitions: call assign() or subscribe() first")
-        limit = max_records or self._max_poll_records
+            raise IllegalStateError(f"{name}() needs partitions: call assign() or subscribe() first")
         if self._auto_commit and time.monotonic() >= self._next_auto_commit:
             self._maybe_auto_commit()
-        return self._run(self._poll(Deadline(max(timeout_ms, 0) / 1000), limit))
+        return max_records or self._max_poll_records
 
     def poll_arrow(self, timeout_ms: int = 1000, max_records: int | None = None) -> Any:
         """:meth:`poll` as one Arrow table, decoded a batch at a time with no Python per record.
@@ -611,13 +615,7 @@ class Consumer:
         """
         from oncelog.records.columnar import records_table
 
-        self._ensure_open()
-        self._reconcile()
-        if not self._assignment and self._membership is None:
-            raise IllegalStateError("poll_arrow() needs partitions: call assign() or subscribe() first")
-        limit = max_records or self._max_poll_records
-        if self._auto_commit and time.monotonic() >= self._next_auto_commit:
-            self._maybe_auto_commit()
+        limit = self._before_poll("poll_arrow", max_records)
         chunks = self._run(self._poll_columns(Deadline(max(timeout_ms, 0) / 1000), limit))
         return records_table([(tp.topic, tp.partition, columns) for tp, columns in chunks])
 

@@ -453,8 +453,9 @@ class Producer(TwoPhaseCommit):
 
         ``values`` (and ``keys``) are ``pyarrow`` arrays or chunked arrays of ``binary``, ``large_binary``,
         ``string`` or ``large_string`` (a string is written as its UTF-8 bytes); a null is a null value (a
-        tombstone) or a null key. The columns are encoded into each partition's batches a batch at a time by
-        Arrow and numpy kernels (:mod:`oncelog.records.columnar`), byte for byte what :meth:`send_batch` writes.
+        tombstone) or a null key. The columns are encoded into each partition's batches by Arrow and numpy kernels
+        (:mod:`oncelog.records.columnar`), byte for byte what :meth:`send_batch` writes; the fixed cost of those
+        calls is repaid from a few thousand rows a call.
         The columns are the records' bytes: ``key_serializer`` and ``value_serializer`` do not apply. Keys are
         hashed per record, as :meth:`send` does; keyless records without ``partition`` go to the sticky
         partition.
