@@ -1,11 +1,13 @@
-"""Records of Arrow columns encoded a batch at a time, and batches decoded into Arrow columns.
+"""Records of Arrow columns encoded into batches, and batches decoded into Arrow columns, with no Python per record
+beyond finding where each one starts.
 
 The producer's bulk path (:meth:`oncelog.records.builder.RecordsBuilder.append_run`) still runs a few Python
 statements per record, which bounds it at a few hundred thousand small records a second on one core. Here the
 key and value columns stay in Arrow: every record's varints (length, offset delta, key length, value length) are
-computed for the whole run in numpy, laid out as one small binary column, and Arrow's C++ kernel
-``binary_join_element_wise`` interleaves them with the keys and values. The result is byte for byte what
-``append_run`` writes (tests/unit/records/test_columnar.py checks it against that path).
+computed for a whole call in numpy (:func:`plan_batches` first lays the records out in batches), laid out as one
+small binary column, and Arrow's C++ kernel ``binary_join_element_wise`` interleaves them with the keys and values.
+The result is byte for byte what ``append_run`` writes (tests/unit/records/test_columnar.py checks it against that
+path).
 
 The consumer's way back (:func:`decode_columns`) walks a batch's records once in Python to find where each
 starts (a record's place depends on the lengths before it), then decodes every field of every record at once with
@@ -77,9 +79,6 @@ class BinaryColumn:
     def payload_bytes(self) -> int:
         """The bytes of every non-null entry."""
         return int(self.lengths[self.lengths > 0].sum())
-
-    def largest(self) -> int:
-        return int(self.lengths.max()) if len(self.lengths) else 0
 
     def take(self, positions: Any) -> BinaryColumn:
         """The entries at ``positions`` (an integer array), in that order."""
@@ -331,11 +330,6 @@ class DecodedColumns:
             self.values.slice(start, stop - start),
             None if self.headers is None else self.headers.slice(start, stop - start),
         )
-
-    def from_offset(self, offset: int) -> DecodedColumns:
-        """The records at ``offset`` and after (offsets ascend within a batch)."""
-        first = int(np.searchsorted(self.offsets, offset, side="left"))
-        return self.slice(first) if first else self
 
     def headers_column(self) -> Any:
         """:attr:`headers`, with an empty list for every record when no record has any."""
