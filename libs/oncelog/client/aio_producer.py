@@ -21,8 +21,10 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
+from functools import partial
 from typing import Any, TypeVar
 
+from oncelog.client.bulk_records import ColumnRecords
 from oncelog.client.errors import BufferExhaustedError
 from oncelog.client.producer import Producer as _SyncProducer
 from oncelog.client.producer import TransactionState
@@ -161,7 +163,7 @@ class AsyncProducer:
         """Send many records and return their metadata in order (see :meth:`oncelog.client.Producer.send_batch`)."""
         core = self._core
         future = await self._append_in_call_order(
-            topic, lambda: core._send_batch(topic, values, keys, partition, timestamp_ms, max_block_s=0.0)
+            topic, lambda: core._send_bulk(topic, core._rows(values, keys), partition, timestamp_ms, 0.0)
         )
         return await asyncio.wrap_future(future)
 
@@ -177,7 +179,10 @@ class AsyncProducer:
         :meth:`oncelog.client.Producer.send_arrow`)."""
         core = self._core
         future = await self._append_in_call_order(
-            topic, lambda: core._send_arrow(topic, values, keys, partition, timestamp_ms, max_block_s=0.0)
+            topic,
+            lambda: core._send_bulk(
+                topic, partial(ColumnRecords.from_arrow, values, keys), partition, timestamp_ms, 0.0
+            ),
         )
         return await asyncio.wrap_future(future)
 

@@ -11,7 +11,7 @@ runs and their futures do not depend on which form the records came in.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from oncelog.client.producer_batch import (
@@ -27,7 +27,11 @@ from oncelog.records.builder import RecordsBuilder
 from oncelog.records.varint import encode_varlong, size_of_varint
 
 if TYPE_CHECKING:
+    from oncelog.client.metadata import TopicInfo
+    from oncelog.client.partitioner import DefaultPartitioner
     from oncelog.records.columnar import BinaryColumn
+
+Serializer = Callable[[Any], bytes | None]
 
 __all__ = ["BulkRecords", "ColumnRecords", "RowRecords"]
 
@@ -60,6 +64,18 @@ class BulkRecords(Protocol):
         """The bytes of the values (what the sticky partitioner counts)."""
         ...
 
+    @property
+    def keyless(self) -> bool:
+        """No record has a key column (the sticky partitioner places them)."""
+        ...
+
+    def by_partition(
+        self, partitioner: DefaultPartitioner, topic: str, info: TopicInfo, partition: int | None
+    ) -> dict[int, tuple[Sequence[int] | None, BulkRecords]]:
+        """The records grouped by partition, each group in order: ``partition`` if given, else each key's, else
+        the sticky one; with the group's positions among all records (None when it holds them all)."""
+        ...
+
 
 class RowRecords:
     """Keys and values as Python sequences of bytes (or None)."""
@@ -89,11 +105,42 @@ class RowRecords:
                 check_record_size(None if keys is None else keys[index], value, (), max_request_size)
         return bulk_bound(len(values), raw, largest, batch_size) if values else 0
 
+    @classmethod
+    def serialized(
+        cls,
+        values: Sequence[Any],
+        keys: Sequence[Any] | None,
+        key_serializer: Serializer | None,
+        value_serializer: Serializer | None,
+    ) -> RowRecords:
+        """Rows through the producer's serializers (None stays None)."""
+        if keys is not None and len(keys) != len(values):
+            raise ValueError(f"{len(keys)} keys for {len(values)} values; pass one key per value or none")
+        if value_serializer is not None:
+            values = [None if v is None else value_serializer(v) for v in values]
+        if keys is not None and key_serializer is not None:
+            keys = [None if k is None else key_serializer(k) for k in keys]
+        return cls(keys, values)
+
     def append_to(self, builder: RecordsBuilder, start: int, timestamp: int, max_batch_bytes: int) -> int:
         return builder.append_run(self.keys, self.values, start, timestamp, max_batch_bytes)
 
     def payload_bytes(self) -> int:
         return sum(len(v) for v in self.values if v is not None)
+
+    @property
+    def keyless(self) -> bool:
+        return self.keys is None
+
+    def by_partition(
+        self, partitioner: DefaultPartitioner, topic: str, info: TopicInfo, partition: int | None
+    ) -> dict[int, tuple[Sequence[int] | None, BulkRecords]]:
+        count, available = len(info.partitions), info.available_partitions()
+        grouped = partitioner.group(topic, self.keys, self.values, count, available, partition)
+        return {
+            target: (positions, RowRecords(group_keys, group_values))
+            for target, (positions, group_keys, group_values) in grouped.items()
+        }
 
 
 class ColumnRecords:
@@ -122,15 +169,24 @@ class ColumnRecords:
     def __len__(self) -> int:
         return len(self.values)
 
-    def key_list(self) -> list[bytes | None] | None:
-        """The keys as Python bytes, for the partitioner; None for keyless records."""
-        if self.keys is None:
-            return None
-        return self.keys.array.to_pylist()  # type: ignore[no-any-return]
-
     def take(self, positions: Any) -> ColumnRecords:
         """The records at ``positions`` (an integer array), in that order."""
         return ColumnRecords(None if self.keys is None else self.keys.take(positions), self.values.take(positions))
+
+    @property
+    def keyless(self) -> bool:
+        return self.keys is None
+
+    def by_partition(
+        self, partitioner: DefaultPartitioner, topic: str, info: TopicInfo, partition: int | None
+    ) -> dict[int, tuple[Sequence[int] | None, BulkRecords]]:
+        if partition is not None:
+            return {partition: (None, self)}
+        count, available = len(info.partitions), info.available_partitions()
+        if self.keys is None:
+            return {partitioner.partition(topic, None, count, available): (None, self)}
+        keys: list[bytes | None] = self.keys.array.to_pylist()
+        return self.split(partitioner.partition_keys(topic, keys, count, available))
 
     def split(self, targets: Sequence[int]) -> dict[int, tuple[Sequence[int] | None, BulkRecords]]:
         """The records grouped by their partition in ``targets`` (one per record), each group in order: its

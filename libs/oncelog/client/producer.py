@@ -18,12 +18,13 @@ import uuid
 from collections import Counter
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
 from concurrent.futures import Future
+from functools import partial
 from typing import Any, TypeVar
 
 import grpc
 
 from oncelog.client.accumulator import DEFAULT_BUFFER_MEMORY, DEFAULT_MAX_REQUEST_SIZE, RecordAccumulator
-from oncelog.client.bulk_records import BulkRecords, RowRecords
+from oncelog.client.bulk_records import BulkRecords, ColumnRecords, RowRecords, Serializer
 from oncelog.client.errors import IllegalStateError
 from oncelog.client.futures import RecordFuture, gather_runs
 from oncelog.client.metadata import ClusterMetadata, TopicInfo
@@ -44,7 +45,6 @@ __all__ = ["Producer", "TransactionState"]
 log = logging.getLogger("oncelog.client.producer")
 
 T = TypeVar("T")
-Serializer = Callable[[Any], bytes | None]
 
 
 class Producer(TwoPhaseCommit):
@@ -367,9 +367,7 @@ class Producer(TwoPhaseCommit):
             ProducerFencedError: a newer instance with the same transactional id exists.
             TypeError: key or value is not bytes and no serializer was given.
         """
-        # waiting for memory on the I/O thread (a send() from a callback) would wait for ourselves
-        max_block_s = 0.0 if self._io.on_loop_thread else self._config.max_block_ms / 1000
-        return self._send(topic, value, key, headers, partition, timestamp_ms, max_block_s=max_block_s)
+        return self._send(topic, value, key, headers, partition, timestamp_ms, max_block_s=self._max_block_s())
 
     def _send(
         self,
@@ -438,8 +436,7 @@ class Producer(TwoPhaseCommit):
             ValueError: ``keys`` and ``values`` differ in length.
             The exceptions of :meth:`send`; a record that is refused (too large, wrong type) refuses all.
         """
-        max_block_s = 0.0 if self._io.on_loop_thread else self._config.max_block_ms / 1000
-        return self._send_batch(topic, values, keys, partition, timestamp_ms, max_block_s=max_block_s)
+        return self._send_bulk(topic, self._rows(values, keys), partition, timestamp_ms, self._max_block_s())
 
     def send_arrow(
         self,
@@ -453,109 +450,54 @@ class Producer(TwoPhaseCommit):
 
         ``values`` (and ``keys``) are ``pyarrow`` arrays or chunked arrays of ``binary``, ``large_binary``,
         ``string`` or ``large_string`` (a string is written as its UTF-8 bytes); a null is a null value (a
-        tombstone) or a null key. The columns are encoded into each partition's batches by Arrow and numpy kernels
-        (:mod:`oncelog.records.columnar`), byte for byte what :meth:`send_batch` writes; the fixed cost of those
-        calls is repaid from a few thousand rows a call.
-        The columns are the records' bytes: ``key_serializer`` and ``value_serializer`` do not apply. Keys are
-        hashed per record, as :meth:`send` does; keyless records without ``partition`` go to the sticky
-        partition.
+        tombstone) or a null key. Arrow and numpy kernels encode them into each partition's batches
+        (:mod:`oncelog.records.columnar`), byte for byte what :meth:`send_batch` writes; their fixed cost per call
+        is repaid from a few thousand rows a call. The columns are the records' bytes: the serializers do not
+        apply. Keys are hashed per record, as :meth:`send` does. Needs ``pip install 'oncelog[arrow]'``.
 
-        Needs pyarrow and numpy (``pip install 'oncelog[arrow]'``).
-
-        Returns and raises as :meth:`send_batch`; ``TypeError`` also when a column is not an Arrow array of
-        binary or string.
+        Returns and raises as :meth:`send_batch`, and ``TypeError`` for a column that is not binary or string.
         """
-        max_block_s = 0.0 if self._io.on_loop_thread else self._config.max_block_ms / 1000
-        return self._send_arrow(topic, values, keys, partition, timestamp_ms, max_block_s=max_block_s)
+        columns = partial(ColumnRecords.from_arrow, values, keys)
+        return self._send_bulk(topic, columns, partition, timestamp_ms, self._max_block_s())
 
-    def _send_arrow(
+    def _max_block_s(self) -> float:
+        # waiting for memory on the I/O thread (a send() from a callback) would wait for ourselves
+        return 0.0 if self._io.on_loop_thread else self._config.max_block_ms / 1000
+
+    def _rows(self, values: Sequence[Any], keys: Sequence[Any] | None) -> Callable[[], BulkRecords]:
+        return partial(RowRecords.serialized, values, keys, self._key_serializer, self._value_serializer)
+
+    def _send_bulk(
         self,
         topic: str,
-        values: object,
-        keys: object | None,
+        make_records: Callable[[], BulkRecords],
         partition: int | None,
         timestamp_ms: int | None,
-        *,
         max_block_s: float,
     ) -> Future[Sequence[RecordMetadata]]:
-        from oncelog.client.bulk_records import ColumnRecords
-
-        records = ColumnRecords.from_arrow(values, keys)
+        """:meth:`send_batch` and :meth:`send_arrow` once the caller's wait for memory is known (the asyncio
+        producer passes 0): the records made, grouped by partition and appended all or nothing."""
         self._ensure_usable()
         if self._txn is not None:
             self._txn.check_send()
-        info = self._topic_for_send(topic, partition)
-        groups: dict[int, tuple[Sequence[int] | None, BulkRecords]]
-        if partition is not None:
-            groups = {partition: (None, records)}
-        else:
-            count, available = len(info.partitions), info.available_partitions()
-            key_list = records.key_list()
-            if key_list is None:
-                groups = {self._partitioner.partition(topic, None, count, available): (None, records)}
-            else:
-                groups = records.split(self._partitioner.partition_keys(topic, key_list, count, available))
-        keyless = records.keys is None
-        return self._append_groups(topic, groups, len(records), partition, keyless, max_block_s, timestamp_ms)
-
-    def _send_batch(
-        self,
-        topic: str,
-        values: Sequence[Any],
-        keys: Sequence[Any] | None,
-        partition: int | None,
-        timestamp_ms: int | None,
-        *,
-        max_block_s: float,
-    ) -> Future[Sequence[RecordMetadata]]:
-        self._ensure_usable()
-        if self._txn is not None:
-            self._txn.check_send()
-        if keys is not None and len(keys) != len(values):
-            raise ValueError(f"{len(keys)} keys for {len(values)} values; pass one key per value or none")
-        if self._value_serializer is not None:
-            serialize = self._value_serializer
-            values = [None if v is None else serialize(v) for v in values]
-        if keys is not None and self._key_serializer is not None:
-            serialize = self._key_serializer
-            keys = [None if k is None else serialize(k) for k in keys]
-        info = self._topic_for_send(topic, partition)
-        count = len(info.partitions)
-        grouped = self._partitioner.group(topic, keys, values, count, info.available_partitions(), partition)
-        groups: dict[int, tuple[Sequence[int] | None, BulkRecords]] = {
-            target: (positions, RowRecords(group_keys, group_values))
-            for target, (positions, group_keys, group_values) in grouped.items()
-        }
-        return self._append_groups(topic, groups, len(values), partition, keys is None, max_block_s, timestamp_ms)
-
-    def _append_groups(
-        self,
-        topic: str,
-        groups: Mapping[int, tuple[Sequence[int] | None, BulkRecords]],
-        total: int,
-        partition: int | None,
-        keyless: bool,
-        max_block_s: float,
-        timestamp_ms: int | None = None,
-    ) -> Future[Sequence[RecordMetadata]]:
-        """Append records grouped by partition (with their positions among all, None when a group is all of
-        them), all or nothing; one future for every record's metadata."""
+        records = make_records()
+        groups = records.by_partition(self._partitioner, topic, self._topic_for_send(topic, partition), partition)
         if self._txn is not None:
             for target in groups:
                 self._txn.maybe_add_partition(TopicPartition(topic, target))
         # one all-or-nothing append across partitions: a refused record (or a full buffer) adds none anywhere
         runs_per_group, wake = self._accumulator.append_groups(
-            [(TopicPartition(topic, target), records) for target, (_, records) in groups.items()],
+            [(TopicPartition(topic, target), group) for target, (_, group) in groups.items()],
             timestamp_ms,
             max_block_s=max_block_s,
         )
         placements = [(positions, runs) for (positions, _), runs in zip(groups.values(), runs_per_group, strict=True)]
-        if partition is None and keyless:
-            for target, (_, records) in groups.items():
-                self._partitioner.on_append(topic, target, records.payload_bytes(), enable_switch=True)
+        if partition is None and records.keyless:
+            for target, (_, group) in groups.items():
+                self._partitioner.on_append(topic, target, group.payload_bytes(), enable_switch=True)
         if wake:
             self._wake()
-        return gather_runs(placements, total)
+        return gather_runs(placements, len(records))
 
     def flush(self, timeout: float | None = None) -> None:
         """Send every queued record now and wait until each is acknowledged or failed.
