@@ -21,10 +21,11 @@ from oncelog.client.producer_batch import (
     bulk_bound,
     byte_length,
     check_record_size,
+    estimate_record_size,
 )
 from oncelog.records.batch import BATCH_OVERHEAD
 from oncelog.records.builder import RecordsBuilder
-from oncelog.records.varint import encode_varlong, size_of_varint
+from oncelog.records.varint import encode_varlong
 
 if TYPE_CHECKING:
     from oncelog.client.metadata import TopicInfo
@@ -230,30 +231,21 @@ class ColumnRecords:
         base = timestamp if builder.base_timestamp is None else builder.base_timestamp
         timestamp_delta = encode_varlong(timestamp - base)
         room = max_batch_bytes - builder.size_in_bytes
-        if self._first_size(start, builder.count, timestamp_delta) > room:
+        key = None if self.keys is None else self.keys.item(start)
+        first = estimate_record_size(
+            key, self.values.item(start), offset_delta=builder.count, timestamp_delta=timestamp - base
+        )
+        if first > room:
             return 0  # a batch the plan filled, or an open one without room: no numpy for that
         # sizes are computed for as many records as could possibly fit, not for the whole rest of the run
         stop = min(len(self.values), start + max(1, room // _SMALLEST_RECORD + 1))
         keys = None if self.keys is None else self.keys.slice(start, stop)
         values = self.values.slice(start, stop)
-        taken = fitting_records(keys, values, builder.count, timestamp_delta, room)
-        if taken == 0:
-            if builder.count > 0:
-                return 0
-            taken = 1
+        taken = fitting_records(keys, values, builder.count, timestamp_delta, room)  # at least the first
         keys = None if keys is None else keys.slice(0, taken)
         section = encode_run(keys, values.slice(0, taken), builder.count, timestamp_delta)
         builder.append_section(section, taken, timestamp)
         return taken
-
-    def _first_size(self, start: int, offset_delta: int, timestamp_delta: bytes) -> int:
-        """Bytes record ``start`` takes at ``offset_delta`` (``estimate_record_size`` without building it)."""
-        key = -1 if self.keys is None else int(self.keys.lengths[start])
-        value = int(self.values.lengths[start])
-        body = 1 + len(timestamp_delta) + size_of_varint(offset_delta) + 1  # attributes, deltas, header count
-        body += 1 if key < 0 else size_of_varint(key) + key
-        body += 1 if value < 0 else size_of_varint(value) + value
-        return size_of_varint(body) + body
 
     def _plan_fresh_batches(self, start: int, max_batch_bytes: int) -> None:
         import numpy as np

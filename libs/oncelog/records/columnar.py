@@ -427,37 +427,9 @@ def decode_batches(batches: Sequence[tuple[BatchHeader, bytes]]) -> DecodedColum
     except (IndexError, ValueError):
         return None
     data = np.frombuffer(data_bytes, dtype=np.uint8)
-    record_ends = np.array(ends, dtype=np.int64)
-    record_starts = np.empty(count, dtype=np.int64)
-    record_starts[0] = 0
-    record_starts[1:] = record_ends[:-1]
-    lengths, bodies = _varints_at(data, record_starts, 5)
-    if lengths is None or (bodies + lengths != record_ends).any():
-        return None
-    at = bodies + 1  # the attributes byte (unused in magic 2)
-    timestamp_deltas, at = _varints_at(data, at, 10)
-    offset_deltas, at = _varints_at(data, at, 5)
-    if timestamp_deltas is None or offset_deltas is None:
-        return None
-    key_lengths, at = _varints_at(data, at, 5)
-    if key_lengths is None:
-        return None
-    key_starts = at
-    at = at + np.maximum(key_lengths, 0)
-    if (at > record_ends).any():
-        return None
-    value_lengths, at = _varints_at(data, at, 5)
-    if value_lengths is None:
-        return None
-    value_starts = at
-    at = at + np.maximum(value_lengths, 0)
-    # a record without headers ends with a header count of 0, one byte, where its length says it ends
-    if (
-        (at + 1 != record_ends).any()
-        or data[np.minimum(at, size - 1)].any()
-        or (key_lengths < -1).any()
-        or (value_lengths < -1).any()
-    ):
+    try:
+        offset_deltas, timestamp_deltas, keys, values = _fields(data, np.array(ends, dtype=np.int64))
+    except _Malformed:
         return None
     counts = [header.record_count for header, _ in batches]
     offsets = np.repeat(np.array([header.base_offset for header, _ in batches], dtype=np.int64), counts)
@@ -469,12 +441,35 @@ def decode_batches(batches: Sequence[tuple[BatchHeader, bytes]]) -> DecodedColum
         max_timestamps = np.repeat(np.array([header.max_timestamp for header, _ in batches], dtype=np.int64), counts)
         timestamps = np.where(np.repeat(np.array(append_time), counts), max_timestamps, timestamps)
     buffer = pa.py_buffer(data_bytes)
-    return DecodedColumns(
-        offsets,
-        timestamps,
-        _binary_views(data, buffer, key_starts, key_lengths),
-        _binary_views(data, buffer, value_starts, value_lengths),
-    )
+    return DecodedColumns(offsets, timestamps, _binary_views(data, buffer, *keys), _binary_views(data, buffer, *values))
+
+
+class _Malformed(Exception):
+    """A record the numpy decoder does not vouch for; the row decoder takes the batch."""
+
+
+def _fields(data: Any, record_ends: Any) -> tuple[Any, Any, tuple[Any, Any], tuple[Any, Any]]:
+    """Offset deltas, timestamp deltas, and (starts, lengths) of keys and of values of the records ending at
+    ``record_ends`` in ``data``; raises :class:`_Malformed` for a record with headers or out of place."""
+    record_starts = np.empty(len(record_ends), dtype=np.int64)
+    record_starts[0] = 0
+    record_starts[1:] = record_ends[:-1]
+    lengths, bodies = _varints_at(data, record_starts, 5)
+    at = bodies + 1  # the attributes byte (unused in magic 2)
+    timestamp_deltas, at = _varints_at(data, at, 10)
+    offset_deltas, at = _varints_at(data, at, 5)
+    key_lengths, key_starts = _varints_at(data, at, 5)
+    at = key_starts + np.maximum(key_lengths, 0)
+    if (bodies + lengths != record_ends).any() or (at > record_ends).any():
+        raise _Malformed
+    value_lengths, value_starts = _varints_at(data, at, 5)
+    at = value_starts + np.maximum(value_lengths, 0)
+    # a record without headers ends with a header count of 0, one byte, where its length says it ends
+    if (at + 1 != record_ends).any() or data[np.minimum(at, len(data) - 1)].any():
+        raise _Malformed
+    if (key_lengths < -1).any() or (value_lengths < -1).any():
+        raise _Malformed
+    return offset_deltas, timestamp_deltas, (key_starts, key_lengths), (value_starts, value_lengths)
 
 
 def concat_columns(parts: Sequence[DecodedColumns]) -> DecodedColumns:
@@ -498,8 +493,9 @@ def _empty() -> DecodedColumns:
     return DecodedColumns(nothing, nothing, pa.array([], pa.binary()), pa.array([], pa.binary()))
 
 
-def _varints_at(data: Any, positions: Any, longest: int) -> tuple[Any | None, Any]:
-    """The zigzag varints starting at ``positions`` and the positions after them; None if one is too long."""
+def _varints_at(data: Any, positions: Any, longest: int) -> tuple[Any, Any]:
+    """The zigzag varints starting at ``positions`` and the positions after them; :class:`_Malformed` if one is
+    longer than ``longest`` bytes."""
     unsigned = np.zeros(len(positions), dtype=np.uint64)
     sizes = np.zeros(len(positions), dtype=np.int64)
     open_ = np.ones(len(positions), dtype=bool)
@@ -511,7 +507,7 @@ def _varints_at(data: Any, positions: Any, longest: int) -> tuple[Any | None, An
         if not open_.any():
             signed = (unsigned >> np.uint64(1)).astype(np.int64) ^ -(unsigned & np.uint64(1)).astype(np.int64)
             return signed, positions + sizes
-    return None, positions
+    raise _Malformed
 
 
 def _binary_views(data: Any, buffer: Any, starts: Any, lengths: Any) -> Any:
