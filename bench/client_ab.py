@@ -11,7 +11,8 @@ Each measurement (but ``grpc``) runs on a fresh LocalCluster with one storage no
   consumer's offset, commit, wait until a read_committed reader sees it), the p50 of the whole and of each phase;
 * ``send``: per-record ``send()`` of 100-byte records, records per second (best of three rounds);
 * ``consume``: a read_committed consumer reading 64,000 records of 100 bytes again and again, records per second
-  (best of three rounds);
+  (best of three rounds); then the yardstick's consume rows, MB/s of ``poll()`` and of ``poll_arrow()`` over
+  51,200 records of 1 KiB (best of three rounds each, in turn);
 * ``txn``: the yardstick's transactional producer (1 KiB ``send()`` for 100 ms, then commit) timed phase by
   phase, the p50 of each over ``--transactions`` transactions: the next transaction's first ``send()`` and the
   acknowledgement of its record (AddPartitionsToTxn, which waits for the previous transaction's markers, then the
@@ -50,6 +51,7 @@ import uuid
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+CONSUME_1K_RECORDS = 51_200
 PARTS = ("ctp", "send", "consume", "gateway", "txn", "produce", "smalltxn", "grpc")
 
 
@@ -130,7 +132,9 @@ def send(records: int) -> dict[str, float]:
 
 
 def consume(records: int) -> dict[str, float]:
-    """Records per second of a read_committed consumer over ``records`` records of 100 bytes (best of three)."""
+    """Records per second of a read_committed consumer over ``records`` records of 100 bytes (best of three); MB/s
+    of ``poll()`` and of ``poll_arrow()`` over 51,200 records of 1 KiB (best of three, in turn)."""
+    from bench.yardstick_sides import OncelogSide
     from oncelog.client import AdminClient, Consumer, NewTopic, Producer, TopicPartition
     from oncelog.testing import LocalCluster
 
@@ -156,7 +160,19 @@ def consume(records: int) -> dict[str, float]:
                 while seen < records:
                     seen += len(consumer.poll(timeout_ms=1000, max_records=10_000))
                 rates.append(records / (time.perf_counter() - start))
-    return {"records_per_s": max(rates)}
+        # the yardstick's rows: 1 KiB records read as records and into Arrow, in turn
+        with AdminClient(cluster.bootstrap) as admin:
+            admin.create_topics([NewTopic("ab-1k", num_partitions=1, configs={"flush": "async"})])
+        with Producer(cluster.bootstrap, batch_size=64 * 1024, linger_ms=5) as producer:
+            for _ in range(CONSUME_1K_RECORDS // 64):
+                producer.send_batch("ab-1k", [b"v" * 1024] * 64, partition=0)
+            producer.flush()
+        side = OncelogSide("oncelog", cluster.bootstrap, lambda: list(cluster.pids()))
+        poll_mb_s, arrow_mb_s = [], []
+        for _ in range(3):
+            poll_mb_s.append(side.consume_mb_s("ab-1k", CONSUME_1K_RECORDS, 1024))
+            arrow_mb_s.append(side.consume_mb_s("ab-1k", CONSUME_1K_RECORDS, 1024, arrow=True))
+    return {"records_per_s": max(rates), "poll_1k_mb_s": max(poll_mb_s), "poll_arrow_1k_mb_s": max(arrow_mb_s)}
 
 
 def gateway(transactions: int) -> dict[str, float]:

@@ -117,7 +117,8 @@ def test_poll_arrow_reads_what_poll_reads_aborted_data_and_markers_left_out(clus
             p.abort_transaction()
     results = {}
     for mode in ("rows", "arrow", "both"):
-        with Consumer(cluster.bootstrap, isolation_level="read_committed") as consumer:
+        # small answers: the records come through many Fetches, each fetched ahead of the one being read
+        with Consumer(cluster.bootstrap, isolation_level="read_committed", max_partition_fetch_bytes=4096) as consumer:
             partitions = consumer.partitions_for(topic)
             consumer.assign(partitions)
             consumer.seek_to_beginning()

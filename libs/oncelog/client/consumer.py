@@ -92,7 +92,8 @@ class Consumer:
         fetch_min_bytes: a fetch waits until this much data is available or ``fetch_max_wait_ms`` passed.
         fetch_max_wait_ms: longest wait of one fetch on the server.
         fetch_max_bytes: largest answer of one fetch.
-        max_partition_fetch_bytes: largest data returned per partition and fetch (at least one batch).
+        max_partition_fetch_bytes: largest data returned per partition and fetch (at least one batch). While one
+            answer is read the next is fetched ahead, so a partition holds up to twice this.
         request_timeout_ms: deadline of one request.
         default_api_timeout_ms: bound of blocking calls without a timeout (``position``, ``committed``, ...).
         retry_backoff_ms: pause before retrying a failed request.
@@ -354,7 +355,7 @@ class Consumer:
         if offset < 0:
             raise ValueError(f"offset must be >= 0, got {offset}")
         state = self._state(TopicPartition(*partition))
-        state.position, state.reset, state.buffered, state.error = offset, None, None, None
+        state.reposition(offset, None)
         state.start, state.leader_epoch, state.current_leader_epoch = offset, None, None
 
     def seek_to_beginning(self, partitions: Iterable[TopicPartition] | None = None) -> None:
@@ -368,7 +369,7 @@ class Consumer:
     def _seek_lazily(self, partitions: Iterable[TopicPartition] | None, reset: str) -> None:
         for tp in self._assignment if partitions is None else [TopicPartition(*p) for p in partitions]:
             state = self._state(tp)
-            state.position, state.reset, state.buffered, state.error = None, reset, None, None
+            state.reposition(None, reset)
             state.start = None
 
     def position(self, partition: TopicPartition | tuple[str, int], timeout: float | None = None) -> int:
@@ -412,7 +413,7 @@ class Consumer:
         targets = list(self._assignment) if partitions is None else [TopicPartition(*p) for p in partitions]
         for tp in targets:
             state = self._state(tp)
-            state.position, state.reset, state.buffered, state.error = None, COMMITTED, None, None
+            state.reposition(None, COMMITTED)
         self._run(self._fetcher.resolve_positions(targets, self._deadline(timeout), strict=True))
         return {tp: self._assignment[tp].position for tp in targets}  # type: ignore[misc]
 

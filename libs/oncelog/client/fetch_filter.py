@@ -34,6 +34,7 @@ from oncelog.errors import OncelogError
 from oncelog.records import (
     BatchHeader,
     ControlType,
+    batches_end_offset,
     decode_record_fields,
     iter_batches,
     read_control_record,
@@ -89,7 +90,8 @@ class CompletedFetch:
         check_crcs: bool = True,
     ) -> None:
         self.topic_partition = tp
-        self._batches = iter_batches(memoryview(records))
+        self._records = memoryview(records)
+        self._batches = iter_batches(self._records)
         self._next_offset = fetch_offset
         self._position_epoch: int | None = None
         self._read_committed = isolation_level is IsolationLevel.READ_COMMITTED
@@ -110,6 +112,12 @@ class CompletedFetch:
     def next_fetch_offset(self) -> int:
         """The consumer's position after the records handed out so far."""
         return self._next_offset
+
+    @property
+    def end_offset(self) -> int | None:
+        """Where the position ends once every batch is read, unless a damaged batch stops it earlier: the offset
+        after the last whole batch fetched (None: no whole batch)."""
+        return batches_end_offset(self._records)
 
     @property
     def position_epoch(self) -> int | None:

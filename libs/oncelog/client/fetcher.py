@@ -3,7 +3,10 @@
 
 The :class:`Fetcher` keeps one :class:`PartitionState` per assigned partition. ``fetch_records()`` keeps one
 Fetch in flight per storage node for the assigned partitions that have no data buffered, returns as soon as one
-answers with records, and leaves the others running for the next call. Each partition's answer goes through
+answers with records, and leaves the others running for the next call. A partition whose buffered answer ends
+below its last stable offset (at read_committed; its high watermark otherwise) is fetched ahead from that end while the
+answer is read, so the storage node serves the next answer while this one is decoded: at most two answers per
+partition are held (design/kafka-semantics.md §4.5). Each partition's answer goes through
 :class:`~oncelog.client.fetch_filter.CompletedFetch`, which drops control records and, at read_committed, the data
 of aborted transactions; the server already stops at the last stable offset, so open transactions stay invisible
 (design/architecture.md §1.4, design/kafka-semantics.md §4.5).
@@ -39,6 +42,7 @@ from oncelog.client.services import (
     Deadline,
     EpochEndOffset,
     EpochQuery,
+    FetchedPartition,
     FetchPosition,
     OffsetQuery,
     PartitionStorageClient,
@@ -58,6 +62,9 @@ log = logging.getLogger("oncelog.client.consumer")
 
 COMMITTED = "committed"
 """The reset of a partition whose position comes from the group's committed offset."""
+
+_SEND_STEPS = 3
+"""Event-loop steps a new Fetch task takes to put its request on the wire (the task, gRPC's call task)."""
 
 FetchCommitted = Callable[
     [Sequence[TopicPartition], Deadline], Awaitable[dict[TopicPartition, OffsetAndMetadata | None]]
@@ -82,6 +89,11 @@ class PartitionState:
     """The partition leader's epoch the position was last fetched under or validated against; a different one in
     the metadata means a leader change since."""
     buffered: CompletedFetch | None = None
+    """The answer being read."""
+    buffered_end: int | None = None
+    """Where ``buffered`` ends: the offset a fetch ahead of it starts at (None: do not fetch ahead)."""
+    ahead: CompletedFetch | None = None
+    """The next answer, fetched from ``buffered_end`` while ``buffered`` was read."""
     error: OncelogError | None = None
     """A non-retriable fetch error, raised by the next poll."""
     last_stable_offset: int = -1
@@ -90,6 +102,26 @@ class PartitionState:
     """Id of the topic incarnation the position belongs to ("" until known)."""
     deleted_reported: bool = False
     """The deletion of the topic was reported by a poll; it is not reported again until the topic returns."""
+
+    def reposition(self, position: int | None, reset: str | None) -> None:
+        """Move to ``position`` (None: find it through ``reset``), dropping what was fetched and any error."""
+        self.position, self.reset, self.error = position, reset, None
+        self.drop_fetched()
+
+    def drop_fetched(self) -> None:
+        """Forget the buffered answers; the partition is fetched again from its position."""
+        self.buffered = self.ahead = self.buffered_end = None
+
+    def next_fetch(self, read_committed: bool) -> int | None:
+        """The offset this partition's next Fetch starts at, or None while none is to be sent: its position with
+        nothing buffered; with an answer buffered, that answer's end when the partition holds data beyond it."""
+        if self.position is None or self.error is not None or self.ahead is not None:
+            return None
+        if self.buffered is None:
+            return self.position
+        end = self.buffered_end
+        available = self.last_stable_offset if read_committed else self.high_watermark
+        return end if end is not None and end < available else None
 
 
 class Fetcher:
@@ -201,7 +233,7 @@ class Fetcher:
         if info is None:  # dropped from the metadata cache: the cluster said the topic does not exist
             if not state.deleted_reported:
                 state.deleted_reported = True
-                state.buffered = None
+                state.drop_fetched()
                 state.error = UnknownTopicOrPartition(
                     f"topic {tp.topic!r} was deleted while {tp} was assigned; the consumer keeps the assignment and "
                     "reads the topic from its beginning if it is created again (unassign it to stop)"
@@ -215,8 +247,8 @@ class Fetcher:
                 state.topic_id,
                 info.topic_id,
             )
-            state.position, state.reset, state.start = None, "earliest", None
-            state.buffered, state.error, state.leader_epoch = None, None, None
+            state.reposition(None, "earliest")
+            state.start, state.leader_epoch = None, None
         if info.topic_id:
             state.topic_id = info.topic_id
         state.deleted_reported = False
@@ -344,6 +376,9 @@ class Fetcher:
 
     async def _fetch_until(self, deadline: Deadline, limit: int, *, columnar: bool) -> list[Any]:
         while True:
+            if self._send_fetches(deadline):
+                for _ in range(_SEND_STEPS):
+                    await asyncio.sleep(0)  # the new fetches go out before the buffered answers are decoded
             records = self._drain_buffered(limit, columnar)
             if records:
                 return records
@@ -384,7 +419,7 @@ class Fetcher:
                     out.extend(records)
                     count += len(records)
             except OncelogError:
-                state.buffered = None  # the damaged batch is fetched again from the position
+                state.drop_fetched()  # the damaged batch is fetched again from the position
                 if out:
                     return out
                 raise
@@ -392,22 +427,37 @@ class Fetcher:
                 state.leader_epoch = fetch.position_epoch
             state.position = fetch.next_fetch_offset
             if fetch.is_consumed:
-                state.buffered = None
+                # the answer fetched ahead is read by a later call, after the Fetch ahead of it went out
+                self._next_answer(state)
             if count >= limit:
                 break
         return out
 
-    def _send_fetches(self, deadline: Deadline) -> None:
+    @staticmethod
+    def _next_answer(state: PartitionState) -> None:
+        """``state.buffered`` was read to its end: the answer fetched ahead takes its place if it starts at the
+        position (an answer that ended early, on a damaged batch, leaves the position short of it)."""
+        ahead = state.ahead
+        state.drop_fetched()
+        if ahead is not None and ahead.next_fetch_offset == state.position:
+            state.buffered = ahead
+            state.buffered_end = ahead.end_offset
+
+    def _send_fetches(self, deadline: Deadline) -> bool:
+        """Start a Fetch at each storage node with none in flight, for its partitions that want one; True if any
+        was started."""
         now = time.monotonic()
         by_leader: dict[str, list[tuple[TopicPartition, int, int]]] = {}
         to_validate: dict[str, list[tuple[TopicPartition, int, int, int]]] = {}
         missing = sorted({tp.topic for tp in self.assignment if self._metadata.cached_topic(tp.topic) is None})
         if missing:
             self._refresh_metadata(missing)
+        read_committed = self._isolation is IsolationLevel.READ_COMMITTED
         for tp, state in self.assignment.items():
             if not self._check_incarnation(tp, state):
                 continue
-            if state.position is None or state.buffered is not None or state.error is not None:
+            offset = state.next_fetch(read_committed)
+            if offset is None:
                 continue
             leader = self._metadata.cached_leader(tp)
             if leader is None or self._metadata.needs_update(tp.topic):
@@ -419,22 +469,25 @@ class Fetcher:
             if self._node_backoff_until.get(address, 0) > now:
                 continue
             if state.current_leader_epoch != leader.leader_epoch:
+                if state.buffered is not None:
+                    continue  # what is buffered is read first; then the position is checked with the new leader
                 if state.leader_epoch is not None and leader.leader_epoch >= 0:
                     task = self._validations.get(address)
                     if task is None or task.done():
-                        position = (tp, state.position, state.leader_epoch, leader.leader_epoch)
+                        position = (tp, offset, state.leader_epoch, leader.leader_epoch)
                         to_validate.setdefault(address, []).append(position)
                     continue  # not fetched until validated
                 state.current_leader_epoch = leader.leader_epoch
             task = self._fetches.get(address)
             if task is not None and not task.done():
                 continue
-            by_leader.setdefault(address, []).append((tp, state.position, leader.leader_epoch))
+            by_leader.setdefault(address, []).append((tp, offset, leader.leader_epoch))
         loop = asyncio.get_running_loop()
         for address, parts in by_leader.items():
             self._fetches[address] = loop.create_task(self._fetch(address, parts, deadline))
         for address, positions in to_validate.items():
             self._validations[address] = loop.create_task(self._validate(address, positions))
+        return bool(by_leader)
 
     def _refresh_metadata(self, missing: Sequence[str]) -> None:
         """Refresh stale topics, and ask again for assigned topics the cluster said do not exist, in the background."""
@@ -486,24 +539,39 @@ class Fetcher:
         self._node_backoff_until.pop(address, None)
         requested = {tp: offset for tp, offset, _ in parts}
         for result in results:
-            tp = result.topic_partition
-            state = self.assignment.get(tp)
-            if state is None or state.position != requested.get(tp) or state.buffered is not None:
-                continue  # reassigned or seeked while the fetch was in flight
-            if result.error is not None:
+            offset = requested.get(result.topic_partition)
+            if offset is not None:
+                self._accept(result, offset)
+
+    def _accept(self, result: FetchedPartition, offset: int) -> None:
+        """Take one partition's answer to a Fetch from ``offset``: buffer its records to be read next, or after
+        the answer being read when it was fetched ahead of it."""
+        tp = result.topic_partition
+        state = self.assignment.get(tp)
+        if state is None or offset != state.next_fetch(self._isolation is IsolationLevel.READ_COMMITTED):
+            return  # reassigned, seeked or read past while the fetch was in flight
+        ahead = state.buffered is not None
+        if result.error is not None:
+            if ahead:
+                state.buffered_end = None  # not fetched ahead again: fetched, its error handled, from the position
+            else:
                 self._on_fetch_error(tp, state, result.error)
-                continue
-            state.high_watermark = result.high_watermark
-            state.last_stable_offset = result.last_stable_offset
-            if result.records:
-                state.buffered = CompletedFetch(
-                    tp,
-                    result.records,
-                    fetch_offset=requested[tp],
-                    isolation_level=self._isolation,
-                    aborted_transactions=result.aborted_transactions,
-                    check_crcs=self._check_crcs,
-                )
+            return
+        state.high_watermark = result.high_watermark
+        state.last_stable_offset = result.last_stable_offset
+        if result.records:
+            fetched = CompletedFetch(
+                tp,
+                result.records,
+                fetch_offset=offset,
+                isolation_level=self._isolation,
+                aborted_transactions=result.aborted_transactions,
+                check_crcs=self._check_crcs,
+            )
+            if ahead:
+                state.ahead = fetched
+            else:
+                state.buffered, state.buffered_end = fetched, fetched.end_offset
 
     def _on_fetch_error(self, tp: TopicPartition, state: PartitionState, err: OncelogError) -> None:
         disposition = classify(err, source="fetch")

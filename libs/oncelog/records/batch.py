@@ -66,6 +66,7 @@ __all__ = [
     "Record",
     "RecordFields",
     "TimestampType",
+    "batches_end_offset",
     "decode_record_fields",
     "decode_records",
     "iter_batches",
@@ -85,6 +86,8 @@ _PREFIX = struct.Struct(">qiibI")
 # the CRC-covered part of the header: attributes .. record_count
 _TAIL = struct.Struct(">hiqqqhii")
 _OFFSET_LENGTH_EPOCH = struct.Struct(">qii")
+_LAST_OFFSET_DELTA = struct.Struct(">i")
+_LAST_OFFSET_DELTA_AT = 23  # after base_offset, batch_length, partition_leader_epoch, magic, crc, attributes
 
 BATCH_OVERHEAD = _HEADER.size
 """Bytes of the RecordBatch header before the first record (61)."""
@@ -368,6 +371,22 @@ def iter_batches(
             _check_crc(header, batch, pos)
         yield header, batch
         pos = batch_end
+
+
+def batches_end_offset(buf: bytes | bytearray | memoryview) -> int | None:
+    """The offset after the last whole batch in ``buf`` (its base offset + last offset delta + 1), from the batch
+    framing alone, or None when ``buf`` holds no whole batch. Where a reader of these batches ends up, and so
+    where a read of the batches after them starts; nothing is validated (the reader does that)."""
+    view = memoryview(buf)
+    end, pos, found = len(view), 0, None
+    while pos + BATCH_OVERHEAD <= end:
+        base_offset, batch_length, _ = _OFFSET_LENGTH_EPOCH.unpack_from(view, pos)
+        if batch_length < _MIN_BATCH_LENGTH or pos + LOG_OVERHEAD + batch_length > end:
+            break
+        (last_offset_delta,) = _LAST_OFFSET_DELTA.unpack_from(view, pos + _LAST_OFFSET_DELTA_AT)
+        found = base_offset + last_offset_delta + 1
+        pos += LOG_OVERHEAD + batch_length
+    return found
 
 
 def split_batches(buf: bytes | bytearray | memoryview) -> tuple[list[tuple[BatchHeader, memoryview]], int]:

@@ -384,6 +384,7 @@ def test_filter_matches_brute_force_model(
         fetch = CompletedFetch(
             TP, raw, fetch_offset=position, isolation_level=isolation, aborted_transactions=aborted_list
         )
+        assert fetch.end_offset == upper, "a fetch ahead of this one would not start where reading it ends"
         while not fetch.is_consumed:
             wanted = data.draw(st.integers(1, 5), label="max records")
             if data.draw(st.booleans(), label="as columns"):

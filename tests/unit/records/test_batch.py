@@ -17,6 +17,7 @@ from oncelog.records import (
     ControlType,
     Record,
     TimestampType,
+    batches_end_offset,
     build_batch,
     build_control_batch,
     decode_record_fields,
@@ -534,6 +535,19 @@ def test_iter_batches_checks_crc_only_when_asked() -> None:
     assert len(list(iter_batches(damaged))) == 3
     with pytest.raises(CorruptMessage, match=f"at byte {len(batches[0])} failed its CRC32C check"):
         list(iter_batches(damaged, verify_crc=True))
+
+
+def test_batches_end_offset_is_the_offset_after_the_last_whole_batch() -> None:
+    batches = three_batches()  # offsets 0-1, a marker at 2, 3-6 (gzip)
+    whole = b"".join(batches)
+    assert batches_end_offset(whole) == 7
+    assert batches_end_offset(memoryview(whole)[len(batches[0]) :]) == 7
+    for cut in range(len(whole) + 1):  # a torn tail counts for nothing
+        complete = [b for i, b in enumerate(batches) if len(b"".join(batches[: i + 1])) <= cut]
+        assert batches_end_offset(whole[:cut]) == [None, 2, 3, 7][len(complete)]
+    garbage = bytearray(whole)
+    garbage[len(batches[0]) + 8 : len(batches[0]) + 12] = (1).to_bytes(4, "big")  # a batch length under a header
+    assert batches_end_offset(garbage) == 2
 
 
 def test_split_batches_returns_the_valid_prefix_of_a_torn_log() -> None:
