@@ -553,7 +553,9 @@ RECORDS_SCHEMA = pa.schema(
 
 
 def records_table(chunks: list[tuple[str, int, DecodedColumns]]) -> Any:
-    """One ``pyarrow.Table`` of :data:`RECORDS_SCHEMA` from ``(topic, partition, columns)`` chunks, in order."""
+    """One ``pyarrow.Table`` of :data:`RECORDS_SCHEMA` from ``(topic, partition, columns)`` chunks, in order.
+
+    Keys, values and headers stay the chunks' arrays (chunked columns): they are not copied."""
     if not chunks:
         return RECORDS_SCHEMA.empty_table()
     counts = np.array([len(columns) for _, _, columns in chunks], dtype=np.int64)
@@ -564,8 +566,8 @@ def records_table(chunks: list[tuple[str, int, DecodedColumns]]) -> Any:
         pa.array(np.repeat(np.array([partition for _, partition, _ in chunks], dtype=np.int32), counts)),
         pa.array(np.concatenate([columns.offsets for _, _, columns in chunks])),
         pa.array(np.concatenate([columns.timestamps for _, _, columns in chunks])),
-        pa.concat_arrays([columns.keys for _, _, columns in chunks]),
-        pa.concat_arrays([columns.values for _, _, columns in chunks]),
-        pa.concat_arrays([columns.headers_column() for _, _, columns in chunks]),
+        pa.chunked_array([columns.keys for _, _, columns in chunks], pa.binary()),
+        pa.chunked_array([columns.values for _, _, columns in chunks], pa.binary()),
+        pa.chunked_array([columns.headers_column() for _, _, columns in chunks], HEADERS_TYPE),
     ]
     return pa.Table.from_arrays(arrays, schema=RECORDS_SCHEMA)

@@ -18,6 +18,7 @@ from oncelog.records.batch import BATCH_OVERHEAD
 from oncelog.records.builder import RecordsBuilder
 from oncelog.records.columnar import (
     RECORDS_SCHEMA,
+    DecodedColumns,
     as_binary_column,
     encode_run,
     fitting_records,
@@ -124,6 +125,26 @@ def test_split_keeps_each_partitions_records_in_their_order_with_their_positions
 def test_a_poll_with_no_records_is_an_empty_table_with_every_column() -> None:
     table = records_table([])
     assert table.num_rows == 0 and table.schema == RECORDS_SCHEMA
+
+
+def test_a_polls_table_keeps_the_chunks_order_and_does_not_copy_keys_or_values() -> None:
+    def chunk(first: int, count: int) -> DecodedColumns:
+        values = pa.array([b"v%d" % i for i in range(first, first + count)], pa.binary())
+        keys = pa.array([None] * count, pa.binary())
+        return DecodedColumns(np.arange(first, first + count), np.full(count, 7), keys, values)
+
+    chunks = [("b", 1, chunk(0, 3)), ("a", 0, chunk(10, 2)), ("b", 1, chunk(3, 1))]
+    table = records_table(chunks)
+    assert table.schema == RECORDS_SCHEMA
+    assert table.column("topic").to_pylist() == ["b"] * 3 + ["a"] * 2 + ["b"]
+    assert table.column("partition").to_pylist() == [1, 1, 1, 0, 0, 1]
+    assert table.column("offset").to_pylist() == [0, 1, 2, 10, 11, 3]
+    assert table.column("value").to_pylist() == [b"v0", b"v1", b"v2", b"v10", b"v11", b"v3"]
+    assert table.column("headers").to_pylist() == [[]] * 6
+    for column in ("key", "value"):
+        data = [c.buffers()[2] for c in table.column(column).chunks]
+        given_data = [getattr(columns, column + "s").buffers()[2] for _, _, columns in chunks]
+        assert [b.address for b in data] == [b.address for b in given_data], f"{column}s were copied"
 
 
 @settings(max_examples=200, deadline=None)
