@@ -1,8 +1,9 @@
 """The consumer: read_committed by default, positions and committed offsets (Kafka's ``KafkaConsumer``).
 
 ``poll()`` returns what the consumer's :class:`~oncelog.client.fetcher.Fetcher` fetched (Kafka's ``Fetcher``):
-one Fetch in flight per storage node, control records and the data of aborted transactions dropped, open
-transactions invisible (design/architecture.md §1.4, design/kafka-semantics.md §4.5).
+one Fetch in flight per storage node, a partition's next answer fetched while its current one is read, control
+records and the data of aborted transactions dropped, open transactions invisible (design/architecture.md §1.4,
+design/kafka-semantics.md §4.5).
 
 Positions: a newly assigned partition starts at the group's committed offset (fetched with
 ``require_stable``, so it waits while a transactional commit for it is pending, KIP-447) or, without one,
