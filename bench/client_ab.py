@@ -1,6 +1,7 @@
 """The client's hot paths, this checkout against an older revision, in one interleaved run.
 
-    python -m bench.client_ab --base 9800ce7 [--runs 5] [--parts ctp,send,consume,gateway,txn,produce,smalltxn,grpc]
+    python -m bench.client_ab --base 9800ce7 [--runs 5]
+                              [--parts ctp,send,consume,gateway,txn,produce,smalltxn,grpc,sparkread]
                               [--ctp-samples 60] [--records 30000] [--transactions 200] [--buffer-memory 33554432]
                               [--producers 8]
     python -m bench.client_ab --one txn [--transactions 100]    # one part, this checkout only, figures as JSON
@@ -28,6 +29,8 @@ Each measurement (but ``grpc``) runs on a fresh LocalCluster with one storage no
 * ``grpc``: the floor under every server figure: one trivial unary call (gRPC's health check on a bare
   ``grpc.aio`` server in a child process, no interceptor), CPU microseconds of the server and of the client per
   call, and the wall time per call;
+* ``sparkread``: the Spark source's task-side ``read()`` (called as an executor calls it, no JVM) over 2 x
+  ``--records`` records of 100 bytes in one partition, rows per second (best of three rounds);
 * ``gateway``: one-record transactions of confluent-kafka (librdkafka) through a kafka-gateway, their p50 and the
   CPU milliseconds the gateway and the services spent per transaction (``/proc``).
 
@@ -52,7 +55,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 CONSUME_1K_RECORDS = 51_200
-PARTS = ("ctp", "send", "consume", "gateway", "txn", "produce", "smalltxn", "grpc")
+PARTS = ("ctp", "send", "consume", "gateway", "txn", "produce", "smalltxn", "grpc", "sparkread")
 
 
 def ctp(samples: int) -> dict[str, float]:
@@ -173,6 +176,35 @@ def consume(records: int) -> dict[str, float]:
             poll_mb_s.append(side.consume_mb_s("ab-1k", CONSUME_1K_RECORDS, 1024))
             arrow_mb_s.append(side.consume_mb_s("ab-1k", CONSUME_1K_RECORDS, 1024, arrow=True))
     return {"records_per_s": max(rates), "poll_1k_mb_s": max(poll_mb_s), "poll_arrow_1k_mb_s": max(arrow_mb_s)}
+
+
+def spark_read(records: int) -> dict[str, float]:
+    """Rows per second of the Spark source's task-side ``read()`` over ``records`` records of 100 bytes in one
+    partition, called as a Spark executor calls it, without a JVM (best of three)."""
+    from oncelog.client import AdminClient, NewTopic, Producer
+    from oncelog.spark import OncelogDataSource
+    from oncelog.testing import LocalCluster
+
+    records = records // 64 * 64
+    with (
+        tempfile.TemporaryDirectory(prefix="ab-sparkread-") as scratch,
+        LocalCluster(Path(scratch), storage_nodes=1) as cluster,
+    ):
+        with AdminClient(cluster.bootstrap) as admin:
+            admin.create_topics([NewTopic("ab", num_partitions=1, configs={"flush": "async"})])
+        with Producer(cluster.bootstrap, batch_size=64 * 1024, linger_ms=5) as producer:
+            for i in range(records // 64):
+                producer.send_batch("ab", [b"v" * 100] * 64, keys=[b"k%d" % i] * 64, partition=0)
+            producer.flush()
+        reader = OncelogDataSource({"bootstrap": cluster.bootstrap, "topic": "ab"}).reader(None)
+        partitions = reader.partitions()
+        rates = []
+        for _ in range(3):
+            start = time.perf_counter()
+            rows = sum(batch.num_rows for partition in partitions for batch in reader.read(partition))
+            rates.append(rows / (time.perf_counter() - start))
+            assert rows == records, f"read {rows} of {records}"
+    return {"rows_per_s": max(rates)}
 
 
 def gateway(transactions: int) -> dict[str, float]:
@@ -429,6 +461,7 @@ def main(argv: list[str] | None = None) -> int:
             "produce": lambda: produce(),
             "smalltxn": lambda: smalltxn(args.producers),
             "grpc": lambda: grpc_floor(),
+            "sparkread": lambda: spark_read(args.records * 2),
         }
         figures = measure[args.one]()
         print(json.dumps(figures))

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from oncelog.client.records import ConsumerRecord, TopicPartition, new_consumer_record
@@ -323,7 +323,8 @@ class _OpenBatch:
             count = min(wanted, len(columns))
             taken_columns, self._columns = columns.slice(0, count), columns.slice(count)
             epochs, self._epochs = self._epochs[:count], self._epochs[count:]
-            self._types = self._types[count:]
+            types, self._types = self._types[:count], self._types[count:]
+            taken_columns = replace(taken_columns, timestamp_types=_int64s(types))
             self.done = not len(self._columns)
             if not count:
                 return None, -1, None
@@ -344,6 +345,12 @@ class _OpenBatch:
         self._index += len(taken)
         self.done = self._index >= len(self._rows)
         return taken, (taken[-1].offset if taken else -1), (taken[-1].leader_epoch if taken else None)
+
+
+def _int64s(values: Any) -> Any:
+    import numpy as np
+
+    return np.asarray(values, dtype=np.int64)
 
 
 def _epoch(value: Any) -> int | None:

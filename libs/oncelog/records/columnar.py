@@ -309,6 +309,8 @@ class DecodedColumns:
         values: each record's value, likewise.
         headers: each record's headers (``list<struct<key: string, value: binary>>``), or None when no record
             has any.
+        timestamp_types: each record's timestamp type (int64 numpy array of ``TimestampType`` values: 0
+            CreateTime, 1 LogAppendTime) on the columns a ``CompletedFetch`` hands out; None where not known.
     """
 
     offsets: Any
@@ -316,6 +318,7 @@ class DecodedColumns:
     keys: Any
     values: Any
     headers: Any = None
+    timestamp_types: Any = None
 
     def __len__(self) -> int:
         return len(self.offsets)
@@ -329,6 +332,7 @@ class DecodedColumns:
             self.keys.slice(start, stop - start),
             self.values.slice(start, stop - start),
             None if self.headers is None else self.headers.slice(start, stop - start),
+            None if self.timestamp_types is None else self.timestamp_types[start:stop],
         )
 
     def headers_column(self) -> Any:

@@ -10,7 +10,8 @@ Planning runs on the driver, reading on executors (design/spark-connector.md §3
   markers
   never become rows, so offsets inside a range may yield no row, and a range may start or end on a
   marker's offset. Reading stops at ``end`` whatever the gaps, and rows reach Spark as Arrow record
-  batches, one per Fetch.
+  batches, one per Fetch, built from the fetched records' columns with no Python per record
+  (:func:`read_range_columns`, :func:`columns_to_arrow`).
 
 Because every end offset lies at or below the LSO when it is planned, the records of a range are settled
 and a replayed micro-batch reads exactly the same rows (design/spark-connector.md §3.2); that is what the exactly-once
@@ -27,6 +28,7 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (
@@ -51,6 +53,7 @@ from oncelog.client.fetch_filter import CompletedFetch
 from oncelog.client.records import ConsumerRecord, TopicPartition
 from oncelog.errors import CorruptMessage, OffsetOutOfRange, OncelogError, UnknownTopicOrPartition
 from oncelog.records import iter_batches
+from oncelog.records.columnar import DecodedColumns
 from oncelog.spark.channels import LogClient
 from oncelog.spark.offsets import (
     EARLIEST,
@@ -74,8 +77,9 @@ __all__ = [
     "OncelogStreamReader",
     "RangePartition",
     "arrow_schema",
+    "columns_to_arrow",
     "read_range",
-    "records_to_arrow",
+    "read_range_columns",
 ]
 
 log = logging.getLogger(__name__)
@@ -152,6 +156,31 @@ def read_range(
             or the log no longer reaches ``end`` (truncated or re-created topic).
         OncelogError: the partition stayed unreadable for the client's request timeout.
     """
+    return _read_range(client, offset_range, isolation, fetch_max_bytes, fail_on_data_loss, columns=False)
+
+
+def read_range_columns(
+    client: LogClient,
+    offset_range: OffsetRange,
+    *,
+    isolation: IsolationLevel = IsolationLevel.READ_COMMITTED,
+    fetch_max_bytes: int = 4 * 1024 * 1024,
+    fail_on_data_loss: bool = True,
+) -> Iterator[list[DecodedColumns]]:
+    """:func:`read_range` as Arrow columns (``CompletedFetch.fetch_columns``): the same records, one list of
+    column chunks per Fetch, with no Python per record."""
+    return _read_range(client, offset_range, isolation, fetch_max_bytes, fail_on_data_loss, columns=True)
+
+
+def _read_range(
+    client: LogClient,
+    offset_range: OffsetRange,
+    isolation: IsolationLevel,
+    fetch_max_bytes: int,
+    fail_on_data_loss: bool,
+    *,
+    columns: bool,
+) -> Iterator[list[Any]]:
     tp = offset_range.topic_partition
     position, end = offset_range.start, offset_range.end
     stalled_since: float | None = None
@@ -167,7 +196,7 @@ def read_range(
         )
         try:
             # a damaged batch after good ones ends this list early; the next fetch starts on it again
-            records = fetched.fetch_records(1 << 30)
+            taken: list[Any] = fetched.fetch_columns(1 << 30) if columns else fetched.fetch_records(1 << 30)
         except CorruptMessage:
             if _stalled(stalled_since, client):
                 raise
@@ -186,10 +215,18 @@ def read_range(
             time.sleep(client.retry_backoff_s)
             continue
         stalled_since = None
-        if records and records[-1].offset >= end:
-            records = [r for r in records if r.offset < end]
         position = fetched.next_fetch_offset
-        yield records
+        yield _below(taken, end, columns)
+
+
+def _below(taken: list[Any], end: int, columns: bool) -> list[Any]:
+    """The records (or column chunks, cut) of ``taken`` with an offset below ``end``."""
+    if columns:
+        cut = [chunk.slice(0, int(np.searchsorted(chunk.offsets, end))) for chunk in taken]
+        return [chunk for chunk in cut if len(chunk)]
+    if taken and taken[-1].offset >= end:
+        return [r for r in taken if r.offset < end]
+    return taken
 
 
 def _stalled(since: float | None, client: LogClient) -> bool:
@@ -220,40 +257,49 @@ def _after_data_loss(
     return min(log_start, end)
 
 
-def records_to_arrow(records: Sequence[ConsumerRecord], *, include_headers: bool = False) -> pa.RecordBatch:
-    """Rows of :func:`schema_of` as one Arrow record batch (what Spark takes from ``read()`` without conversion).
+def columns_to_arrow(
+    tp: TopicPartition, chunks: Sequence[DecodedColumns], *, include_headers: bool = False
+) -> pa.RecordBatch:
+    """Rows of :func:`schema_of` as one Arrow record batch (what Spark takes from ``read()`` without conversion),
+    from the column chunks of one partition (:func:`read_range_columns`).
 
     Headers keep every pair in the producer's order, repeated names included, as Spark's Kafka source does.
     """
     schema = arrow_schema(include_headers)
+    count = sum(len(chunk) for chunk in chunks)
+    timestamps = np.concatenate([chunk.timestamps for chunk in chunks]) * 1000  # milliseconds to Spark's micros
     columns = [
-        pa.array([r.key for r in records], type=pa.binary()),
-        pa.array([r.value for r in records], type=pa.binary()),
-        pa.array([r.topic for r in records], type=pa.string()),
-        pa.array([r.partition for r in records], type=pa.int32()),
-        pa.array([r.offset for r in records], type=pa.int64()),
-        pa.array([r.timestamp * 1000 for r in records], type=schema.field("timestamp").type),
-        pa.array([int(r.timestamp_type) for r in records], type=pa.int32()),
+        _joined([chunk.keys for chunk in chunks]),
+        _joined([chunk.values for chunk in chunks]),
+        pa.repeat(pa.scalar(tp.topic, pa.string()), count),
+        pa.repeat(pa.scalar(tp.partition, pa.int32()), count),
+        pa.array(np.concatenate([chunk.offsets for chunk in chunks])),
+        pa.array(timestamps, type=schema.field("timestamp").type),
+        pa.array(np.concatenate([chunk.timestamp_types for chunk in chunks]).astype(np.int32)),
     ]
     if include_headers:
-        pairs = [[{"key": name, "value": data} for name, data in r.headers] for r in records]
-        columns.append(pa.array(pairs, type=schema.field("headers").type))
+        headers = _joined([chunk.headers_column() for chunk in chunks])
+        columns.append(headers.cast(schema.field("headers").type))
     return pa.RecordBatch.from_arrays(columns, schema=schema)
+
+
+def _joined(arrays: list[Any]) -> Any:
+    return arrays[0] if len(arrays) == 1 else pa.concat_arrays(arrays)
 
 
 def _read_partition(options: SourceOptions, partition: InputPartition) -> Iterator[pa.RecordBatch]:
     if not isinstance(partition, RangePartition):
         return  # Spark's placeholder task when a batch read found nothing to read
     client = LogClient(options.bootstrap, request_timeout_s=options.request_timeout_s)
-    for records in read_range(
+    for chunks in read_range_columns(
         client,
         partition.range,
         isolation=options.isolation_level,
         fetch_max_bytes=options.fetch_max_bytes,
         fail_on_data_loss=options.fail_on_data_loss,
     ):
-        if records:
-            yield records_to_arrow(records, include_headers=options.include_headers)
+        if chunks:
+            yield columns_to_arrow(partition.range.topic_partition, chunks, include_headers=options.include_headers)
 
 
 # ------------------------------------------------------------------------------------------------ planning

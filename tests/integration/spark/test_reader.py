@@ -26,7 +26,7 @@ from oncelog.errors import OffsetOutOfRange
 from oncelog.spark import OncelogDataSource, OptionError
 from oncelog.spark.channels import LogClient
 from oncelog.spark.offsets import OffsetRange
-from oncelog.spark.reader import RangePartition, read_range
+from oncelog.spark.reader import RangePartition, read_range, read_range_columns
 from oncelog.testing import LocalCluster
 from oncelog.vocabulary import IsolationLevel
 
@@ -122,8 +122,13 @@ def test_read_stops_at_end_offset_despite_gaps(cluster: LocalCluster, topic: Top
     client = LogClient([cluster.bootstrap])
 
     def read(start: int, end: int) -> list[tuple[int, str]]:
+        """The range's records, read as records and as columns (what the Spark tasks read): the same both ways."""
         batches = read_range(client, OffsetRange(topic.name, 0, start, end))
-        return [(r.offset, r.value.decode()) for records in batches for r in records]
+        records = [(r.offset, r.value.decode()) for records in batches for r in records]
+        chunked = read_range_columns(client, OffsetRange(topic.name, 0, start, end))
+        columns = [(o, v.decode()) for chunks in chunked for chunk in chunks for o, _, _, v, _ in chunk.to_fields()]
+        assert columns == records
+        return records
 
     assert read(0, 3) == [(0, "a"), (1, "t1"), (2, "t2")], "ends on the COMMIT marker's offset"
     assert read(3, 6) == [], "a range of a marker, aborted data and a marker has no row"

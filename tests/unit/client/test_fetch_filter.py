@@ -318,7 +318,7 @@ def test_records_left_by_a_columns_page_keep_their_metadata_as_records() -> None
     appended[22] |= 0x08  # attributes (int16 at byte 21) bit 3: LogAppendTime
     fetch = CompletedFetch(TP, bytes(appended), fetch_offset=10, isolation_level=RC, check_crcs=False)
     (chunk,) = fetch.fetch_columns(1)
-    assert chunk.keys.to_pylist() == [b"k0"]
+    assert chunk.keys.to_pylist() == [b"k0"] and chunk.timestamp_types.tolist() == [TimestampType.LOG_APPEND_TIME]
     rest = fetch.fetch_records(10)
     assert [(r.offset, r.key, r.leader_epoch) for r in rest] == [(11, b"k1", 3), (12, b"k2", 3), (13, b"k3", 3)]
     assert {r.timestamp_type for r in rest} == {TimestampType.LOG_APPEND_TIME}
