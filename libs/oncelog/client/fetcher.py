@@ -64,7 +64,8 @@ COMMITTED = "committed"
 """The reset of a partition whose position comes from the group's committed offset."""
 
 _SEND_STEPS = 3
-"""Event-loop steps a new Fetch task takes to put its request on the wire (the task, gRPC's call task)."""
+"""Event-loop steps a new Fetch task takes to put its request on the wire: the task itself, the client
+interceptor's task and gRPC's call task (tests/integration/test_consumer_fetch_ahead.py fails with fewer)."""
 
 FetchCommitted = Callable[
     [Sequence[TopicPartition], Deadline], Awaitable[dict[TopicPartition, OffsetAndMetadata | None]]
