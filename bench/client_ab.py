@@ -134,11 +134,23 @@ def send(records: int) -> dict[str, float]:
     return {"records_per_s": max(rates)}
 
 
+def _fill(bootstrap: str, topic: str, records: int, value: bytes, *, keyed: bool = False) -> None:
+    """Create ``topic`` (one partition, ``flush=async``) and write ``records`` records of ``value``, 64 a call."""
+    from oncelog.client import AdminClient, NewTopic, Producer
+
+    with AdminClient(bootstrap) as admin:
+        admin.create_topics([NewTopic(topic, num_partitions=1, configs={"flush": "async"})])
+    with Producer(bootstrap, batch_size=64 * 1024, linger_ms=5) as producer:
+        for i in range(records // 64):
+            producer.send_batch(topic, [value] * 64, keys=[b"k%d" % i] * 64 if keyed else None, partition=0)
+        producer.flush()
+
+
 def consume(records: int) -> dict[str, float]:
     """Records per second of a read_committed consumer over ``records`` records of 100 bytes (best of three); MB/s
     of ``poll()`` and of ``poll_arrow()`` over 51,200 records of 1 KiB (best of three, in turn)."""
     from bench.yardstick_sides import OncelogSide
-    from oncelog.client import AdminClient, Consumer, NewTopic, Producer, TopicPartition
+    from oncelog.client import Consumer, TopicPartition
     from oncelog.testing import LocalCluster
 
     records = records // 64 * 64
@@ -146,12 +158,7 @@ def consume(records: int) -> dict[str, float]:
         tempfile.TemporaryDirectory(prefix="ab-consume-") as scratch,
         LocalCluster(Path(scratch), storage_nodes=1) as cluster,
     ):
-        with AdminClient(cluster.bootstrap) as admin:
-            admin.create_topics([NewTopic("ab", num_partitions=1, configs={"flush": "async"})])
-        with Producer(cluster.bootstrap, batch_size=64 * 1024, linger_ms=5) as producer:
-            for _ in range(records // 64):
-                producer.send_batch("ab", [b"v" * 100] * 64, partition=0)
-            producer.flush()
+        _fill(cluster.bootstrap, "ab", records, b"v" * 100)
         tp = TopicPartition("ab", 0)
         rates = []
         for _ in range(3):
@@ -164,12 +171,7 @@ def consume(records: int) -> dict[str, float]:
                     seen += len(consumer.poll(timeout_ms=1000, max_records=10_000))
                 rates.append(records / (time.perf_counter() - start))
         # the yardstick's rows: 1 KiB records read as records and into Arrow, in turn
-        with AdminClient(cluster.bootstrap) as admin:
-            admin.create_topics([NewTopic("ab-1k", num_partitions=1, configs={"flush": "async"})])
-        with Producer(cluster.bootstrap, batch_size=64 * 1024, linger_ms=5) as producer:
-            for _ in range(CONSUME_1K_RECORDS // 64):
-                producer.send_batch("ab-1k", [b"v" * 1024] * 64, partition=0)
-            producer.flush()
+        _fill(cluster.bootstrap, "ab-1k", CONSUME_1K_RECORDS, b"v" * 1024)
         side = OncelogSide("oncelog", cluster.bootstrap, lambda: list(cluster.pids()))
         poll_mb_s, arrow_mb_s = [], []
         for _ in range(3):
@@ -181,7 +183,6 @@ def consume(records: int) -> dict[str, float]:
 def spark_read(records: int) -> dict[str, float]:
     """Rows per second of the Spark source's task-side ``read()`` over ``records`` records of 100 bytes in one
     partition, called as a Spark executor calls it, without a JVM (best of three)."""
-    from oncelog.client import AdminClient, NewTopic, Producer
     from oncelog.spark import OncelogDataSource
     from oncelog.testing import LocalCluster
 
@@ -190,18 +191,14 @@ def spark_read(records: int) -> dict[str, float]:
         tempfile.TemporaryDirectory(prefix="ab-sparkread-") as scratch,
         LocalCluster(Path(scratch), storage_nodes=1) as cluster,
     ):
-        with AdminClient(cluster.bootstrap) as admin:
-            admin.create_topics([NewTopic("ab", num_partitions=1, configs={"flush": "async"})])
-        with Producer(cluster.bootstrap, batch_size=64 * 1024, linger_ms=5) as producer:
-            for i in range(records // 64):
-                producer.send_batch("ab", [b"v" * 100] * 64, keys=[b"k%d" % i] * 64, partition=0)
-            producer.flush()
-        reader = OncelogDataSource({"bootstrap": cluster.bootstrap, "topic": "ab"}).reader(None)
+        _fill(cluster.bootstrap, "ab", records, b"v" * 100, keyed=True)
+        source = OncelogDataSource({"bootstrap": cluster.bootstrap, "topic": "ab"})
+        reader = source.reader(source.schema())
         partitions = reader.partitions()
         rates = []
         for _ in range(3):
             start = time.perf_counter()
-            rows = sum(batch.num_rows for partition in partitions for batch in reader.read(partition))
+            rows = sum(len(batch) for partition in partitions for batch in reader.read(partition))
             rates.append(rows / (time.perf_counter() - start))
             assert rows == records, f"read {rows} of {records}"
     return {"rows_per_s": max(rates)}

@@ -9,8 +9,6 @@ tests/integration/test_consumer_fetch_ahead.py.
 
 from __future__ import annotations
 
-from typing import Any
-
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -21,26 +19,20 @@ from oncelog.records import Compression, ControlType
 from oncelog.vocabulary import IsolationLevel
 
 from .test_fetch_filter import EVENT, RC, RU, TP, Log, build_log
+from .test_fetcher_validation import fetcher as validation_fetcher
 
 
 def fetcher(isolation: IsolationLevel) -> Fetcher:
-    unused: Any = None  # answers are handed in directly: no metadata, no network
-    return Fetcher(
-        unused,
-        unused,
-        unused,
-        isolation=isolation,
-        initial_reset="earliest",
-        auto_offset_reset="earliest",
-        fetch_committed=unused,
-        fetch_min_bytes=1,
-        fetch_max_wait_ms=500,
-        fetch_max_bytes=1 << 20,
-        max_partition_fetch_bytes=1 << 20,
-        request_timeout_s=5,
-        retry_backoff_ms=100,
-        check_crcs=True,
-    )
+    return validation_fetcher("earliest", isolation)  # answers are handed in directly: no metadata, no network
+
+
+def started(isolation: IsolationLevel) -> tuple[Fetcher, PartitionState]:
+    """A fetcher of partition ``TP`` from offset 0, nothing fetched yet."""
+    fetch = fetcher(isolation)
+    fetch.set_assignment([TP])
+    state = fetch.assignment[TP]
+    state.reposition(0, None)
+    return fetch, state
 
 
 def answer(log: Log, offset: int, isolation: IsolationLevel, batches: int, damaged: bool) -> FetchedPartition:
@@ -125,10 +117,7 @@ def test_a_partition_is_fetched_ahead_only_while_more_data_is_available_past_its
     log = Log(headers=False)
     for _ in range(4):
         log.write(3)
-    fetch = fetcher(RU)
-    fetch.set_assignment([TP])
-    state = fetch.assignment[TP]
-    state.reposition(0, None)
+    fetch, state = started(RU)
     assert state.next_fetch(read_committed=False) == 0
     fetch._accept(answer(log, 0, RU, 2, damaged=False), 0)
     assert state.buffered_end == 6 and state.next_fetch(read_committed=False) == 6  # 12 records are there
@@ -150,10 +139,7 @@ def test_an_answer_fetched_ahead_of_a_damaged_one_is_dropped_and_the_damaged_bat
     log = Log(headers=False)
     for _ in range(4):
         log.write(2)
-    fetch = fetcher(RC)
-    fetch.set_assignment([TP])
-    state = fetch.assignment[TP]
-    state.reposition(0, None)
+    fetch, state = started(RC)
     fetch._accept(answer(log, 0, RC, 2, damaged=True), 0)
     fetch._accept(answer(log, 4, RC, 2, damaged=False), 4)
     assert state.ahead is not None

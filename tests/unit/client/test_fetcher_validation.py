@@ -18,13 +18,14 @@ from oncelog.vocabulary import IsolationLevel, TopicPartition
 TP = TopicPartition("orders", 0)
 
 
-def fetcher(auto_offset_reset: str) -> Fetcher:
-    unused: Any = None  # the decision touches neither the metadata nor the network
+def fetcher(auto_offset_reset: str, isolation: IsolationLevel = IsolationLevel.READ_COMMITTED) -> Fetcher:
+    """A Fetcher for decisions that touch neither the metadata nor the network (also test_fetch_ahead.py's)."""
+    unused: Any = None
     return Fetcher(
         unused,
         unused,
         unused,
-        isolation=IsolationLevel.READ_COMMITTED,
+        isolation=isolation,
         initial_reset=auto_offset_reset,
         auto_offset_reset=auto_offset_reset,
         fetch_committed=unused,
