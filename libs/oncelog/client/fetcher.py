@@ -176,6 +176,7 @@ class Fetcher:
         self._check_crcs = check_crcs
         self.assignment: dict[TopicPartition, PartitionState] = {}
         self._fetches: dict[str, asyncio.Task[None]] = {}
+        self._ahead_due = False  # an answer arrived or moved up since the last look for Fetches to send ahead
         self._validations: dict[str, asyncio.Task[None]] = {}
         self._refresh_task: asyncio.Task[None] | None = None
         self._node_backoff_until: dict[str, float] = {}
@@ -377,9 +378,11 @@ class Fetcher:
 
     async def _fetch_until(self, deadline: Deadline, limit: int, *, columnar: bool) -> list[Any]:
         while True:
-            if self._send_fetches(deadline):
-                for _ in range(_SEND_STEPS):
-                    await asyncio.sleep(0)  # the new fetches go out before the buffered answers are decoded
+            if self._ahead_due:  # not every poll: a poll that only reads on costs nothing per partition
+                self._ahead_due = False
+                if self._send_fetches(deadline):
+                    for _ in range(_SEND_STEPS):
+                        await asyncio.sleep(0)  # the new fetches go out before the buffered answers are decoded
             records = self._drain_buffered(limit, columnar)
             if records:
                 return records
@@ -430,6 +433,7 @@ class Fetcher:
             if fetch.is_consumed:
                 # the answer fetched ahead is read by a later call, after the Fetch ahead of it went out
                 self._next_answer(state)
+                self._ahead_due = self._ahead_due or state.buffered is not None
             if count >= limit:
                 break
         return out
@@ -543,6 +547,7 @@ class Fetcher:
             offset = requested.get(result.topic_partition)
             if offset is not None:
                 self._accept(result, offset)
+        self._ahead_due = True  # the node takes a Fetch again: the next poll looks for partitions to fetch ahead
 
     def _accept(self, result: FetchedPartition, offset: int) -> None:
         """Take one partition's answer to a Fetch from ``offset``: buffer its records to be read next, or after
